@@ -1,0 +1,45 @@
+"""Where autodl finds its files and store: environment variables with embedded defaults.
+
+| variable           | default                                           |
+|--------------------|---------------------------------------------------|
+| AUTODL_INCLUDE     | ``include/`` of this repository                   |
+| AUTODL_HOME        | ``$AIRFLOW_HOME/autodl`` or ``~/.autodl``         |
+| AUTODL_STORE_URL   | ``sqlite:///$AUTODL_HOME/autodl.db``              |
+| AUTODL_POOL        | NVML when a driver answers, else ``include/pools/demo.yaml`` |
+| AUTODL_CATALOG     | ``include/catalog/gpus.yaml``                     |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def include_dir() -> Path:
+    """The ``include/`` folder (training scripts, specs, catalog, pools)."""
+    return Path(os.environ.get("AUTODL_INCLUDE") or REPO_ROOT / "include")
+
+
+def autodl_home() -> Path:
+    """State folder for run logs and metric samples; created on first use."""
+    env = os.environ.get("AUTODL_HOME")
+    if env:
+        home = Path(env)
+    elif os.environ.get("AIRFLOW_HOME"):
+        home = Path(os.environ["AIRFLOW_HOME"]) / "autodl"
+    else:
+        home = Path.home() / ".autodl"
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def store_url() -> str:
+    """SQLAlchemy URL of autodl's own store (never Airflow's metadata database)."""
+    return os.environ.get("AUTODL_STORE_URL") or f"sqlite:///{autodl_home() / 'autodl.db'}"
+
+
+def default_pool_file() -> Path:
+    """The declared pool used when no NVML driver answers."""
+    return include_dir() / "pools" / "demo.yaml"

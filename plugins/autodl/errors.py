@@ -1,0 +1,59 @@
+"""One exception hierarchy for autodl, each error a message a person can act on."""
+
+from __future__ import annotations
+
+
+class AutoDLError(Exception):
+    """Base of every error autodl raises on purpose.
+
+    The message names the input (file, field, line), what was wrong and what to do.
+    ``exit_code`` is what the ``autodl`` CLI exits with.
+    """
+
+    exit_code = 1
+
+
+class SpecError(AutoDLError):
+    """The task spec (YAML) is missing, unreadable or invalid."""
+
+    exit_code = 2
+
+
+class ProfileError(AutoDLError):
+    """The training script cannot be profiled (missing file, syntax error, shape error)."""
+
+    exit_code = 3
+
+
+class NoFitError(AutoDLError):
+    """Nothing in the whole pool can ever hold the run; carries the advice as ``suggestions``."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, suggestions: list[str] | None = None):
+        super().__init__(message)
+        self.suggestions = list(suggestions or [])
+
+
+class InventoryError(AutoDLError):
+    """The device inventory could not be read (bad pool file, NVML failure)."""
+
+    exit_code = 5
+
+
+class LeaseError(AutoDLError):
+    """A lease could not be booked or released."""
+
+    exit_code = 6
+
+
+class LaunchError(AutoDLError):
+    """The training could not be started, followed or stopped."""
+
+    exit_code = 7
+
+
+class CatalogError(AutoDLError):
+    """The GPU catalog is invalid or lacks a device model."""
+
+    exit_code = 8

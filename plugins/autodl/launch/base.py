@@ -1,0 +1,124 @@
+"""What every launcher takes and does: the launch request, the launcher protocol, the training command.
+
+A launcher starts a training detached and returns a :class:`~autodl.types.LaunchHandle`; another task
+(or another try) uses the handle to poll, stream logs and stop. ``launch`` is idempotent per
+``request.run_key``: a retried launch finds the first copy and reattaches instead of starting a second.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autodl.catalog import VendorInfo
+from autodl.types import Device, LaunchHandle
+
+
+class LaunchRequest(BaseModel):
+    """Everything a launcher needs to start one training run.
+
+    ``devices`` are the booked devices in the order the policy chose; an empty list (or
+    ``on_cpu=True``) means run on CPU, as when the pool is declared rather than real.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    run_key: str = Field(description="Unique per DAG run and task group; the idempotency key.")
+    script: str = Field(description="Absolute path of the training script on the launching host.")
+    args: list[str] = Field(default_factory=list)
+    workdir: str | None = Field(None, description="Folder mounted/used as the code root; default: the script's folder.")
+    devices: list[Device] = Field(default_factory=list)
+    vendor: VendorInfo | None = None
+    on_cpu: bool = False
+    distributed: bool = Field(False, description="Launch with python -m paddle.distributed.launch.")
+    shm_bytes: int | None = Field(None, description="Shared memory the run needs (/dev/shm), bytes.")
+    memory_limit_bytes: int | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="dag_id, run_id, task_id, try_number, lease_id.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The spec's launcher section.")
+    log_dir: str | None = None
+    python: str = Field(default_factory=lambda: sys.executable)
+
+    @property
+    def script_path(self) -> Path:
+        return Path(self.script)
+
+
+def visible_devices_value(devices: list[Device]) -> str:
+    """The value for ``CUDA_VISIBLE_DEVICES`` (or the vendor's variable): UUIDs when every device has
+    one, else PCI-ordered indices. Comma-separated, no spaces."""
+    if devices and all(d.uuid for d in devices):
+        return ",".join(d.uuid for d in devices if d.uuid)
+    return ",".join(str(d.index) for d in devices)
+
+
+def pinning_env(request: LaunchRequest, *, inside_container: bool = False) -> dict[str, str]:
+    """Environment variables that pin the training to the booked devices.
+
+    On the host the vendor's visibility variable lists the booked devices (UUIDs preferred); inside
+    a container that already only sees the booked devices they are renumbered ``0..n-1``, so the
+    variable lists positions, never host indices. A CPU run hides every device (empty value).
+    """
+    vendor = request.vendor
+    if vendor is None:
+        return {}
+    env = dict(vendor.extra_env)
+    if request.on_cpu or not request.devices:
+        env[vendor.visible_devices_env] = ""
+    elif inside_container:
+        env[vendor.visible_devices_env] = ",".join(str(i) for i in range(len(request.devices)))
+    else:
+        env[vendor.visible_devices_env] = visible_devices_value(request.devices)
+    return env
+
+
+def training_command(request: LaunchRequest, *, python: str | None = None, script: str | None = None) -> list[str]:
+    """argv that runs the training.
+
+    Single device: ``python -u script args``. Distributed (N devices): ``python -m
+    paddle.distributed.launch --devices 0,...,N-1 script args``; the positions refer to the pinned
+    visibility list, never to host ids.
+    """
+    py = python or request.python
+    target = script or request.script
+    n = len(request.devices)
+    if request.distributed and n > 1 and not request.on_cpu:
+        devices = ",".join(str(i) for i in range(n))
+        return [py, "-u", "-m", "paddle.distributed.launch", "--devices", devices, target, *request.args]
+    return [py, "-u", target, *request.args]
+
+
+def shell_line(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """A copy-pasteable shell line for ``argv`` with ``env`` assignments in front, correctly quoted."""
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    cmd = shlex.join(argv)
+    return f"{prefix} {cmd}" if prefix else cmd
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """A way of running a training: local process, Docker container, Kubernetes pod."""
+
+    name: str
+
+    def launch(self, request: LaunchRequest) -> LaunchHandle:
+        """Start detached (or reattach to the run already started for ``request.run_key``).
+
+        :raises LaunchError: when it cannot start, with the reason and the fix.
+        """
+
+    def poll(self, handle: LaunchHandle) -> int | None:
+        """Exit code when finished, ``None`` while running."""
+
+    def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
+        """New log text since ``offset`` and the offset to pass next time."""
+
+    def stop(self, handle: LaunchHandle) -> None:
+        """Stop and clean up; idempotent."""
+
+    def render(self, request: LaunchRequest) -> dict[str, Any]:
+        """What would be run, for ``autodl plan --json`` and logs (command line, container, pod)."""

@@ -1,0 +1,244 @@
+"""The values that flow through the six steps: profile, inventory, placement, lease, launch, metrics, record.
+
+Every type here is a small frozen pydantic model, JSON-serialisable with ``model_dump(mode="json")``
+so it can travel as an XCom, a CLI ``--json`` document or a row in the store. Units are in the field
+names (``_bytes``, ``_s``, ``_pct``, ``_tflops``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Severity = Literal["info", "warning", "error"]
+
+
+def utcnow() -> datetime:
+    """Current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict (datetimes as ISO strings)."""
+        return self.model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------------------- profile
+class Finding(_Frozen):
+    """Something the profiler noticed, with the script line when known."""
+
+    severity: Severity
+    code: str = Field(description="Stable identifier, e.g. 'hardcoded-device', 'shape-mismatch'.")
+    message: str
+    line: int | None = None
+
+
+class MemoryBreakdown(_Frozen):
+    """Peak training memory of one device, in bytes, by term."""
+
+    weights_bytes: int = 0
+    gradients_bytes: int = 0
+    optimizer_state_bytes: int = 0
+    activations_bytes: int = 0
+    workspace_bytes: int = Field(0, description="CUDA context, library workspaces, allocator slack.")
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_state_bytes
+            + self.activations_bytes
+            + self.workspace_bytes
+        )
+
+
+class ResourceProfile(_Frozen):
+    """What one training run needs, per device, as estimated before anything is booked.
+
+    ``peak_memory_bytes`` is the per-device peak (under data parallelism each card holds the
+    full model and its per-card batch). ``activation_bytes_per_sample`` lets callers rescale the
+    peak to another batch size: ``peak(b) = peak - activations + b * activation_bytes_per_sample``.
+    """
+
+    script: str
+    model_name: str | None = None
+    params: int
+    trainable_params: int | None = None
+    peak_memory_bytes: int
+    breakdown: MemoryBreakdown
+    activation_bytes_per_sample: int = 0
+    flops_per_step: float = Field(description="Training FLOPs of one step on one device (fwd+bwd).")
+    batch_size: int
+    sequence_length: int | None = None
+    input_shape: list[int] | None = Field(None, description="Per-sample input shape, e.g. [3, 32, 32].")
+    num_gpus: int = 1
+    optimizer: str | None = None
+    amp: str | None = Field(None, description="None, 'O1' or 'O2'.")
+    dtype: str = "float32"
+    recompute: bool = False
+    distributed: str | None = Field(None, description="None, 'data_parallel' or 'fleet'.")
+    num_workers: int = 0
+    method: str = Field("static", description="'static', 'probe' or 'cold_start'.")
+    probe_seconds: float | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    max_batch_size_by_device: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def peak_at_batch(self, batch_size: int) -> int:
+        """Per-device peak memory in bytes at another per-device ``batch_size``.
+
+        Model states and workspace stay; activations scale linearly with the batch.
+        """
+        fixed = self.peak_memory_bytes - self.breakdown.activations_bytes
+        per_sample = self.activation_bytes_per_sample or (self.breakdown.activations_bytes // max(1, self.batch_size))
+        return int(fixed + batch_size * per_sample)
+
+    def max_batch_size(self, memory_bytes: int, threshold: float) -> int:
+        """Largest per-device batch whose peak stays within ``threshold * memory_bytes`` (0 if none)."""
+        budget = threshold * memory_bytes
+        fixed = self.peak_memory_bytes - self.breakdown.activations_bytes
+        per_sample = self.activation_bytes_per_sample or (self.breakdown.activations_bytes // max(1, self.batch_size))
+        if fixed > budget:
+            return 0
+        if per_sample <= 0:
+            return 1 << 20
+        return int((budget - fixed) // per_sample)
+
+
+# ------------------------------------------------------------------------------------- inventory
+class Device(_Frozen):
+    """One accelerator (or MIG instance) in the pool, as the inventory saw it."""
+
+    device_id: str = Field(description="Stable id within the pool: the UUID when known, else 'host:index'.")
+    host: str = "localhost"
+    index: int = Field(description="Index on its host (PCI bus order).")
+    uuid: str | None = None
+    model: str = Field(description="Catalog model name, e.g. 'A100-SXM4-40GB'.")
+    vendor: str = "nvidia"
+    memory_total_bytes: int
+    memory_used_bytes: int = 0
+    utilization_pct: float = 0.0
+    healthy: bool = True
+    declared: bool = Field(False, description="True when read from a pool file, not from a driver.")
+    pci_bus_id: str | None = None
+    nvlink_group: str | None = Field(None, description="Devices sharing a group are NVLink-connected.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def memory_free_bytes(self) -> int:
+        return max(0, self.memory_total_bytes - self.memory_used_bytes)
+
+
+class Inventory(_Frozen):
+    """A snapshot of the pool."""
+
+    source: str = Field(description="'nvml', 'file:<path>', ...")
+    declared: bool
+    devices: list[Device]
+    read_at: datetime = Field(default_factory=utcnow)
+
+
+# ------------------------------------------------------------------------------------- placement
+class Candidate(_Frozen):
+    """One device set the policy looked at, kept or dropped, with why."""
+
+    devices: list[str]
+    model: str
+    host: str = "localhost"
+    kept: bool
+    score: float | None = None
+    terms: dict[str, float] = Field(default_factory=dict, description="Score terms, each visible.")
+    est_step_time_s: float | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class PlacementDecision(_Frozen):
+    """The policy's answer: ranked candidates (kept first, best first), then the dropped ones."""
+
+    algorithm: str
+    fits: bool = Field(description="True when some device set in the pool could ever hold the run.")
+    available: bool = Field(description="True when a fitting device set is free now.")
+    needed_bytes: int
+    candidates: list[Candidate]
+    chosen: Candidate | None = None
+    suggestions: list[str] = Field(default_factory=list)
+
+
+class Lease(_Frozen):
+    """A booking of devices for one run; the ledger guarantees one live lease per device."""
+
+    lease_id: str
+    run_key: str
+    device_ids: list[str]
+    host: str = "localhost"
+    model: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+# ---------------------------------------------------------------------------------------- launch
+class LaunchHandle(_Frozen):
+    """Enough to find a started training again from another task or try."""
+
+    launcher: str
+    run_key: str
+    lease_id: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    container_id: str | None = None
+    container_name: str | None = None
+    pod_name: str | None = None
+    namespace: str | None = None
+    log_path: str | None = None
+    exit_path: str | None = None
+    command: list[str] = Field(default_factory=list)
+    visible_devices: str | None = None
+    device_ids: list[str] = Field(default_factory=list)
+    on_cpu: bool = False
+    started_at: datetime = Field(default_factory=utcnow)
+    reattached: bool = False
+
+
+class RunMetrics(_Frozen):
+    """Summary of what the run did (the time series stays in the metrics file, not in XCom)."""
+
+    source: str = Field(description="'nvml' or 'process' (CPU/RSS when no GPU is present).")
+    duration_s: float
+    exit_code: int | None
+    samples: int = 0
+    peak_memory_bytes: int | None = Field(None, description="Peak device memory (NVML) or RSS (process).")
+    mean_utilization_pct: float | None = None
+    max_utilization_pct: float | None = None
+    max_temperature_c: float | None = None
+    mean_power_w: float | None = None
+    samples_path: str | None = None
+
+
+class RunRecord(_Frozen):
+    """What the run was, where it ran and how it went; feeds later estimates and the rl policy."""
+
+    run_key: str
+    dag_id: str | None = None
+    run_id: str | None = None
+    script: str
+    spec_path: str | None = None
+    outcome: Literal["succeeded", "failed", "not_started"]
+    declared_pool: bool
+    profile: dict[str, Any] | None = None
+    placement: dict[str, Any] | None = None
+    lease_id: str | None = None
+    launch: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    estimated_peak_bytes: int | None = None
+    actual_peak_bytes: int | None = None
+    device_model: str | None = None
+    error: str | None = None
+    recorded_at: datetime = Field(default_factory=utcnow)
