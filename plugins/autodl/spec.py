@@ -23,11 +23,12 @@ Values given here override what the profiler reads from the script.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autodl.errors import SpecError
 
@@ -76,12 +77,140 @@ class SchedulerSection(_Section):
     poke_interval: int = Field(30, gt=0, description="Seconds between pool checks while waiting.")
 
 
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE_FACTOR = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: int | str | None) -> int | None:
+    """Bytes for a size written as ``docker run --shm-size`` accepts it.
+
+    ``8g``, ``8G``, ``8GB``, ``8Gi`` and ``8GiB`` all mean 8 GiB (8 * 2**30 bytes): Docker's
+    ``units.RAMInBytes`` reads every unit as binary, and so does Kubernetes' ``Gi``. A bare integer
+    is bytes.
+
+    :param value: the size, an integer (bytes) or a string with an optional unit (b, k, m, g, t).
+    :returns: bytes, or ``None`` for ``None``.
+    :raises ValueError: for a negative number or an unknown unit (pydantic turns it into a SpecError).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a size is a number of bytes or a string like '8g'")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError("a size must be positive")
+        return int(value)
+    match = _SIZE_RE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size; write bytes or a number with k, m, g or t (binary), e.g. '8g'")
+    number = float(match.group(1)) * _SIZE_FACTOR[match.group(2).lower()]
+    if number <= 0:
+        raise ValueError("a size must be positive")
+    return int(number)
+
+
+class TolerationSpec(_Section):
+    """A Kubernetes toleration (https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, ge=0)
+
+
+class MountSpec(_Section):
+    """An extra host folder mounted into the container (data sets, checkpoints)."""
+
+    source: str = Field(description="Absolute path on the Docker host.")
+    target: str = Field(description="Absolute path inside the container.")
+    read_only: bool = True
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path")
+        if value.rstrip("/").endswith("docker.sock"):
+            raise ValueError("the Docker socket is never mounted into a training container (it is root on the host)")
+        return value
+
+
+_ROOT_USERS = {"0", "root", "0:0", "root:root", "root:0", "0:root"}
+
+
 class LauncherSection(_Section):
-    """How the training is started. ``launcher: docker`` is shorthand for ``{type: docker}``."""
+    """How the training is started. ``launcher: docker`` is shorthand for ``{type: docker}``.
+
+    Sizes (``shm_size``, ``memory_limit``) are validated and stored as bytes; they may be written
+    ``8g`` (see :func:`parse_size`). Fields a launcher does not use are ignored by it (``namespace``
+    means nothing to Docker). Unknown keys are kept for other launchers (``extra="allow"``).
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     type: Literal["local", "docker", "kubernetes"] = "local"
+    image: str | None = Field(None, description="Container image; default: the PaddlePaddle GPU image.")
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    python: str = Field("python", description="Interpreter inside the container (the host's is meaningless there).")
+    command: list[str] | None = Field(
+        None, description="Replaces the whole training command (argv) inside the container; for tests and odd images."
+    )
+    shm_size: int | None = Field(None, description="/dev/shm size, bytes (e.g. '8g'); overrides the profile's.")
+    ipc_mode: Literal["private", "shareable", "host"] | None = Field(
+        None, description="Docker IPC namespace; 'host' shares the host's /dev/shm instead of sizing one."
+    )
+    memory_limit: int | None = Field(None, description="Container memory limit, bytes (e.g. '32g').")
+    cpus: float | None = Field(None, gt=0, description="CPU limit in cores.")
+    user: str = Field("1000:1000", description="uid[:gid] the training runs as; never root.")
+    network: str | None = Field(None, description="Docker network ('none' to cut it off); default: Docker's.")
+    runtime: str | None = Field(None, description="Docker runtime, e.g. 'nvidia' or 'ascend'; default: the daemon's.")
+    devices: list[str] = Field(
+        default_factory=list, description="Host device nodes passed through (AMD/Hygon/Kunlun), e.g. /dev/kfd."
+    )
+    mounts: list[MountSpec] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the training.")
+    code_dir: str = Field("/workspace", description="Where the code is mounted (read-only) inside the container.")
+    namespace: str | None = Field(None, description="Kubernetes namespace; default: the connection's, else 'default'.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Added to the GPU product selector.")
+    tolerations: list[TolerationSpec] = Field(default_factory=list, description="Added to the GPU taint's.")
+    service_account: str | None = None
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    code_pvc: str | None = Field(
+        None, description="PersistentVolumeClaim holding the code, mounted read-only at code_dir; default: code in the image."
+    )
+
+    @field_validator("shm_size", "memory_limit", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int | None:
+        return parse_size(value)
+
+    @field_validator("code_dir")
+    @classmethod
+    def _absolute_dir(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") == "":
+            raise ValueError("must be an absolute folder other than '/', e.g. /workspace")
+        return value.rstrip("/")
+
+    @field_validator("user")
+    @classmethod
+    def _non_root(cls, value: str) -> str:
+        if value.strip() in _ROOT_USERS or not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", value):
+            raise ValueError("must be a non-root uid[:gid] such as '1000:1000'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _nonempty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("an empty command runs nothing; remove the key or give argv")
+        return value
+
+    @model_validator(mode="after")
+    def _shm_or_ipc(self) -> "LauncherSection":
+        if self.ipc_mode == "host" and self.shm_size is not None:
+            raise ValueError("shm_size and ipc_mode: host exclude each other (host IPC uses the host's /dev/shm); keep one")
+        return self
 
 
 class TaskSpec(_Section):

@@ -122,3 +122,65 @@ class Launcher(Protocol):
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
         """What would be run, for ``autodl plan --json`` and logs (command line, container, pod)."""
+
+
+# ------------------------------------------------------------------ helpers shared by the container launchers
+RUN_LABEL_KEYS = ("dag_id", "run_id", "task_id", "try_number", "lease_id")
+"""The keys of ``LaunchRequest.labels`` every container and pod carries, plus ``run_key``."""
+
+
+def launcher_options(request: LaunchRequest, launcher: str) -> Any:
+    """The spec's launcher section for ``request``, validated (sizes in bytes, non-root user).
+
+    ``request.options`` may be a dump of :class:`~autodl.spec.LauncherSection` or a hand-written
+    mapping (tests, the CLI); both go through the same validation.
+
+    :param launcher: the launcher's name, used as ``type`` when the options omit it.
+    :returns: a :class:`~autodl.spec.LauncherSection`.
+    :raises LaunchError: naming the bad option and the fix.
+    """
+    from pydantic import ValidationError
+
+    from autodl.errors import LaunchError
+    from autodl.spec import LauncherSection
+
+    data = {"type": launcher, **request.options}
+    data["type"] = launcher
+    try:
+        return LauncherSection.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"launcher.{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise LaunchError(f"run {request.run_key}: invalid launcher options: {problems}; fix the spec's launcher section.") from None
+
+
+def run_labels(request: LaunchRequest) -> dict[str, str]:
+    """The identity of a run as plain strings: ``run_key`` plus the known :data:`RUN_LABEL_KEYS`.
+
+    Launchers turn these into container labels or (sanitised) pod labels.
+    """
+    labels = {"run_key": request.run_key}
+    for key in RUN_LABEL_KEYS:
+        value = request.labels.get(key)
+        if value not in (None, ""):
+            labels[key] = str(value)
+    return labels
+
+
+def container_script(request: LaunchRequest, code_dir: str) -> tuple[str, str]:
+    """Where the script is inside a container that mounts the code root at ``code_dir``.
+
+    :returns: ``(host code root, script path inside the container)``.
+    :raises LaunchError: when the script is not under ``request.workdir``.
+    """
+    from autodl.errors import LaunchError
+
+    script = Path(request.script)
+    root = Path(request.workdir) if request.workdir else script.parent
+    try:
+        relative = script.relative_to(root)
+    except ValueError:
+        raise LaunchError(
+            f"run {request.run_key}: script {script} is not inside the code folder {root} that is mounted at "
+            f"{code_dir}; set the workdir to a folder containing the script."
+        ) from None
+    return str(root), f"{code_dir.rstrip('/')}/{relative.as_posix()}"

@@ -1,0 +1,262 @@
+"""The ``autodl`` command: profile, plan, inventory, leases, runs, simulate — JSON with ``--json``, tables without.
+
+Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog (see
+:mod:`autodl.errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from autodl.errors import AutoDLError
+
+GiB = 1 << 30
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _gib(n: int | float | None) -> str:
+    return "-" if n is None else f"{n / GiB:.2f}"
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+# ------------------------------------------------------------------------------------ commands
+def cmd_profile(args: argparse.Namespace) -> int:
+    from autodl.catalog import load_catalog
+    from autodl.profile import profile_script
+    from autodl.spec import TaskSpec, load_spec
+
+    spec = load_spec(args.spec) if args.spec else TaskSpec()
+    script = spec.script_path(args.script)
+    profile = profile_script(script, spec, catalog=load_catalog(), probe=args.probe)
+    if args.json:
+        _print_json(profile.to_json())
+        return 3 if profile.errors else 0
+    from rich.table import Table
+
+    con = _console()
+    b = profile.breakdown
+    t = Table(title=f"profile of {profile.script} ({profile.method})")
+    t.add_column("term")
+    t.add_column("value", justify="right")
+    for name, value in [("parameters", f"{profile.params:,}"), ("batch size / device", str(profile.batch_size)),
+                        ("devices", str(profile.num_gpus)), ("weights GiB", _gib(b.weights_bytes)),
+                        ("gradients GiB", _gib(b.gradients_bytes)), ("optimizer state GiB", _gib(b.optimizer_state_bytes)),
+                        ("activations GiB", _gib(b.activations_bytes)), ("workspace GiB", _gib(b.workspace_bytes)),
+                        ("peak memory GiB / device", _gib(profile.peak_memory_bytes)),
+                        ("training FLOPs / step", f"{profile.flops_per_step:.3g}")]:
+        t.add_row(name, value)
+    con.print(t)
+    if profile.findings:
+        ft = Table(title="findings")
+        for col in ("severity", "code", "line", "message"):
+            ft.add_column(col)
+        for f in profile.findings:
+            ft.add_row(f.severity, f.code, str(f.line or ""), f.message)
+        con.print(ft)
+    return 3 if profile.errors else 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from autodl import pipeline
+    from autodl.catalog import load_catalog
+    from autodl.inventory import read_inventory
+    from autodl.launch import get_launcher
+    from autodl.spec import load_spec
+    from autodl.types import Device
+
+    catalog = load_catalog()
+    spec, profile = pipeline.profile_run(args.script, args.spec, probe=args.probe, catalog=catalog)
+    inventory = read_inventory(args.pool, catalog=catalog)
+    decision = pipeline.plan(profile, spec, inventory=inventory, catalog=catalog)
+    launch = None
+    if decision.chosen is not None:
+        by_id = {d.device_id: d for d in inventory.devices}
+        devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
+        ctx = pipeline.RunContext(run_key="plan")
+        selection = {"devices": [d.to_json() for d in devices], "lease": {"lease_id": "plan"},
+                     "declared_pool": inventory.declared}
+        _spec, request = pipeline.build_request(ctx, {"profile": profile.to_json(), "script": profile.script,
+                                                      "spec_path": spec.source_path}, selection)
+        try:
+            launch = get_launcher(spec.launcher.type).render(request)
+        except AutoDLError as exc:
+            launch = {"error": str(exc)}
+    kept = [c for c in decision.candidates if c.kept]
+    out = {
+        "fits": decision.fits,
+        "available": decision.available,
+        "algorithm": decision.algorithm,
+        "needed_bytes": decision.needed_bytes,
+        "pool": inventory.source,
+        "declared_pool": inventory.declared,
+        "placements": [c.to_json() for c in kept],
+        "dropped": [c.to_json() for c in decision.candidates if not c.kept],
+        "suggestions": decision.suggestions,
+        "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
+                    "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
+                    "batch_size": profile.batch_size, "method": profile.method},
+        "launch": launch,
+    }
+    if args.json:
+        _print_json(out)
+    else:
+        from rich.table import Table
+
+        con = _console()
+        t = Table(title=f"placement for {profile.script} on {inventory.source}"
+                        + (" (DECLARED devices)" if inventory.declared else ""))
+        for col in ("rank", "model", "devices", "score", "step s", "reasons"):
+            t.add_column(col)
+        for i, c in enumerate(kept, 1):
+            t.add_row(str(i), c.model, ",".join(c.devices), f"{c.score:.4g}" if c.score is not None else "-",
+                      f"{c.est_step_time_s:.4g}" if c.est_step_time_s else "-", "; ".join(c.reasons))
+        for c in decision.candidates:
+            if not c.kept:
+                t.add_row("-", c.model, ",".join(c.devices), "dropped", "", "; ".join(c.reasons))
+        con.print(t)
+        con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
+        for s in decision.suggestions:
+            con.print(f"  suggestion: {s}")
+        if launch and launch.get("shell"):
+            con.print(f"would run: {launch['shell']}")
+    return 0 if decision.fits else 4
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    from autodl.inventory import read_inventory
+    from autodl.ledger import Ledger
+
+    inv = read_inventory(args.pool)
+    holders = Ledger().holders()
+    if args.json:
+        _print_json({**inv.to_json(), "leased": holders})
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"inventory: {inv.source}" + (" (DECLARED, not real devices)" if inv.declared else ""))
+    for col in ("device", "host", "idx", "model", "vendor", "total GiB", "used GiB", "util %", "lease"):
+        t.add_column(col)
+    for d in inv.devices:
+        t.add_row(d.device_id, d.host, str(d.index), d.model, d.vendor, _gib(d.memory_total_bytes),
+                  _gib(d.memory_used_bytes), f"{d.utilization_pct:.0f}", holders.get(d.device_id, ""))
+    _console().print(t)
+    return 0
+
+
+def cmd_leases(args: argparse.Namespace) -> int:
+    from autodl.ledger import Ledger
+
+    ledger = Ledger()
+    if args.release:
+        lease = ledger.release(args.release)
+        print(f"released {lease.lease_id} ({', '.join(lease.device_ids)})" if lease else f"{args.release} holds no lease")
+        return 0
+    leases = ledger.leases()
+    if args.json:
+        _print_json([le.to_json() for le in leases])
+        return 0
+    from rich.table import Table
+
+    t = Table(title="live leases")
+    for col in ("lease", "run key", "model", "devices", "since"):
+        t.add_column(col)
+    for le in leases:
+        t.add_row(le.lease_id, le.run_key, le.model or "", ",".join(le.device_ids), le.created_at.isoformat())
+    _console().print(t)
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from autodl.records import RecordStore
+
+    records = RecordStore().list(dag_id=args.dag_id, limit=args.limit)
+    if args.json:
+        _print_json([r.to_json() for r in records])
+        return 0
+    from rich.table import Table
+
+    t = Table(title="run records (newest first)")
+    for col in ("run key", "outcome", "device", "declared", "est GiB", "actual GiB", "exit", "s"):
+        t.add_column(col)
+    for r in records:
+        m = r.metrics or {}
+        t.add_row(r.run_key, r.outcome, r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes),
+                  _gib(r.actual_peak_bytes), str(m.get("exit_code", "-")), str(m.get("duration_s", "-")))
+    _console().print(t)
+    return 0
+
+
+# --------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="autodl", description="Profile, place, launch and record PaddlePaddle training runs.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def probe_flags(sp):
+        g = sp.add_mutually_exclusive_group()
+        g.add_argument("--probe", dest="probe", action="store_true", default=None,
+                       help="measure the model in a sandboxed CPU subprocess (default: when Paddle is importable)")
+        g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
+
+    sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
+    sp.add_argument("script", nargs="?", help="training script (default: the spec's task.script)")
+    sp.add_argument("--spec", help="task spec YAML whose values override the script's")
+    sp.add_argument("--json", action="store_true")
+    probe_flags(sp)
+    sp.set_defaults(func=cmd_profile)
+
+    sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
+    sp.add_argument("spec", help="task spec YAML")
+    sp.add_argument("--script", help="override the spec's task.script")
+    sp.add_argument("--pool", help="auto | nvml | pool file (default $AUTODL_POOL or auto)")
+    sp.add_argument("--json", action="store_true")
+    probe_flags(sp)
+    sp.set_defaults(func=cmd_plan)
+
+    sp = sub.add_parser("inventory", help="the devices in the pool and their leases")
+    sp.add_argument("--pool")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_inventory)
+
+    sp = sub.add_parser("leases", help="live leases (and releasing one by run key)")
+    sp.add_argument("--release", metavar="RUN_KEY")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_leases)
+
+    sp = sub.add_parser("runs", help="run records")
+    sp.add_argument("--dag-id")
+    sp.add_argument("--limit", type=int, default=20)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_runs)
+
+    try:
+        from autodl.simulate.cli import register
+    except ImportError:
+        pass
+    else:
+        register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except AutoDLError as exc:
+        print(f"autodl: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Declared pools: devices listed in a YAML file, for machines without a driver and for simulation.
+
+Format::
+
+    host: demo-node-1            # default host for devices that do not name one
+    devices:
+      - index: 0
+        model: A100-SXM4-40GB    # catalog name (or NVML name)
+        uuid: GPU-...            # optional
+        vendor: nvidia           # default: the catalog's vendor of the model
+        memory_total_bytes: ...  # default: the catalog's memory
+        memory_used_bytes: 0
+        utilization_pct: 0
+        nvlink_group: nvl0       # optional: devices sharing a group are NVLink-connected
+        host: other-node         # optional
+        healthy: true
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autodl.catalog import Catalog
+from autodl.errors import CatalogError, InventoryError
+from autodl.types import Device, Inventory
+
+
+class _DeclaredDevice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(ge=0)
+    model: str
+    uuid: str | None = None
+    vendor: str | None = None
+    host: str | None = None
+    memory_total_bytes: int | None = Field(None, gt=0)
+    memory_used_bytes: int = Field(0, ge=0)
+    utilization_pct: float = Field(0.0, ge=0, le=100)
+    healthy: bool = True
+    nvlink_group: str | None = None
+    pci_bus_id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class _PoolFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "localhost"
+    devices: list[_DeclaredDevice]
+
+
+def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
+    """Read a declared pool.
+
+    :param path: the pool YAML file.
+    :param catalog: used to resolve model names and default memory/vendor.
+    :returns: an :class:`Inventory` with ``declared=True``.
+    :raises InventoryError: missing file, bad YAML, unknown field, unknown model, duplicate device.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InventoryError(f"{p}: pool file not found; pass an existing pool YAML (e.g. include/pools/demo.yaml).")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"{p}: not valid YAML: {exc}") from None
+    try:
+        pool = _PoolFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise InventoryError(f"{p}: field '{loc}': {err['msg']}; fix the pool file.") from None
+    devices: list[Device] = []
+    seen: set[str] = set()
+    for i, d in enumerate(pool.devices):
+        try:
+            model = catalog.get(d.model)
+        except CatalogError as exc:
+            raise InventoryError(f"{p}: devices[{i}].model: {exc}") from None
+        host = d.host or pool.host
+        device_id = d.uuid or f"{host}:{d.index}"
+        if device_id in seen:
+            raise InventoryError(f"{p}: devices[{i}]: duplicate device {device_id}; give each device a unique index or uuid.")
+        seen.add(device_id)
+        total = d.memory_total_bytes or model.memory_bytes
+        if d.memory_used_bytes > total:
+            raise InventoryError(f"{p}: devices[{i}].memory_used_bytes exceeds the device's memory ({total} bytes).")
+        devices.append(
+            Device(
+                device_id=device_id,
+                host=host,
+                index=d.index,
+                uuid=d.uuid,
+                model=model.name,
+                vendor=d.vendor or model.vendor,
+                memory_total_bytes=total,
+                memory_used_bytes=d.memory_used_bytes,
+                utilization_pct=d.utilization_pct,
+                healthy=d.healthy,
+                declared=True,
+                nvlink_group=d.nvlink_group,
+                pci_bus_id=d.pci_bus_id,
+                labels=d.labels,
+            )
+        )
+    return Inventory(source=f"file:{p}", declared=True, devices=devices)

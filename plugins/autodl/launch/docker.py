@@ -1,0 +1,501 @@
+"""Docker launcher: the training in a container on a Docker engine, pinned with a device request.
+
+The container gets exactly the booked devices through the Docker API's ``DeviceRequest`` (what
+``docker run --gpus`` sends), listing their UUIDs (or host indices); inside it they are numbered
+``0..n-1``, so the vendor's visibility variable lists positions, never host indices. The code
+folder is mounted read-only at ``code_dir`` (``/workspace``), the user is never root, the Docker
+socket is never mounted.
+
+Every container carries labels (``autodl.run_key``, ``autodl.dag_id``, ``autodl.run_id``,
+``autodl.task_id``, ``autodl.try_number``, ``autodl.lease_id``) and a name unique per try. A launch
+finds the containers of its run key by label: a running one is reattached, an ended one is removed
+before a new one starts, so a retried task never runs two copies. ``stop`` stops and removes every
+container of the run key.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import logging
+import re
+import shlex
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from autodl.catalog import VendorInfo, load_catalog
+from autodl.errors import LaunchError
+from autodl.launch.base import (
+    LaunchRequest,
+    container_script,
+    launcher_options,
+    pinning_env,
+    run_labels,
+    training_command,
+    visible_devices_value,
+)
+from autodl.types import LaunchHandle
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "paddlepaddle/paddle:3.3.1-gpu-cuda12.6-cudnn9.5"
+"""PaddlePaddle's official GPU image (CUDA 12.6, cuDNN 9.5); tags listed at
+https://hub.docker.com/r/paddlepaddle/paddle/tags and in the install guide
+https://www.paddlepaddle.org.cn/documentation/docs/en/install/docker/linux-docker_en.html."""
+
+LABEL_PREFIX = "autodl."
+"""Prefix of the labels autodl puts on containers (Docker's guideline: a namespace per tool,
+https://docs.docker.com/engine/manage-resources/labels/)."""
+
+MANAGED_LABEL = f"{LABEL_PREFIX}managed"
+
+STOP_TIMEOUT_S = 10
+"""Seconds between SIGTERM and SIGKILL when stopping a container (``docker stop``'s default is 10 s)."""
+
+NVIDIA_TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
+GPU_ENUMERATION_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html"
+
+_RUNNING = {"running", "restarting", "paused"}
+
+
+def container_labels(request: LaunchRequest) -> dict[str, str]:
+    """Docker labels for ``request``'s container: ``autodl.<key>`` for the run identity, plus
+    ``autodl.managed=true``. Docker label values are free strings, so nothing is sanitised."""
+    labels = {f"{LABEL_PREFIX}{key}": value for key, value in run_labels(request).items()}
+    labels[MANAGED_LABEL] = "true"
+    return labels
+
+
+def container_name(request: LaunchRequest) -> str:
+    """A name unique per try: ``autodl-<run key slug>-<hash of run key>-t<try>``.
+
+    Docker names match ``[a-zA-Z0-9][a-zA-Z0-9_.-]+``; the slug keeps it readable, the hash keeps
+    run keys that slug alike apart. Without a try number a random suffix keeps it unique.
+    """
+    slug = re.sub(r"[^a-zA-Z0-9_.-]+", "-", request.run_key).strip("-_.")[:40] or "run"
+    digest = hashlib.sha1(request.run_key.encode()).hexdigest()[:8]
+    try_number = request.labels.get("try_number")
+    suffix = f"t{try_number}" if try_number not in (None, "") else uuid.uuid4().hex[:8]
+    return f"autodl-{slug}-{digest}-{suffix}"
+
+
+def docker_size(n_bytes: int) -> str:
+    """``n_bytes`` as ``docker run`` writes sizes (``8g``, ``512m``, or plain bytes); binary units."""
+    for unit, factor in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n_bytes % factor == 0:
+            return f"{n_bytes // factor}{unit}"
+    return str(n_bytes)
+
+
+def gpus_flag(device_ids: list[str]) -> str:
+    """The value of ``docker run --gpus`` for ``device_ids``, before shell quoting: ``"device=2,3"``.
+
+    The CLI reads ``--gpus`` as CSV, so a comma-separated id list needs inner double quotes, which
+    in turn need shell quoting: ``--gpus '"device=2,3"'``. ``--gpus 2`` would be a *count* of two
+    (any two GPUs) and ``--gpus 0`` a count of none. Source: NVIDIA Container Toolkit, "GPU
+    Enumeration", :data:`GPU_ENUMERATION_URL`.
+    """
+    return f'"device={",".join(device_ids)}"'
+
+
+def complete_utf8_length(chunk: bytes) -> int:
+    """Length of the longest prefix of ``chunk`` that does not end inside a multi-byte UTF-8 character."""
+    for back in range(1, min(4, len(chunk)) + 1):
+        byte = chunk[-back]
+        if byte & 0xC0 == 0x80:  # continuation byte: look further back for the lead byte
+            continue
+        if byte < 0x80:
+            return len(chunk)
+        need = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+        return len(chunk) if back >= need else len(chunk) - back
+    return len(chunk)
+
+
+@dataclass(frozen=True)
+class DockerPlan:
+    """Everything :meth:`DockerLauncher.launch` will send, computed without contacting the engine."""
+
+    image: str
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    labels: dict[str, str]
+    create_kwargs: dict[str, Any]
+    cli: list[str]
+    device_ids: list[str] = field(default_factory=list)
+    visible_devices: str | None = None
+    pull_policy: str = "IfNotPresent"
+
+    @property
+    def shell(self) -> str:
+        """The equivalent ``docker run`` line, quoted for a POSIX shell."""
+        return shlex.join(self.cli)
+
+
+def _device_settings(request: LaunchRequest, vendor: VendorInfo) -> tuple[dict[str, str], list[Any], list[str]]:
+    """Environment, device requests and host device ids for ``request``'s container.
+
+    Three cases, from the vendor table (``include/catalog/vendors.yaml``):
+
+    * the vendor has ``docker_capabilities`` (NVIDIA): a ``DeviceRequest`` with the device ids; the
+      runtime exposes only those, renumbered, so the visibility variable lists ``0..n-1``.
+      ``NVIDIA_VISIBLE_DEVICES`` is set to the same ids: Docker sets it too for a device request, and an
+      engine whose default runtime is ``nvidia`` would otherwise honour the image's ``=all``.
+    * the container variable differs from the process one (Ascend Docker Runtime reads
+      ``ASCEND_VISIBLE_DEVICES``): that variable gets the host indices, the process one ``0..n-1``.
+    * otherwise (AMD, Hygon, Kunlun: device nodes passed through whole, ``launcher.devices``) nothing
+      renumbers the devices, so the visibility variable lists the host ids as on the host.
+
+    A CPU run gets the vendor's ``cpu_only_container_env`` (``NVIDIA_VISIBLE_DEVICES=void``).
+    """
+    import docker.types
+
+    if request.on_cpu or not request.devices:
+        env = dict(vendor.cpu_only_container_env)
+        env.update(pinning_env(request.model_copy(update={"vendor": vendor}), inside_container=True))
+        return env, [], []
+    pinned = request.model_copy(update={"vendor": vendor})
+    host_ids = visible_devices_value(request.devices).split(",")
+    if vendor.docker_capabilities:
+        env = {vendor.container_visible_env: ",".join(host_ids)}
+        env.update(pinning_env(pinned, inside_container=True))
+        requests = [docker.types.DeviceRequest(device_ids=host_ids, capabilities=vendor.docker_capabilities)]
+        return env, requests, host_ids
+    if vendor.container_visible_env != vendor.visible_devices_env:
+        indices = [str(d.index) for d in request.devices]
+        env = {vendor.container_visible_env: ",".join(indices)}
+        env.update(pinning_env(pinned, inside_container=True))
+        return env, [], indices
+    return pinning_env(pinned, inside_container=False), [], host_ids
+
+
+class DockerLauncher:
+    """Runs the training in a container on a Docker engine (docker-py).
+
+    :param base_url: the engine, e.g. ``unix:///var/run/docker.sock`` or ``tcp://127.0.0.1:2376``;
+        default: ``DOCKER_HOST`` or the local socket (``docker.from_env``).
+    :param tls: ``True`` or a ``docker.tls.TLSConfig`` for a TLS engine.
+    :param registry: credentials for pulling (``registry``, ``username``, ``password``, optional
+        ``email``, ``reauth``), as the Airflow connection ``docker_default`` holds them.
+    :param client: a ready ``docker.DockerClient`` (tests, callers sharing one).
+    :param timeout: seconds per API call.
+    :param stop_timeout_s: grace period between SIGTERM and SIGKILL on stop, seconds.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        tls: Any = None,
+        *,
+        registry: dict[str, Any] | None = None,
+        client: Any = None,
+        timeout: int = 60,
+        stop_timeout_s: int = STOP_TIMEOUT_S,
+        **_ignored: Any,
+    ):
+        self.base_url = base_url
+        self.tls = tls
+        self.registry = registry
+        self.timeout = timeout
+        self.stop_timeout_s = stop_timeout_s
+        if client is not None:
+            self.__dict__["client"] = client
+
+    @cached_property
+    def client(self) -> Any:
+        """The ``docker.DockerClient``, connected on first use.
+
+        :raises LaunchError: when no engine answers at ``base_url``.
+        """
+        import docker
+
+        where = self.base_url or "DOCKER_HOST or unix:///var/run/docker.sock"
+        try:
+            if self.base_url:
+                client = docker.DockerClient(base_url=self.base_url, tls=self.tls or False, timeout=self.timeout)
+            else:
+                client = docker.from_env(timeout=self.timeout)
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise LaunchError(
+                f"cannot reach the Docker engine at {where}: {exc}; start dockerd (or set the base_url in the "
+                "Airflow connection docker_default's extra) and check this user may use its socket."
+            ) from exc
+        return client
+
+    # ------------------------------------------------------------------------------- planning
+    def plan(self, request: LaunchRequest) -> DockerPlan:
+        """What would be created for ``request``; pure, never contacts the engine.
+
+        :raises LaunchError: for invalid launcher options or a script outside the code folder.
+        """
+        opts = launcher_options(request, self.name)
+        vendor = request.vendor
+        if vendor is None:
+            catalog = load_catalog()
+            vendor = catalog.vendor(request.devices[0].vendor if request.devices else "nvidia")
+        host_root, script_inside = container_script(request, opts.code_dir)
+        argv = list(opts.command) if opts.command else training_command(request, python=opts.python, script=script_inside)
+        device_env, device_requests, device_ids = _device_settings(request, vendor)
+        on_cpu = request.on_cpu or not request.devices
+
+        env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
+        env.update(request.env)
+        env.update(opts.env)
+        env.update(device_env)
+        env["AUTODL_RUN_KEY"] = request.run_key
+        env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
+        if request.labels.get("lease_id"):
+            env["AUTODL_LEASE_ID"] = str(request.labels["lease_id"])
+
+        image = opts.image or DEFAULT_IMAGE
+        name = container_name(request)
+        labels = container_labels(request)
+        volumes = {host_root: {"bind": opts.code_dir, "mode": "ro"}}
+        for mount in opts.mounts:
+            volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+        shm = opts.shm_size or (request.shm_bytes if opts.ipc_mode != "host" else None)
+        memory = opts.memory_limit or request.memory_limit_bytes
+
+        kwargs: dict[str, Any] = {
+            "image": image,
+            "command": argv,
+            "name": name,
+            "labels": labels,
+            "environment": env,
+            "working_dir": opts.code_dir,
+            "user": opts.user,
+            "volumes": volumes,
+            "security_opt": ["no-new-privileges"],
+            "detach": True,
+        }
+        cli = ["docker", "run", "--detach", "--name", name]
+        cli += [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
+        cli += [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
+        cli += ["--user", opts.user, "--workdir", opts.code_dir, "--security-opt", "no-new-privileges"]
+        if opts.network:
+            kwargs["network_mode"] = opts.network
+            cli += ["--network", opts.network]
+        if opts.ipc_mode:
+            kwargs["ipc_mode"] = opts.ipc_mode
+            cli += ["--ipc", opts.ipc_mode]
+        if shm:
+            kwargs["shm_size"] = int(shm)
+            cli += ["--shm-size", docker_size(int(shm))]
+        if memory:
+            kwargs["mem_limit"] = int(memory)
+            cli += ["--memory", docker_size(int(memory))]
+        if opts.cpus:
+            kwargs["nano_cpus"] = int(opts.cpus * 1e9)
+            cli += ["--cpus", f"{opts.cpus:g}"]
+        if opts.runtime:
+            kwargs["runtime"] = opts.runtime
+            cli += ["--runtime", opts.runtime]
+        if device_requests:
+            kwargs["device_requests"] = device_requests
+            cli += ["--gpus", gpus_flag(device_ids)]
+        if opts.devices and not on_cpu:
+            kwargs["devices"] = [d if d.count(":") else f"{d}:{d}:rwm" for d in opts.devices]
+            cli += [arg for d in opts.devices for arg in ("--device", d)]
+        for source, bind in volumes.items():
+            cli += ["--volume", f"{source}:{bind['bind']}:{bind['mode']}"]
+        cli += [image, *argv]
+        visible = device_env.get(vendor.visible_devices_env)
+        return DockerPlan(
+            image=image, name=name, argv=argv, env=env, labels=labels, create_kwargs=kwargs, cli=cli,
+            device_ids=device_ids, visible_devices=visible, pull_policy=opts.image_pull_policy,
+        )
+
+    def render(self, request: LaunchRequest) -> dict[str, Any]:
+        """The container for ``autodl plan --json`` and logs: argv, env, the ``docker run`` line
+        (``shell``) and the keyword arguments of ``containers.create`` (JSON-ready)."""
+        plan = self.plan(request)
+        return {
+            "launcher": self.name,
+            "image": plan.image,
+            "container_name": plan.name,
+            "command": plan.argv,
+            "env": plan.env,
+            "labels": plan.labels,
+            "device_ids": plan.device_ids,
+            "visible_devices": plan.visible_devices,
+            "shell": plan.shell,
+            "create_kwargs": {k: (list(map(dict, v)) if k == "device_requests" else v) for k, v in plan.create_kwargs.items()},
+        }
+
+    # ------------------------------------------------------------------------------- engine
+    def containers_of(self, run_key: str) -> list[Any]:
+        """Every container (any state) labelled with ``run_key``, newest first."""
+        found = self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}run_key={run_key}"})
+        return sorted(found, key=lambda c: c.attrs.get("Created", ""), reverse=True)
+
+    def _ensure_image(self, plan: DockerPlan) -> None:
+        import docker
+
+        present = True
+        try:
+            self.client.images.get(plan.image)
+        except docker.errors.ImageNotFound:
+            present = False
+        if present and plan.pull_policy != "Always":
+            return
+        if plan.pull_policy == "Never":
+            raise LaunchError(
+                f"image {plan.image} is not on the Docker host and launcher.image_pull_policy is Never; "
+                f"run `docker pull {plan.image}` there or set image_pull_policy: IfNotPresent."
+            )
+        auth = None
+        if self.registry and self.registry.get("username"):
+            auth = {"username": self.registry["username"], "password": self.registry.get("password")}
+        log.info("pulling %s", plan.image)
+        try:
+            self.client.images.pull(plan.image, auth_config=auth)
+        except docker.errors.APIError as exc:
+            raise LaunchError(
+                f"cannot pull image {plan.image}: {exc.explanation or exc}; check launcher.image, the registry "
+                "credentials in the Airflow connection docker_default, and that the Docker host reaches the registry."
+            ) from exc
+
+    def create(self, request: LaunchRequest) -> Any:
+        """Create (not start) the container for ``request``, removing ended containers of its run key.
+
+        :returns: the ``docker.models.containers.Container``.
+        :raises LaunchError: when the image is missing and may not be pulled, or the engine refuses.
+        """
+        import docker
+
+        plan = self.plan(request)
+        for old in self.containers_of(request.run_key):
+            if old.status not in _RUNNING:
+                log.info("removing ended container %s (%s) of run %s", old.name, old.status, request.run_key)
+                old.remove(force=True)
+        self._ensure_image(plan)
+        log.info("docker equivalent: %s", plan.shell)
+        try:
+            return self.client.containers.create(**plan.create_kwargs)
+        except docker.errors.APIError as exc:
+            raise LaunchError(
+                f"Docker refused to create container {plan.name} for run {request.run_key}: "
+                f"{exc.explanation or exc}; reproduce with: {plan.shell}"
+            ) from exc
+
+    def launch(self, request: LaunchRequest) -> LaunchHandle:
+        """Start the training detached, or reattach to its running container.
+
+        :raises LaunchError: when the container cannot be created or started; a GPU request on an
+            engine without the NVIDIA Container Toolkit says what to install.
+        """
+        import docker
+
+        plan = self.plan(request)
+        for existing in self.containers_of(request.run_key):
+            if existing.status in _RUNNING:
+                log.info("reattaching to running container %s of run %s", existing.name, request.run_key)
+                return self._handle(request, plan, existing, reattached=True)
+        container = self.create(request)
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            container.remove(force=True)
+            reason = str(exc.explanation or exc)
+            if plan.create_kwargs.get("device_requests") and "device driver" in reason:
+                raise LaunchError(
+                    f"the Docker engine cannot give container {plan.name} the GPUs {','.join(plan.device_ids)} "
+                    f"({reason}): install the NVIDIA Container Toolkit on the Docker host ({NVIDIA_TOOLKIT_URL}), "
+                    "run `nvidia-ctk runtime configure --runtime=docker` and restart dockerd; or run on CPU."
+                ) from exc
+            raise LaunchError(
+                f"container {plan.name} for run {request.run_key} did not start: {reason}; reproduce with: {plan.shell}"
+            ) from exc
+        container.reload()
+        return self._handle(request, plan, container, reattached=False)
+
+    def _handle(self, request: LaunchRequest, plan: DockerPlan, container: Any, *, reattached: bool) -> LaunchHandle:
+        return LaunchHandle(
+            launcher=self.name,
+            run_key=request.run_key,
+            lease_id=request.labels.get("lease_id"),
+            container_id=container.id,
+            container_name=container.name,
+            command=plan.argv,
+            visible_devices=plan.visible_devices,
+            device_ids=[d.device_id for d in request.devices],
+            on_cpu=request.on_cpu or not request.devices,
+            reattached=reattached,
+        )
+
+    def _container(self, handle: LaunchHandle) -> Any:
+        import docker
+
+        try:
+            return self.client.containers.get(handle.container_id or handle.container_name)
+        except docker.errors.NotFound:
+            raise LaunchError(
+                f"container {handle.container_name or handle.container_id} of run {handle.run_key} no longer exists "
+                "(stopped and removed, or removed by hand); its exit code and logs are gone: relaunch the run."
+            ) from None
+
+    def poll(self, handle: LaunchHandle) -> int | None:
+        """The container's exit code once it ended (137 after an out-of-memory kill), else ``None``.
+
+        :raises LaunchError: when the container is gone or was never started.
+        """
+        state = self._container(handle).attrs.get("State", {})
+        status = state.get("Status")
+        if status in ("exited", "dead"):
+            if state.get("OOMKilled"):
+                log.warning("container %s was killed for exceeding its memory limit", handle.container_name)
+            return int(state.get("ExitCode", 255))
+        if status == "created":
+            raise LaunchError(
+                f"container {handle.container_name} of run {handle.run_key} was created but never started; relaunch."
+            )
+        return None
+
+    def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
+        """stdout and stderr since byte ``offset``, and the offset to pass next time.
+
+        Docker keeps the log with the container (json-file driver), so this reads it whole and slices;
+        an incomplete UTF-8 character at the end waits for the next call.
+        """
+        data = self._container(handle).logs(stdout=True, stderr=True)
+        chunk = data[offset:]
+        n = complete_utf8_length(chunk)
+        return chunk[:n].decode("utf-8", "replace"), offset + n
+
+    def stream_logs(self, handle: LaunchHandle) -> Iterator[str]:
+        """Follow the container's output as it is written, until the container ends."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        for chunk in self._container(handle).logs(stdout=True, stderr=True, stream=True, follow=True):
+            text = decoder.decode(chunk)
+            if text:
+                yield text
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+
+    def stop(self, handle: LaunchHandle) -> None:
+        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``) and remove every container of the
+        handle's run key; idempotent."""
+        import docker
+
+        found = {c.id: c for c in self.containers_of(handle.run_key)}
+        if handle.container_id and handle.container_id not in found:
+            try:
+                container = self.client.containers.get(handle.container_id)
+                found[container.id] = container
+            except docker.errors.NotFound:
+                pass
+        for container in found.values():
+            try:
+                if container.status in _RUNNING:
+                    container.stop(timeout=self.stop_timeout_s)
+                container.remove(force=True)
+                log.info("removed container %s of run %s", container.name, handle.run_key)
+            except docker.errors.NotFound:
+                pass

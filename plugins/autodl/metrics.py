@@ -1,0 +1,198 @@
+"""Metrics while a training runs: NVML samples of the booked devices (utilization, memory, temperature, power),
+or the process tree's CPU and RSS when no GPU is present; summarised into :class:`~autodl.types.RunMetrics`.
+
+The time series is written as JSON lines to a file next to the run's log; only the summary travels
+(XCom, record).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+import psutil
+
+from autodl.launch.base import Launcher
+from autodl.types import LaunchHandle, RunMetrics
+
+
+class Sampler(Protocol):
+    source: str
+
+    def sample(self) -> dict[str, float] | None:
+        """One sample: ``memory_bytes``, ``utilization_pct`` and optionally ``temperature_c``, ``power_w``."""
+
+    def close(self) -> None: ...
+
+
+class NvmlSampler:
+    """Samples the booked GPUs through NVML: memory used (bytes, summed), utilization (%, mean),
+    temperature (°C, max), power (W, summed).
+
+    :param device_uuids: the booked devices' UUIDs (a MIG UUID samples memory only).
+    :raises RuntimeError: when NVML cannot be initialised (use :class:`ProcessSampler` instead).
+    """
+
+    source = "nvml"
+
+    def __init__(self, device_uuids: list[str], nvml: ModuleType | None = None):
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise RuntimeError(f"NVML unavailable: {exc}") from None
+        self.handles = [nvml.nvmlDeviceGetHandleByUUID(u) for u in device_uuids]
+
+    def sample(self) -> dict[str, float] | None:
+        nv = self.nvml
+        mem = util = power = 0.0
+        temp = None
+        for h in self.handles:
+            mem += nv.nvmlDeviceGetMemoryInfo(h).used
+            try:
+                util += nv.nvmlDeviceGetUtilizationRates(h).gpu
+            except nv.NVMLError:
+                pass
+            try:
+                t = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+                temp = t if temp is None else max(temp, t)
+            except nv.NVMLError:
+                pass
+            try:
+                power += nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts -> W
+            except nv.NVMLError:
+                pass
+        out = {"memory_bytes": mem, "utilization_pct": util / max(1, len(self.handles)), "power_w": power}
+        if temp is not None:
+            out["temperature_c"] = float(temp)
+        return out
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - shutdown failures do not matter
+            pass
+
+
+class ProcessSampler:
+    """Samples a process tree: RSS (bytes, summed) and CPU utilization (% of one core, summed).
+
+    Used when the run is on CPU (declared pool, no driver).
+    """
+
+    source = "process"
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._procs: dict[int, psutil.Process] = {}
+
+    def sample(self) -> dict[str, float] | None:
+        try:
+            root = psutil.Process(self.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return None
+        rss = cpu = 0.0
+        for p in tree:
+            proc = self._procs.setdefault(p.pid, p)
+            try:
+                rss += proc.memory_info().rss
+                cpu += proc.cpu_percent(interval=None)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return {"memory_bytes": rss, "utilization_pct": cpu}
+
+    def close(self) -> None:
+        self._procs.clear()
+
+
+def make_sampler(handle: LaunchHandle, device_uuids: list[str]) -> Sampler | None:
+    """NVML for a GPU run whose devices have UUIDs, else the process tree of a local run, else None."""
+    if not handle.on_cpu and device_uuids:
+        try:
+            return NvmlSampler(device_uuids)
+        except Exception:  # noqa: BLE001 - NVML missing or a UUID unknown: fall back
+            pass
+    if handle.pid is not None:
+        return ProcessSampler(handle.pid)
+    return None
+
+
+def summarise(samples: list[dict[str, float]], *, source: str, duration_s: float, exit_code: int | None,
+              samples_path: str | None = None) -> RunMetrics:
+    """Reduce samples to peak memory (bytes), mean/max utilization (%), max temperature, mean power."""
+    mem = [s["memory_bytes"] for s in samples if "memory_bytes" in s]
+    util = [s["utilization_pct"] for s in samples if "utilization_pct" in s]
+    temp = [s["temperature_c"] for s in samples if "temperature_c" in s]
+    power = [s["power_w"] for s in samples if "power_w" in s]
+    return RunMetrics(
+        source=source,
+        duration_s=round(duration_s, 3),
+        exit_code=exit_code,
+        samples=len(samples),
+        peak_memory_bytes=int(max(mem)) if mem else None,
+        mean_utilization_pct=round(sum(util) / len(util), 2) if util else None,
+        max_utilization_pct=round(max(util), 2) if util else None,
+        max_temperature_c=max(temp) if temp else None,
+        mean_power_w=round(sum(power) / len(power), 2) if power else None,
+        samples_path=samples_path,
+    )
+
+
+def follow(
+    launcher: Launcher,
+    handle: LaunchHandle,
+    *,
+    sampler: Sampler | None,
+    log_sink: Callable[[str], None] = print,
+    interval_s: float = 1.0,
+    samples_path: str | Path | None = None,
+) -> RunMetrics:
+    """Follow a launched training until it exits: stream its log lines to ``log_sink``, sample metrics
+    every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise.
+
+    :returns: :class:`RunMetrics` with the exit code; duration counts from the handle's start.
+    """
+    offset = 0
+    pending = ""
+    samples: list[dict[str, float]] = []
+    out = open(samples_path, "a") if samples_path else None
+    try:
+        while True:
+            code = launcher.poll(handle)
+            text, offset = launcher.read_logs(handle, offset)
+            if text:
+                pending += text
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    log_sink(line)
+            if sampler is not None and code is None:
+                s = sampler.sample()
+                if s is not None:
+                    s["t"] = time.time()
+                    samples.append(s)
+                    if out:
+                        out.write(json.dumps(s) + "\n")
+                        out.flush()
+            if code is not None:
+                text, offset = launcher.read_logs(handle, offset)
+                pending += text
+                for line in pending.split("\n"):
+                    if line:
+                        log_sink(line)
+                break
+            time.sleep(interval_s)
+    finally:
+        if out:
+            out.close()
+        if sampler is not None:
+            sampler.close()
+    duration = time.time() - handle.started_at.timestamp()
+    return summarise(samples, source=sampler.source if sampler else "none", duration_s=duration, exit_code=code,
+                     samples_path=str(samples_path) if samples_path else None)

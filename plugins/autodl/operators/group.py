@@ -1,0 +1,79 @@
+"""``AutoDLTrainOperator``: one line in a DAG that becomes the six autodl steps as a TaskGroup.
+
+    train = AutoDLTrainOperator(task_id="train_cnn", script="include/scripts/simple_cnn.py",
+                                spec="include/specs/simple_cnn.yaml")
+    prepare >> train >> evaluate
+
+builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device >> train_cnn.launch
+>> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import TaskGroup
+
+from autodl.operators.steps import (
+    STEP_IDS,
+    AutoDLCollectOperator,
+    AutoDLLaunchOperator,
+    AutoDLPoolSensor,
+    AutoDLProfileOperator,
+    AutoDLReleaseOperator,
+    AutoDLSelectOperator,
+)
+
+
+def _spec_scheduler(spec: str | None) -> tuple[int, int]:
+    """(timeout s, poke interval s) from a literal spec path; defaults when templated or unreadable
+    (the profile step reports a bad spec with its proper message)."""
+    from autodl.spec import SchedulerSection, load_spec
+
+    default = SchedulerSection()
+    if not spec or "{{" in str(spec):
+        return default.timeout, default.poke_interval
+    try:
+        sched = load_spec(spec).scheduler
+    except Exception:  # noqa: BLE001 - reported by the profile task, not at DAG parse time
+        return default.timeout, default.poke_interval
+    return sched.timeout, sched.poke_interval
+
+
+class AutoDLTrainOperator(TaskGroup):
+    """Profile, wait for the pool, select a device, launch, collect metrics, release and record.
+
+    :param task_id: the group id; the steps are ``<task_id>.profile`` ... ``<task_id>.release_and_record``.
+    :param script: training script (templated); default: the spec's ``task.script``.
+    :param spec: task spec YAML (templated).
+    :param pool: inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml`` or a
+        pool file path. Default ``$AUTODL_POOL`` or ``auto``.
+    :param probe: run the sandboxed CPU probe (None: when Paddle is importable).
+    :param launcher: override the spec's ``launcher.type`` (``local``, ``docker``, ``kubernetes``).
+    :param deferrable: wait for the pool in the triggerer instead of rescheduling.
+    :param wait_timeout_s: override the spec's ``scheduler.timeout`` (seconds).
+    :param retries: retries of the select/launch/collect/release steps (profile errors never retry).
+    """
+
+    def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
+                 probe: bool | None = None, launcher: str | None = None, deferrable: bool = False,
+                 wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
+                 **group_kwargs: Any):
+        super().__init__(group_id=task_id, **group_kwargs)
+        self.script = script
+        self.spec = spec
+        timeout, poke = _spec_scheduler(spec)
+        common = {"group_id": task_id, "script": script, "spec": spec, "pool": pool, "task_group": self}
+        retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
+        self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, retries=0, **common)
+        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool=pool, task_group=self,
+                                     timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable)
+        self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], **common, **retry)
+        self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
+        self.collect = AutoDLCollectOperator(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
+                                             **common, retries=0)
+        self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
+        self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
+        # release also runs when anything before launch failed (all_done waits for every upstream).
+        [self.profile, self.wait, self.select, self.launch] >> self.release

@@ -1,0 +1,211 @@
+"""The six step operators: each reads its inputs, calls one function of :mod:`autodl.pipeline`, pushes a small XCom."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseSensorOperator, TriggerRule
+from airflow.sdk.exceptions import AirflowFailException
+
+from autodl import pipeline
+from autodl.errors import AutoDLError, NoFitError, ProfileError, SpecError, CatalogError, InventoryError
+
+PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError)
+"""Errors a retry cannot mend: the task fails at once, without retrying."""
+
+STEP_IDS = {
+    "profile": "profile",
+    "wait": "wait_for_pool",
+    "select": "select_device",
+    "launch": "launch",
+    "collect": "collect_metrics",
+    "release": "release_and_record",
+}
+
+
+def _launcher_kwargs(launcher_type: str) -> dict[str, Any]:
+    """Connection details for the launcher from Airflow connections (docker_default, kubernetes_default)."""
+    if launcher_type == "local":
+        return {}
+    try:
+        from autodl.operators.connections import launcher_kwargs
+    except ImportError:
+        return {}
+    return launcher_kwargs(launcher_type)
+
+
+class _AutoDLStep(BaseOperator):
+    """Common shell of the steps: run key, sibling XComs, errors as the task's last log line."""
+
+    template_fields: Sequence[str] = ("script", "spec", "pool")
+    ui_color = "#e8f0fe"
+    step = ""
+
+    def __init__(self, *, group_id: str, script: str | None = None, spec: str | None = None,
+                 pool: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.group_id = group_id
+        self.script = script
+        self.spec = spec
+        self.pool = pool
+
+    # ----------------------------------------------------------------------------- helpers
+    def _sibling(self, step: str) -> str:
+        prefix = self.task_id.rsplit(".", 1)[0] + "." if "." in self.task_id else ""
+        return prefix + STEP_IDS[step]
+
+    def _pull(self, context, step: str) -> Any:
+        return context["ti"].xcom_pull(task_ids=self._sibling(step))
+
+    def _ctx(self, context) -> pipeline.RunContext:
+        ti = context["ti"]
+        dag_id = ti.dag_id
+        run_id = context["run_id"]
+        return pipeline.RunContext(
+            run_key=pipeline.make_run_key(dag_id, self.group_id, run_id),
+            dag_id=dag_id, run_id=run_id, task_id=ti.task_id, try_number=getattr(ti, "try_number", None),
+        )
+
+    def _none(self, value: Any) -> Any:
+        return None if value in ("", "None", None) else value
+
+    def execute(self, context) -> Any:
+        ctx = self._ctx(context)
+        try:
+            return self.run_step(ctx, context)
+        except AutoDLError as exc:
+            pipeline.note_failure(ctx.run_key, self.step, str(exc))
+            self.log.error("%s", exc)
+            if isinstance(exc, PERMANENT_ERRORS):
+                raise AirflowFailException(str(exc)) from exc
+            raise
+
+    def run_step(self, ctx: pipeline.RunContext, context) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class AutoDLProfileOperator(_AutoDLStep):
+    """Step 1: profile the script (never running it here) and refuse at once when nothing can fit."""
+
+    step = "profile"
+
+    def __init__(self, *, probe: bool | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.probe = probe
+
+    def run_step(self, ctx, context):
+        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool),
+                                     probe=self.probe, log=self.log.info)
+
+
+class AutoDLPoolSensor(BaseSensorOperator):
+    """Step 2: waits (reschedule mode by default, or deferred) until a fitting device is free.
+
+    Fails at once, without waiting, when nothing in the pool could ever hold the run.
+    """
+
+    template_fields: Sequence[str] = ("pool",)
+    ui_color = "#fef7e0"
+
+    def __init__(self, *, group_id: str, pool: str | None = None, deferrable: bool = False, **kwargs: Any):
+        kwargs.setdefault("mode", "reschedule")
+        super().__init__(**kwargs)
+        self.group_id = group_id
+        self.pool = pool
+        self.deferrable = deferrable
+
+    _sibling = _AutoDLStep._sibling
+    _pull = _AutoDLStep._pull
+
+    def execute(self, context) -> Any:
+        if self.deferrable and not self._ready(context):
+            from autodl.triggers.pool import PoolTrigger
+
+            self.defer(
+                trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self.pool or None,
+                                    poke_interval=float(self.poke_interval)),
+                method_name="execute_complete",
+                timeout=self.timeout,
+            )
+            return None
+        return super().execute(context)
+
+    def execute_complete(self, context, event: dict[str, Any] | None = None) -> None:
+        if not event or event.get("status") != "available":
+            raise AirflowFailException(f"waiting for the pool ended without a free device: {event}")
+        self.log.info("a fitting device is free: %s", event.get("message", ""))
+
+    def _ready(self, context) -> bool:
+        try:
+            return pipeline.step_wait(self._pull(context, "profile"), pool=self.pool or None, log=self.log.info)
+        except NoFitError as exc:
+            self.log.error("%s", exc)
+            raise AirflowFailException(str(exc)) from exc
+
+    def poke(self, context) -> bool:
+        return self._ready(context)
+
+
+class AutoDLSelectOperator(_AutoDLStep):
+    """Step 3: rank the devices, book the best atomically, log why each was kept or dropped."""
+
+    step = "select"
+
+    def run_step(self, ctx, context):
+        return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._none(self.pool), log=self.log.info)
+
+
+class AutoDLLaunchOperator(_AutoDLStep):
+    """Step 4: start the training pinned to the booked devices, detached; push its handle."""
+
+    step = "launch"
+
+    def __init__(self, *, launcher: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.launcher = launcher
+
+    def run_step(self, ctx, context):
+        profile_out = self._pull(context, "profile")
+        selection = self._pull(context, "select")
+        spec_path = profile_out.get("spec_path")
+        launcher_type = self.launcher or (pipeline.load_spec(spec_path).launcher.type if spec_path else "local")
+        return pipeline.step_launch(ctx, profile_out, selection, launcher_kwargs=_launcher_kwargs(launcher_type),
+                                    log=self.log.info)
+
+
+class AutoDLCollectOperator(_AutoDLStep):
+    """Step 5: follow the training to its end: log lines into this task's log, metrics sampled."""
+
+    step = "collect"
+
+    def __init__(self, *, sample_interval_s: float = 1.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.sample_interval_s = sample_interval_s
+
+    def run_step(self, ctx, context):
+        handle = self._pull(context, "launch")
+        launcher_type = handle.get("launcher", "local")
+        return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
+                                     launcher_kwargs=_launcher_kwargs(launcher_type), log=self.log.info,
+                                     interval_s=self.sample_interval_s)
+
+
+class AutoDLReleaseOperator(_AutoDLStep):
+    """Step 6 (``trigger_rule=all_done``): free the lease whatever happened, write the run record."""
+
+    step = "release"
+
+    def __init__(self, **kwargs: Any):
+        kwargs["trigger_rule"] = TriggerRule.ALL_DONE
+        super().__init__(**kwargs)
+
+    def run_step(self, ctx, context):
+        handle = self._pull(context, "launch")
+        launcher_type = (handle or {}).get("launcher", "local")
+        return pipeline.step_release_and_record(
+            ctx, script=self._none(self.script), spec_path=self._none(self.spec),
+            profile_out=self._pull(context, "profile"), selection=self._pull(context, "select"),
+            handle_json=handle, metrics_json=self._pull(context, "collect"),
+            launcher_kwargs=_launcher_kwargs(launcher_type), log=self.log.info,
+        )

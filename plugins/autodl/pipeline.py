@@ -1,0 +1,410 @@
+"""The six steps as plain functions over JSON-ready values; the Airflow operators are thin calls into these.
+
+profile -> wait for the pool -> select (place + lease) -> launch -> collect metrics -> release and record.
+
+Each step is safe to retry: select returns the run's existing lease, launch reattaches to a running
+attempt, release is idempotent. Per-run state that must outlive a failed task (metrics of a failed
+training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autodl.catalog import Catalog, load_catalog
+from autodl.config import autodl_home
+from autodl.errors import AutoDLError, LaunchError, LeaseError, NoFitError, ProfileError
+from autodl.inventory import read_inventory
+from autodl.launch import LaunchRequest, get_launcher
+from autodl.launch.local import run_dir_name
+from autodl.ledger import Ledger
+from autodl.records import RecordStore
+from autodl.spec import TaskSpec, load_spec
+from autodl.types import (
+    Device,
+    Inventory,
+    LaunchHandle,
+    PlacementDecision,
+    ResourceProfile,
+    RunMetrics,
+    RunRecord,
+)
+
+GiB = 1 << 30
+DEFAULT_SHM_BYTES = 8 * GiB
+"""/dev/shm given to a run whose DataLoader uses worker processes: 8 GiB, the design card's
+``docker run --shm-size=8g`` (Docker's own default of 64 MiB makes Paddle's DataLoader workers fail
+with 'bus error' / 'DataLoader worker exited unexpectedly')."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who is running a step: the run key (idempotency key) and the Airflow identity for labels."""
+
+    run_key: str
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    try_number: int | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    def labels(self, lease_id: str | None = None) -> dict[str, str]:
+        out = {"autodl.run_key": self.run_key}
+        for key, value in (("dag_id", self.dag_id), ("run_id", self.run_id), ("task_id", self.task_id),
+                           ("try_number", self.try_number), ("lease_id", lease_id)):
+            if value is not None:
+                out[key] = str(value)
+        out.update(self.extra_labels)
+        return out
+
+
+def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
+    """The run key of one AutoDLTrainOperator group in one DAG run: ``dag_id.group_id.run_id``."""
+    return f"{dag_id}.{group_id}.{run_id}"
+
+
+def state_dir(run_key: str) -> Path:
+    """Per-run state folder (shared with the local launcher's run folder)."""
+    path = autodl_home() / "runs" / run_dir_name(run_key)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def note_failure(run_key: str, step: str, message: str) -> None:
+    """Remember why ``step`` failed so that the release-and-record step can record it."""
+    path = state_dir(run_key) / "failure.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[step] = message
+    path.write_text(json.dumps(data, indent=2))
+
+
+def read_failures(run_key: str) -> dict[str, str]:
+    path = state_dir(run_key) / "failure.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+# --------------------------------------------------------------------------------------- inputs
+def load_inputs(script: str | Path | None, spec_path: str | Path | None) -> tuple[TaskSpec, Path]:
+    """The validated spec (defaults when ``spec_path`` is None) and the resolved script path.
+
+    :raises SpecError: invalid spec, or no script given / script missing.
+    """
+    spec = load_spec(spec_path) if spec_path else TaskSpec()
+    return spec, spec.script_path(script if script else None)
+
+
+def _profile_fn():
+    from autodl.profile import profile_script
+
+    return profile_script
+
+
+def _place_fn():
+    from autodl.policy import place
+
+    return place
+
+
+def profile_run(script: str | Path | None, spec_path: str | Path | None, *, probe: bool | None = None,
+                catalog: Catalog | None = None) -> tuple[TaskSpec, ResourceProfile]:
+    """Profile the script (static analysis, optional sandboxed probe); never runs it here.
+
+    :raises SpecError: bad spec or script path.
+    :raises ProfileError: syntax error in the script, or error findings (e.g. a shape mismatch).
+    """
+    spec, script_path = load_inputs(script, spec_path)
+    catalog = catalog or load_catalog()
+    profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
+    if profile.errors:
+        lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
+        raise ProfileError("the script cannot run as written; fix it before booking a device:\n" + "\n".join(lines))
+    return spec, profile
+
+
+def plan(profile: ResourceProfile, spec: TaskSpec, *, inventory: Inventory | None = None, pool: str | None = None,
+         catalog: Catalog | None = None, leased: frozenset[str] | None = None, store_url: str | None = None) -> PlacementDecision:
+    """Ask the spec's policy where ``profile`` would go now (no booking)."""
+    catalog = catalog or load_catalog()
+    inventory = inventory or read_inventory(pool, catalog=catalog)
+    if leased is None:
+        leased = Ledger(store_url).leased_device_ids()
+    return _place_fn()(profile, inventory, catalog=catalog, policy=spec.resource_policy,
+                       algorithm=spec.scheduler.algorithm, leased=leased, num_gpus=profile.num_gpus,
+                       store_url=store_url)
+
+
+def no_fit_error(profile: ResourceProfile, decision: PlacementDecision, inventory: Inventory) -> NoFitError:
+    """The message for a run nothing in the pool can ever hold: needed memory, largest device, advice."""
+    largest = max(inventory.devices, key=lambda d: d.memory_total_bytes, default=None)
+    biggest = (f"the largest device is {largest.model} with {largest.memory_total_bytes / GiB:.1f} GiB"
+               if largest else "the pool has no devices")
+    msg = (f"no device in the pool ({inventory.source}) can hold this run: it needs "
+           f"{profile.peak_memory_bytes / GiB:.2f} GiB per device x {profile.num_gpus}; {biggest}.")
+    if decision.suggestions:
+        msg += "\nWhat would fit:\n" + "\n".join(f"  - {s}" for s in decision.suggestions)
+    return NoFitError(msg, decision.suggestions)
+
+
+def format_candidates(decision: PlacementDecision) -> list[str]:
+    """The ranked candidates, one line each, kept first (with score) then dropped (with reason)."""
+    lines = [f"placement ({decision.algorithm}): needs {decision.needed_bytes / GiB:.2f} GiB per device"]
+    rank = 0
+    for c in decision.candidates:
+        where = ",".join(c.devices)
+        if c.kept:
+            rank += 1
+            terms = " ".join(f"{k}={v:.3g}" for k, v in c.terms.items())
+            step = f" step~{c.est_step_time_s:.4g}s" if c.est_step_time_s is not None else ""
+            lines.append(f"  #{rank} KEPT    {c.model:<18} [{where}] score={c.score:.4g}{step} {terms} :: {'; '.join(c.reasons)}")
+        else:
+            lines.append(f"     DROPPED {c.model:<18} [{where}] :: {'; '.join(c.reasons)}")
+    return lines
+
+
+# ----------------------------------------------------------------------------------- the steps
+def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
+                 log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Step 1: profile and pre-check. Refuses at once when nothing in the pool can ever fit.
+
+    :returns: ``{"profile", "script", "spec_path", "fits", "pool_source", "declared_pool"}``.
+    :raises SpecError, ProfileError, NoFitError: with the message to show.
+    """
+    catalog = load_catalog()
+    spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog)
+    for f in profile.findings:
+        log(f"finding {f.severity} [{f.code}] line {f.line}: {f.message}")
+    log(f"profile ({profile.method}): {profile.params:,} params, peak {profile.peak_memory_bytes / GiB:.3f} GiB per device, "
+        f"{profile.flops_per_step:.3g} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
+    inventory = read_inventory(pool, catalog=catalog)
+    decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
+    if not decision.fits:
+        raise no_fit_error(profile, decision, inventory)
+    return {
+        "profile": profile.to_json(),
+        "script": profile.script,
+        "spec_path": spec.source_path,
+        "pool_source": inventory.source,
+        "declared_pool": inventory.declared,
+    }
+
+
+def step_wait(profile_out: dict[str, Any], *, pool: str | None = None, log: Callable[[str], None] = print) -> bool:
+    """Step 2 (one poke): True when a fitting device set is free now.
+
+    :raises NoFitError: when nothing in the pool could ever fit (no point waiting).
+    """
+    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    profile = ResourceProfile.model_validate(profile_out["profile"])
+    catalog = load_catalog()
+    inventory = read_inventory(pool, catalog=catalog)
+    decision = plan(profile, spec, inventory=inventory, catalog=catalog)
+    if not decision.fits:
+        raise no_fit_error(profile, decision, inventory)
+    if not decision.available:
+        log("no fitting device is free yet:")
+        for line in format_candidates(decision):
+            log(line)
+    return decision.available
+
+
+def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
+                log: Callable[[str], None] = print, attempts: int = 5) -> dict[str, Any]:
+    """Step 3: place and book a lease atomically; log the ranked candidates.
+
+    Retried internally when another run books the chosen devices first.
+
+    :returns: ``{"lease", "placement", "devices", "declared_pool", "algorithm"}`` (devices are full
+        :class:`Device` dicts for the launcher).
+    :raises NoFitError: nothing in the pool can ever fit.
+    :raises LeaseError: fitting devices exist but none is free (the task retries).
+    """
+    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    profile = ResourceProfile.model_validate(profile_out["profile"])
+    catalog = load_catalog()
+    ledger = Ledger()
+    existing = ledger.get(ctx.run_key)
+    for _ in range(attempts):
+        inventory = read_inventory(pool, catalog=catalog)
+        if existing is not None:
+            by_id = {d.device_id: d for d in inventory.devices}
+            devices = [by_id[i] for i in existing.device_ids if i in by_id]
+            log(f"run {ctx.run_key} already holds lease {existing.lease_id} on {existing.device_ids}; reusing it")
+            return _selection(existing, devices, inventory, spec.scheduler.algorithm, None)
+        decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=ledger.leased_device_ids())
+        for line in format_candidates(decision):
+            log(line)
+        if not decision.fits:
+            raise no_fit_error(profile, decision, inventory)
+        if decision.chosen is None:
+            raise LeaseError(f"run {ctx.run_key}: every fitting device is busy now; the task will retry.")
+        chosen = decision.chosen
+        try:
+            lease = ledger.book(ctx.run_key, chosen.devices, host=chosen.host, model=chosen.model)
+        except LeaseError as exc:
+            log(f"lost a race for {chosen.devices}: {exc}; placing again")
+            continue
+        by_id = {d.device_id: d for d in inventory.devices}
+        devices = [by_id[i] for i in lease.device_ids]
+        if inventory.declared:
+            log("the pool is DECLARED (no driver answered): the booking is bookkeeping only and the training runs on CPU")
+        log(f"booked lease {lease.lease_id}: {chosen.model} {lease.device_ids}")
+        return _selection(lease, devices, inventory, decision.algorithm, chosen.to_json())
+    raise LeaseError(f"run {ctx.run_key}: lost the race for free devices {attempts} times; the task will retry.")
+
+
+def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: str, chosen: dict | None) -> dict[str, Any]:
+    return {
+        "lease": lease.to_json(),
+        "placement": chosen or {"devices": lease.device_ids, "model": lease.model, "host": lease.host},
+        "devices": [d.to_json() for d in devices],
+        "declared_pool": inventory.declared,
+        "pool_source": inventory.source,
+        "algorithm": algorithm,
+    }
+
+
+def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any]) -> tuple[TaskSpec, LaunchRequest]:
+    """The launch request for the booked devices (CPU when the pool is declared)."""
+    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    profile = ResourceProfile.model_validate(profile_out["profile"])
+    catalog = load_catalog()
+    devices = [Device.model_validate(d) for d in selection["devices"]]
+    vendor = catalog.vendor(devices[0].vendor if devices else "nvidia")
+    lease_id = selection["lease"]["lease_id"]
+    options = spec.launcher.model_dump(exclude={"type"})
+    request = LaunchRequest(
+        run_key=ctx.run_key,
+        script=profile_out["script"],
+        args=list(spec.task.args),
+        devices=devices,
+        vendor=vendor,
+        on_cpu=bool(selection.get("declared_pool")),
+        distributed=profile.num_gpus > 1 and len(devices) > 1,
+        shm_bytes=DEFAULT_SHM_BYTES if profile.num_workers > 0 else None,
+        labels=ctx.labels(lease_id),
+        options=options,
+        log_dir=str(state_dir(ctx.run_key)),
+    )
+    return spec, request
+
+
+def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any], *,
+                launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Step 4: start the training detached (or reattach to the attempt still running).
+
+    :returns: the :class:`LaunchHandle` as a dict.
+    :raises LaunchError: the launcher could not start it.
+    """
+    spec, request = build_request(ctx, profile_out, selection)
+    launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
+    rendered = launcher.render(request)
+    if rendered.get("shell"):
+        log(f"launch ({launcher.name}): {rendered['shell']}")
+    if request.on_cpu:
+        log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
+    handle = launcher.launch(request)
+    log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
+        f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
+    (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))
+    return handle.to_json()
+
+
+def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type: str = "local",
+                 launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                 interval_s: float = 1.0) -> dict[str, Any]:
+    """Step 5: follow the training to its end, streaming its log and sampling metrics.
+
+    :returns: the :class:`RunMetrics` summary as a dict (also kept in the run's state folder).
+    :raises LaunchError: when the training exits non-zero (the metrics are kept all the same).
+    """
+    from autodl.metrics import follow, make_sampler
+
+    handle = LaunchHandle.model_validate(handle_json)
+    launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
+    folder = state_dir(ctx.run_key)
+    uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
+    metrics = follow(launcher, handle, sampler=make_sampler(handle, uuids), log_sink=lambda line: log(f"[train] {line}"),
+                     interval_s=interval_s, samples_path=folder / "samples.jsonl")
+    (folder / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
+    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, peak memory "
+        f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} samples")
+    if metrics.exit_code != 0:
+        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
+    return metrics.to_json()
+
+
+def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
+                            profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
+                            handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
+                            launcher_kwargs: dict[str, Any] | None = None,
+                            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Step 6: stop a training still running, free the lease (idempotent), write the run record.
+
+    Runs whatever happened upstream; any input may be None.
+
+    :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
+    """
+    folder = state_dir(ctx.run_key)
+    if handle_json is None and (folder / "handle-latest.json").exists():
+        handle_json = json.loads((folder / "handle-latest.json").read_text())
+    if metrics_json is None and (folder / "metrics.json").exists():
+        metrics_json = json.loads((folder / "metrics.json").read_text())
+    handle = LaunchHandle.model_validate(handle_json) if handle_json else None
+    if handle is not None:
+        try:
+            launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
+            if launcher.poll(handle) is None:
+                log(f"training {ctx.run_key} still running after collect ended: stopping it before releasing its devices")
+                launcher.stop(handle)
+        except AutoDLError as exc:
+            log(f"could not stop the training: {exc}")
+    released = Ledger().release(ctx.run_key)
+    log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+
+    failures = read_failures(ctx.run_key)
+    exit_code = metrics_json.get("exit_code") if metrics_json else None
+    if handle is None:
+        outcome = "not_started"
+    elif exit_code == 0:
+        outcome = "succeeded"
+    else:
+        outcome = "failed"
+    profile = profile_out.get("profile") if profile_out else None
+    placement = selection.get("placement") if selection else None
+    declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
+    error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
+    if outcome == "failed" and not error and exit_code is not None:
+        error = f"training exited with code {exit_code}"
+    record = RunRecord(
+        run_key=ctx.run_key, dag_id=ctx.dag_id, run_id=ctx.run_id,
+        script=(profile_out or {}).get("script") or str(script or ""),
+        spec_path=(profile_out or {}).get("spec_path") or (str(spec_path) if spec_path else None),
+        outcome=outcome, declared_pool=declared, profile=profile, placement=placement,
+        lease_id=(selection or {}).get("lease", {}).get("lease_id") or (released.lease_id if released else None),
+        launch=handle.to_json() if handle else None, metrics=metrics_json,
+        estimated_peak_bytes=profile.get("peak_memory_bytes") if profile else None,
+        actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
+        device_model=(placement or {}).get("model"), error=error,
+    )
+    store = RecordStore()
+    store.write(record)
+    try:
+        from autodl.policy import observe
+
+        observe(record, catalog=load_catalog())
+    except Exception as exc:  # noqa: BLE001 - learning must never lose the record or keep the lease
+        log(f"the learning policy could not learn from this run: {exc}")
+    from autodl.config import store_url
+
+    log(f"run record written: {ctx.run_key} outcome={outcome} store={_redact(store_url())}")
+    return {"run_key": ctx.run_key, "outcome": outcome, "record_store": _redact(store_url()),
+            "lease_released": bool(released), "declared_pool": declared}
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)

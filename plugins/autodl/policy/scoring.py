@@ -1,0 +1,70 @@
+"""The rule-based score: each term computed on its own and kept visible (speed, cost, balance, best fit, preferred order, tags)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from autodl.policy.base import Need, Option, PolicyContext, Scored
+
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "speed": 1.0,
+    "cost": 0.2,
+    "balance": 0.1,
+    "best_fit": 0.3,
+    "preferred": 1.0,
+}
+"""Weight of each rule term. Speed leads (job completion time is what users wait for); the
+spec's ``preferred_devices`` is a user's explicit wish, so it weighs as much as speed; cost,
+balance and best fit break near-ties. Chosen with ``benchmarks/scheduling.py`` on the Philly
+trace slice it prints (not fitted per pool). Tag terms weigh ``policy.tag_priorities`` values."""
+
+
+def rule_terms(need: Need, options: Sequence[Option], ctx: PolicyContext) -> list[Scored]:
+    """Score options with the rule terms; terms sum to the score.
+
+    - ``speed`` = w x fastest estimated step time among the options / this option's (1 = fastest);
+      0 when the catalog cannot estimate the step time.
+    - ``cost`` = -w x (price per GPU-hour x devices x step time) / the dearest such among options;
+      0 when the catalog has no list price for the model.
+    - ``balance`` = -w x load (0..1).
+    - ``best_fit`` = -w x (1 - needed / device memory): keeps big devices free for big runs.
+    - ``preferred`` = w x (1 - rank / len(preferred_devices)) for a listed model, else 0.
+    - ``tag:<tag>`` = ``tag_priorities[tag]`` for each catalog tag of the model.
+
+    :param need: the run's per-device memory need and gang size.
+    :param options: device sets that fit and are free.
+    :param ctx: preferred order, tag priorities, weights.
+    :returns: one :class:`Scored` per option, in order.
+    """
+    w = ctx.weights or DEFAULT_WEIGHTS
+    steps = [o.step_time_s for o in options if o.step_time_s]
+    best_step = min(steps) if steps else None
+    costs = [
+        o.cost_per_hour_usd * o.num_devices * o.step_time_s
+        for o in options
+        if o.cost_per_hour_usd is not None and o.step_time_s
+    ]
+    max_cost = max(costs) if costs else None
+    pref = {name: i for i, name in enumerate(ctx.preferred_devices)}
+    npref = len(ctx.preferred_devices)
+    w_speed, w_cost, w_bal, w_fit, w_pref = (
+        w.get("speed", 0.0), w.get("cost", 0.0), w.get("balance", 0.0), w.get("best_fit", 0.0), w.get("preferred", 0.0)
+    )
+    out = []
+    for o in options:
+        terms: dict[str, float] = {}
+        terms["speed"] = w_speed * (best_step / o.step_time_s) if (best_step and o.step_time_s) else 0.0
+        if max_cost and o.cost_per_hour_usd is not None and o.step_time_s:
+            terms["cost"] = -w_cost * (o.cost_per_hour_usd * o.num_devices * o.step_time_s) / max_cost
+        else:
+            terms["cost"] = 0.0
+        terms["balance"] = -w_bal * o.load
+        terms["best_fit"] = -w_fit * max(0.0, 1.0 - need.needed_bytes / o.memory_total_bytes)
+        rank = pref.get(o.model)
+        terms["preferred"] = w_pref * (1.0 - rank / npref) if rank is not None else 0.0
+        for tag in o.tags:
+            p = ctx.tag_priorities.get(tag)
+            if p:
+                terms[f"tag:{tag}"] = float(p)
+        out.append(Scored(sum(terms.values()), terms))
+    return out

@@ -1,0 +1,1 @@
+"""Airflow triggers (run in the triggerer): waiting for the pool without holding a worker slot."""
