@@ -27,13 +27,16 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-@lru_cache(maxsize=8)
 def get_engine(url: str | None = None) -> Engine:
-    """Engine for ``url`` (default :func:`autodl.config.store_url`), tables created.
+    """Engine for ``url`` (default :func:`autodl.config.store_url`, read at each call), tables created.
 
     SQLite gets WAL and a 30 s busy timeout so concurrent tasks serialise instead of failing.
     """
-    url = url or store_url()
+    return _engine(url or store_url())
+
+
+@lru_cache(maxsize=32)
+def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -158,6 +158,7 @@ class LocalLauncher:
         """SIGTERM the process group, SIGKILL after :data:`STOP_GRACE_S`. Idempotent."""
         if handle.pgid is None or not self._alive(handle):
             return
+        code = 128 + signal.SIGTERM
         try:
             os.killpg(handle.pgid, signal.SIGTERM)
         except ProcessLookupError:
@@ -166,9 +167,14 @@ class LocalLauncher:
         while time.monotonic() < deadline and self._alive(handle):
             time.sleep(0.1)
         if self._alive(handle):
+            code = 128 + signal.SIGKILL
             try:
                 os.killpg(handle.pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             while self._alive(handle):
                 time.sleep(0.05)
+        exit_path = Path(handle.exit_path or "")
+        if handle.exit_path and not exit_path.exists():
+            # the wrapper died with the group before it could write the code: record the signal we sent
+            exit_path.write_text(str(int(code)))

@@ -20,17 +20,24 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m autodl.launch.runner EXIT_FILE -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     exit_file, command = args[0], args[2:]
-    child = subprocess.Popen(command)
+    child: subprocess.Popen | None = None
+    received: list[int] = []
 
     def forward(signum, _frame):
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        received.append(signum)
+        if child is not None:
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = child.wait()
+    if received:  # stopped before the training started
+        code = 128 + received[0]
+    else:
+        child = subprocess.Popen(command)
+        code = child.wait()
     if code < 0:
         code = 128 - code
     tmp = exit_file + ".tmp"

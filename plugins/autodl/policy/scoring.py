@@ -12,6 +12,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "balance": 0.1,
     "best_fit": 0.3,
     "preferred": 1.0,
+    "nvlink": 0.2,
 }
 """Weight of each rule term. Speed leads (job completion time is what users wait for); the
 spec's ``preferred_devices`` is a user's explicit wish, so it weighs as much as speed; cost,
@@ -29,6 +30,8 @@ def rule_terms(need: Need, options: Sequence[Option], ctx: PolicyContext) -> lis
     - ``balance`` = -w x load (0..1).
     - ``best_fit`` = -w x (1 - needed / device memory): keeps big devices free for big runs.
     - ``preferred`` = w x (1 - rank / len(preferred_devices)) for a listed model, else 0.
+    - ``nvlink`` = w for a gang of 2+ devices that share an NVLink group (gradient all-reduce
+      runs over NVLink instead of PCIe), else 0.
     - ``tag:<tag>`` = ``tag_priorities[tag]`` for each catalog tag of the model.
 
     :param need: the run's per-device memory need and gang size.
@@ -62,6 +65,8 @@ def rule_terms(need: Need, options: Sequence[Option], ctx: PolicyContext) -> lis
         terms["best_fit"] = -w_fit * max(0.0, 1.0 - need.needed_bytes / o.memory_total_bytes)
         rank = pref.get(o.model)
         terms["preferred"] = w_pref * (1.0 - rank / npref) if rank is not None else 0.0
+        if o.nvlink and o.num_devices > 1:
+            terms["nvlink"] = w.get("nvlink", 0.0)
         for tag in o.tags:
             p = ctx.tag_priorities.get(tag)
             if p:

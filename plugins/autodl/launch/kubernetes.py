@@ -1,0 +1,446 @@
+"""Kubernetes launcher: the training in a pod that requests the booked number of devices from the vendor's device plugin.
+
+Kubernetes pins by itself: the device plugin allocates ``limits: {nvidia.com/gpu: N}`` (or
+``huawei.com/Ascend910``, ...) and exposes only those devices, so no visibility variable is set.
+The pod selects the booked device model through GPU Feature Discovery's product label
+(``nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB``), tolerates the vendor's GPU taint, gets a
+memory-backed ``/dev/shm`` and runs as a non-root user. Pods carry the run's identity as labels
+(values sanitised to Kubernetes' rules) and annotations (verbatim); a launch finds the pods of its run
+key by label, reattaches to a live one and deletes ended ones before creating a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from functools import cached_property
+from typing import Any
+
+from autodl.catalog import Catalog, VendorInfo, load_catalog
+from autodl.errors import LaunchError
+from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
+from autodl.launch.docker import DEFAULT_IMAGE, complete_utf8_length
+from autodl.types import LaunchHandle
+
+log = logging.getLogger(__name__)
+
+LABEL_PREFIX = "autodl/"
+"""Prefix of autodl's pod labels and annotations (a DNS-label prefix, as Kubernetes requires:
+https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set)."""
+
+RUN_KEY_HASH_LABEL = f"{LABEL_PREFIX}run-key-hash"
+"""The label launches select by: a hash of the run key, since sanitised label values may collide."""
+
+CONTAINER_NAME = "base"
+"""Name of the training container: the cncf.kubernetes provider's convention (``KubernetesPodOperator``
+names its main container ``base`` and reads logs from it), so a pod built here runs unchanged under it."""
+
+STOP_GRACE_S = 30
+"""Seconds between SIGTERM and SIGKILL when deleting a pod (Kubernetes' default
+``terminationGracePeriodSeconds``)."""
+
+EMPTYDIR_URL = "https://kubernetes.io/docs/concepts/storage/volumes/#emptydir"
+
+_LABEL_VALUE_MAX = 63
+_LIVE_PHASES = {"Pending", "Running"}
+_PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName"}
+
+
+def safe_label_value(value: str) -> str:
+    """``value`` made a valid label value: at most 63 characters of ``[A-Za-z0-9_.-]``, starting and
+    ending alphanumeric. A changed or shortened value ends with a hash of the original so distinct
+    inputs stay distinct (the rule of Airflow's ``make_safe_label_value`` in the cncf.kubernetes provider).
+    """
+    safe = re.sub(r"^[^A-Za-z0-9]*|[^A-Za-z0-9_.-]|[^A-Za-z0-9]*$", "", value)
+    if len(safe) > _LABEL_VALUE_MAX or safe != value:
+        digest = hashlib.md5(value.encode(), usedforsecurity=False).hexdigest()[:9]
+        safe = re.sub(r"[^A-Za-z0-9]*$", "", safe[: _LABEL_VALUE_MAX - len(digest) - 1])
+        safe = f"{safe}-{digest}" if safe else digest
+    return safe
+
+
+def run_key_hash(run_key: str) -> str:
+    """First 16 hex digits of the SHA-1 of ``run_key``: the selector label of its pods."""
+    return hashlib.sha1(run_key.encode()).hexdigest()[:16]
+
+
+def pod_name(request: LaunchRequest) -> str:
+    """A pod name unique per try: ``autodl-<slug>-<hash>-t<try>``, a DNS-1123 label (<= 63 chars)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.run_key.lower()).strip("-")[:36] or "run"
+    try_number = request.labels.get("try_number")
+    suffix = f"t{try_number}" if try_number not in (None, "") else "t0"
+    return f"autodl-{slug}-{run_key_hash(request.run_key)[:8]}-{suffix}"
+
+
+def quantity(n_bytes: int) -> str:
+    """``n_bytes`` as a Kubernetes quantity (``8Gi``, ``512Mi``, or plain bytes)."""
+    for unit, factor in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n_bytes % factor == 0:
+            return f"{n_bytes // factor}{unit}"
+    return str(n_bytes)
+
+
+def product_label_value(model_name: str, catalog: Catalog) -> str | None:
+    """The GPU Feature Discovery product label value for a catalog model, or ``None`` when unknown.
+
+    GFD publishes the NVML product name with spaces replaced by dashes (``NVIDIA A100-SXM4-40GB`` ->
+    ``NVIDIA-A100-SXM4-40GB``; https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery);
+    the catalog's first ``nvml_names`` entry is that product name.
+    """
+    model = catalog.find(model_name)
+    if model is None:
+        return None
+    name = model.nvml_names[0] if model.nvml_names else model.name
+    return safe_label_value(re.sub(r"\s+", "-", name.strip()))
+
+
+def _uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        raise LaunchError(
+            f"run {run_key}: launcher.user {user!r} must be numeric uid[:gid] for Kubernetes "
+            "(securityContext.runAsUser takes numbers); write e.g. '1000:1000'."
+        )
+    return int(uid), int(gid) if gid else None
+
+
+def pod_resource_total(pod: dict[str, Any], resource: str) -> int:
+    """What the scheduler counts for ``resource`` in a pod (JSON form, camelCase): the sum of the
+    app containers' limits, or the largest init container's if larger (Kubernetes' effective
+    request rule, https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers).
+    """
+
+    def amount(container: dict[str, Any]) -> int:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        return int(limits.get(resource, 0))
+
+    spec = pod.get("spec") or {}
+    app = sum(amount(c) for c in spec.get("containers") or [])
+    init = max((amount(c) for c in spec.get("initContainers") or []), default=0)
+    return max(app, init)
+
+
+class KubernetesLauncher:
+    """Runs the training in a pod (kubernetes client's ``CoreV1Api``).
+
+    :param namespace: namespace of the pods unless the spec's ``launcher.namespace`` says otherwise;
+        default ``default``.
+    :param in_cluster: use the service account of the pod Airflow runs in.
+    :param config_file: kubeconfig path; default ``~/.kube/config`` / ``KUBECONFIG``.
+    :param cluster_context: kubeconfig context.
+    :param config_dict: a kubeconfig as a mapping (the connection's inline ``kube_config``).
+    :param api: a ready ``CoreV1Api`` (tests, callers sharing one).
+    :param catalog: the GPU catalog; default :func:`~autodl.catalog.load_catalog`.
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        namespace: str | None = None,
+        *,
+        in_cluster: bool | None = None,
+        config_file: str | None = None,
+        cluster_context: str | None = None,
+        config_dict: dict[str, Any] | None = None,
+        api: Any = None,
+        catalog: Catalog | None = None,
+        **_ignored: Any,
+    ):
+        self.namespace = namespace
+        self.in_cluster = in_cluster
+        self.config_file = config_file
+        self.cluster_context = cluster_context
+        self.config_dict = config_dict
+        self._catalog = catalog
+        if api is not None:
+            self.__dict__["api"] = api
+
+    @cached_property
+    def api(self) -> Any:
+        """``CoreV1Api`` from the in-cluster config, ``config_dict`` or the kubeconfig.
+
+        :raises LaunchError: when no configuration can be loaded.
+        """
+        from kubernetes import client, config
+
+        try:
+            if self.in_cluster:
+                configuration = client.Configuration()
+                config.load_incluster_config(client_configuration=configuration)
+                api_client = client.ApiClient(configuration)
+            elif self.config_dict:
+                api_client = config.new_client_from_config_dict(self.config_dict, context=self.cluster_context)
+            else:
+                api_client = config.new_client_from_config(config_file=self.config_file, context=self.cluster_context)
+        except (config.ConfigException, OSError) as exc:
+            raise LaunchError(
+                f"cannot configure the Kubernetes client: {exc}; set in_cluster, kube_config_path or kube_config in "
+                "the Airflow connection kubernetes_default (or KUBECONFIG)."
+            ) from exc
+        return client.CoreV1Api(api_client)
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load_catalog()
+        return self._catalog
+
+    # ------------------------------------------------------------------------------- planning
+    def _vendor(self, request: LaunchRequest) -> VendorInfo:
+        if request.vendor is not None:
+            return request.vendor
+        return self.catalog.vendor(request.devices[0].vendor if request.devices else "nvidia")
+
+    def build_pod(self, request: LaunchRequest) -> Any:
+        """The ``V1Pod`` for ``request``; pure, never contacts the cluster.
+
+        * ``limits`` and equal ``requests`` of ``N`` of the model's (else the vendor's) ``k8s_resource``
+          on the one training container; memory and CPU limits from the spec or the request.
+        * ``nodeSelector`` on the vendor's product label (GFD) plus the spec's ``node_selector``.
+        * a toleration of the vendor's GPU taint plus the spec's ``tolerations``.
+        * ``/dev/shm`` as an ``emptyDir`` with ``medium: Memory`` and ``sizeLimit`` (:data:`EMPTYDIR_URL`;
+          its pages count against the container's memory limit).
+        * ``runAsNonRoot`` with the spec's numeric ``user``; no privilege escalation, no service
+          account token unless a service account is named.
+
+        :raises LaunchError: for invalid launcher options.
+        """
+        from kubernetes import client as k8s
+
+        opts = launcher_options(request, self.name)
+        vendor = self._vendor(request)
+        on_cpu = request.on_cpu or not request.devices
+        _, script_inside = container_script(request, opts.code_dir)
+        argv = list(opts.command) if opts.command else training_command(request, python=opts.python, script=script_inside)
+        uid, gid = _uid_gid(opts.user, request.run_key)
+
+        env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **request.env, **opts.env}
+        visibility = {v.visible_devices_env for v in self.catalog.vendors.values()} | {
+            v.container_visible_env for v in self.catalog.vendors.values()
+        }
+        for key in sorted(visibility & env.keys()):
+            log.warning("dropping %s=%s: in Kubernetes the device plugin chooses the devices", key, env[key])
+            del env[key]
+        if on_cpu:
+            env.update(vendor.cpu_only_container_env)
+        env["AUTODL_RUN_KEY"] = request.run_key
+        env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
+        if request.labels.get("lease_id"):
+            env["AUTODL_LEASE_ID"] = str(request.labels["lease_id"])
+
+        limits: dict[str, str] = {}
+        node_selector: dict[str, str] = {}
+        tolerations: list[Any] = []
+        if not on_cpu:
+            model = self.catalog.find(request.devices[0].model)
+            resource = (model.k8s_resource if model and model.k8s_resource else None) or vendor.k8s_resource
+            limits[resource] = str(len(request.devices))
+            product = product_label_value(request.devices[0].model, self.catalog)
+            if product:
+                node_selector[vendor.k8s_product_label] = product
+            else:
+                log.warning("device model %s is not in the catalog: no product node selector", request.devices[0].model)
+            tolerations.append(k8s.V1Toleration(key=vendor.k8s_taint_key, operator="Exists", effect="NoSchedule"))
+        node_selector.update(opts.node_selector)
+        for t in opts.tolerations:
+            tolerations.append(
+                k8s.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
+                                 toleration_seconds=t.toleration_seconds)
+            )
+        memory = opts.memory_limit or request.memory_limit_bytes
+        if memory:
+            limits["memory"] = quantity(int(memory))
+        if opts.cpus:
+            limits["cpu"] = f"{int(opts.cpus * 1000)}m"
+
+        volumes = []
+        mounts = []
+        shm = opts.shm_size or request.shm_bytes
+        if shm:
+            volumes.append(k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
+                                                                                        size_limit=quantity(int(shm)))))
+            mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
+        if opts.code_pvc:
+            volumes.append(k8s.V1Volume(name="code", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                claim_name=opts.code_pvc, read_only=True)))
+            mounts.append(k8s.V1VolumeMount(name="code", mount_path=opts.code_dir, read_only=True))
+
+        identity = run_labels(request)
+        labels = {f"{LABEL_PREFIX}{k.replace('_', '-')}": safe_label_value(v) for k, v in identity.items()}
+        labels[RUN_KEY_HASH_LABEL] = run_key_hash(request.run_key)
+        labels["app.kubernetes.io/managed-by"] = "autodl"
+        annotations = {f"{LABEL_PREFIX}{k.replace('_', '-')}": v for k, v in identity.items()}
+
+        container = k8s.V1Container(
+            name=CONTAINER_NAME,
+            image=opts.image or DEFAULT_IMAGE,
+            image_pull_policy=opts.image_pull_policy,
+            command=argv,
+            working_dir=opts.code_dir,
+            env=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
+            resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
+            volume_mounts=mounts or None,
+            security_context=k8s.V1SecurityContext(
+                allow_privilege_escalation=False, capabilities=k8s.V1Capabilities(drop=["ALL"])
+            ),
+        )
+        spec = k8s.V1PodSpec(
+            restart_policy="Never",
+            containers=[container],
+            node_selector=node_selector or None,
+            tolerations=tolerations or None,
+            volumes=volumes or None,
+            service_account_name=opts.service_account,
+            automount_service_account_token=bool(opts.service_account),
+            image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in opts.image_pull_secrets] or None,
+            termination_grace_period_seconds=STOP_GRACE_S,
+            security_context=k8s.V1PodSecurityContext(
+                run_as_non_root=True, run_as_user=uid, run_as_group=gid, fs_group=gid,
+                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+        )
+        metadata = k8s.V1ObjectMeta(
+            name=pod_name(request), namespace=self._namespace(opts), labels=labels, annotations=annotations
+        )
+        return k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
+
+    def _namespace(self, opts: Any) -> str:
+        return opts.namespace or self.namespace or "default"
+
+    def render(self, request: LaunchRequest) -> dict[str, Any]:
+        """The pod for ``autodl plan --json`` and logs: its manifest (camelCase, as ``kubectl`` takes
+        it), namespace, name, argv and the device resource requested."""
+        from kubernetes.client import ApiClient
+
+        pod = self.build_pod(request)
+        manifest = ApiClient().sanitize_for_serialization(pod)
+        container = manifest["spec"]["containers"][0]
+        return {
+            "launcher": self.name,
+            "namespace": pod.metadata.namespace,
+            "pod_name": pod.metadata.name,
+            "image": container["image"],
+            "command": container["command"],
+            "env": {e["name"]: e.get("value", "") for e in container.get("env", [])},
+            "limits": (container.get("resources") or {}).get("limits", {}),
+            "node_selector": manifest["spec"].get("nodeSelector", {}),
+            "pod": manifest,
+        }
+
+    # ------------------------------------------------------------------------------ cluster
+    def pods_of(self, run_key: str, namespace: str) -> list[Any]:
+        """Pods of ``run_key`` in ``namespace`` (selected by :data:`RUN_KEY_HASH_LABEL`), newest first."""
+        pods = self.api.list_namespaced_pod(namespace, label_selector=f"{RUN_KEY_HASH_LABEL}={run_key_hash(run_key)}")
+        return sorted(pods.items or [], key=lambda p: str(p.metadata.creation_timestamp or ""), reverse=True)
+
+    def launch(self, request: LaunchRequest) -> LaunchHandle:
+        """Create the pod, or reattach to the run's live pod; ended pods of the run are deleted first.
+
+        :raises LaunchError: when the API refuses the pod (quota, admission, RBAC), with its reason.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        pod = self.build_pod(request)
+        namespace = pod.metadata.namespace
+        for existing in self.pods_of(request.run_key, namespace):
+            phase = existing.status.phase if existing.status else None
+            if phase in _LIVE_PHASES and not existing.metadata.deletion_timestamp:
+                log.info("reattaching to pod %s/%s (%s) of run %s", namespace, existing.metadata.name, phase,
+                         request.run_key)
+                return self._handle(request, pod, existing.metadata.name, reattached=True)
+            if not existing.metadata.deletion_timestamp:
+                log.info("deleting ended pod %s/%s (%s)", namespace, existing.metadata.name, phase)
+                self._delete(existing.metadata.name, namespace)
+        try:
+            created = self.api.create_namespaced_pod(namespace, pod)
+        except ApiException as exc:
+            raise LaunchError(
+                f"Kubernetes refused pod {namespace}/{pod.metadata.name} for run {request.run_key}: "
+                f"{exc.status} {exc.reason}: {exc.body}; check the namespace, quota and RBAC of the connection "
+                "kubernetes_default."
+            ) from exc
+        name = created.metadata.name if created is not None and created.metadata else pod.metadata.name
+        return self._handle(request, pod, name, reattached=False)
+
+    def _handle(self, request: LaunchRequest, pod: Any, name: str, *, reattached: bool) -> LaunchHandle:
+        return LaunchHandle(
+            launcher=self.name,
+            run_key=request.run_key,
+            lease_id=request.labels.get("lease_id"),
+            pod_name=name,
+            namespace=pod.metadata.namespace,
+            command=list(pod.spec.containers[0].command),
+            device_ids=[d.device_id for d in request.devices],
+            on_cpu=request.on_cpu or not request.devices,
+            reattached=reattached,
+        )
+
+    def _read(self, handle: LaunchHandle) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.api.read_namespaced_pod(handle.pod_name, handle.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise LaunchError(
+                    f"pod {handle.namespace}/{handle.pod_name} of run {handle.run_key} no longer exists (deleted by "
+                    "stop() or by hand); its exit code and logs are gone: relaunch the run."
+                ) from None
+            raise LaunchError(f"cannot read pod {handle.namespace}/{handle.pod_name}: {exc.status} {exc.reason}.") from exc
+
+    def poll(self, handle: LaunchHandle) -> int | None:
+        """0 when the pod succeeded, the training container's exit code when it failed, else ``None``.
+
+        :raises LaunchError: when the pod is gone, or its image cannot be pulled (it would wait forever).
+        """
+        pod = self._read(handle)
+        phase = pod.status.phase if pod.status else None
+        statuses = (pod.status.container_statuses or []) if pod.status else []
+        train = next((s for s in statuses if s.name == CONTAINER_NAME), None)
+        if phase == "Succeeded":
+            return 0
+        if phase == "Failed":
+            terminated = train.state.terminated if train and train.state else None
+            return int(terminated.exit_code) if terminated and terminated.exit_code is not None else 1
+        waiting = train.state.waiting if train and train.state else None
+        if waiting and waiting.reason in _PULL_FAILURES:
+            raise LaunchError(
+                f"pod {handle.namespace}/{handle.pod_name} cannot pull its image ({waiting.reason}: {waiting.message}); "
+                "fix launcher.image or add launcher.image_pull_secrets."
+            )
+        return None
+
+    def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
+        """The training container's log since byte ``offset`` and the next offset; empty while the
+        container has not started."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            text = self.api.read_namespaced_pod_log(handle.pod_name, handle.namespace, container=CONTAINER_NAME)
+        except ApiException as exc:
+            if exc.status in (400, 404):  # 400: container still creating
+                return "", offset
+            raise LaunchError(f"cannot read logs of pod {handle.namespace}/{handle.pod_name}: {exc.reason}.") from exc
+        data = (text or "").encode("utf-8")[offset:]
+        n = complete_utf8_length(data)
+        return data[:n].decode("utf-8", "replace"), offset + n
+
+    def _delete(self, name: str, namespace: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.api.delete_namespaced_pod(name, namespace, grace_period_seconds=STOP_GRACE_S)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise LaunchError(f"cannot delete pod {namespace}/{name}: {exc.status} {exc.reason}.") from exc
+
+    def stop(self, handle: LaunchHandle) -> None:
+        """Delete every pod of the handle's run key (SIGTERM, SIGKILL after :data:`STOP_GRACE_S`); idempotent."""
+        namespace = handle.namespace or self.namespace or "default"
+        names = {p.metadata.name for p in self.pods_of(handle.run_key, namespace)}
+        if handle.pod_name:
+            names.add(handle.pod_name)
+        for name in sorted(names):
+            self._delete(name, namespace)

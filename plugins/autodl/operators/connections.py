@@ -1,0 +1,117 @@
+"""Launcher connection details from Airflow connections: ``docker_default`` and ``kubernetes_default``.
+
+The connections follow the providers' conventions, read through their hooks:
+
+* ``docker_default`` (apache-airflow-providers-docker, ``DockerHook``): host/port/login/password are
+  the *registry* to pull from; the engine is not part of the provider's connection, so autodl reads
+  it from the extra: ``{"base_url": "unix:///var/run/docker.sock", "tls": false}`` (``docker_url`` is
+  accepted as a synonym, the ``DockerOperator`` argument's name).
+* ``kubernetes_default`` (apache-airflow-providers-cncf-kubernetes, ``KubernetesHook``): extras
+  ``in_cluster``, ``kube_config_path``, ``kube_config`` (inline JSON/YAML), ``cluster_context``,
+  ``namespace``.
+
+A missing connection means "the defaults": the local Docker socket, the kubeconfig.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autodl.errors import LaunchError
+
+DOCKER_CONN_ID = "docker_default"
+KUBERNETES_CONN_ID = "kubernetes_default"
+
+_TRUE = {"1", "true", "yes", "y", "on", "t"}
+
+
+def _as_bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+
+
+def _docker_kwargs(conn_id: str) -> dict[str, Any]:
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.providers.docker.hooks.docker import DockerHook
+
+    try:
+        conn = DockerHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    extra = conn.extra_dejson or {}
+    kwargs: dict[str, Any] = {}
+    base_url = extra.get("base_url") or extra.get("docker_url")
+    if base_url:
+        kwargs["base_url"] = base_url
+    if "tls" in extra:
+        kwargs["tls"] = _as_bool(extra["tls"])
+    if conn.host and conn.login:
+        registry = f"{conn.host}:{conn.port}" if conn.port else conn.host
+        kwargs["registry"] = {
+            "registry": registry,
+            "username": conn.login,
+            "password": conn.password,
+            "email": extra.get("email") or None,
+            "reauth": _as_bool(extra.get("reauth", True)),
+        }
+    if "timeout" in extra:
+        kwargs["timeout"] = int(extra["timeout"])
+    return kwargs
+
+
+def _kubernetes_kwargs(conn_id: str) -> dict[str, Any]:
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    try:
+        KubernetesHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return {}
+    hook = KubernetesHook(conn_id=conn_id)
+    kwargs: dict[str, Any] = {}
+    namespace = hook.get_namespace()
+    if namespace:
+        kwargs["namespace"] = namespace
+    in_cluster = hook._get_field("in_cluster")
+    if in_cluster is not None:
+        kwargs["in_cluster"] = _as_bool(in_cluster)
+    path = hook._get_field("kube_config_path")
+    if path:
+        kwargs["config_file"] = path
+    context = hook._get_field("cluster_context")
+    if context:
+        kwargs["cluster_context"] = context
+    inline = hook._get_field("kube_config")
+    if inline:
+        if isinstance(inline, str):
+            import yaml
+
+            try:
+                inline = json.loads(inline)
+            except ValueError:
+                inline = yaml.safe_load(inline)
+        if not isinstance(inline, dict):
+            raise LaunchError(
+                f"Airflow connection {conn_id}: extra 'kube_config' is not a kubeconfig mapping; paste the "
+                "kubeconfig as JSON or YAML, or use kube_config_path."
+            )
+        kwargs["config_dict"] = inline
+    return kwargs
+
+
+def launcher_kwargs(launcher_type: str) -> dict[str, Any]:
+    """Keyword arguments for the launcher called ``launcher_type``, from its Airflow connection.
+
+    :param launcher_type: ``local``, ``docker`` or ``kubernetes``.
+    :returns: ``DockerLauncher`` / ``KubernetesLauncher`` keyword arguments; ``{}`` for ``local``, for
+        an absent connection, or when the provider is not installed.
+    :raises LaunchError: for a connection whose extra cannot be understood (naming the field).
+    """
+    try:
+        if launcher_type == "docker":
+            return _docker_kwargs(DOCKER_CONN_ID)
+        if launcher_type == "kubernetes":
+            return _kubernetes_kwargs(KUBERNETES_CONN_ID)
+    except ImportError:
+        return {}
+    return {}

@@ -1,0 +1,97 @@
+"""Task spec validation: every bad input names the field and the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from autodl.errors import SpecError
+from autodl.spec import load_spec, parse_spec
+
+
+def write(tmp_path, text, name="spec.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_example_spec_loads_and_resolves_its_script():
+    from autodl.config import include_dir
+
+    spec = load_spec(include_dir() / "specs" / "simple_cnn.yaml")
+    assert spec.task.batch_size_per_gpu == 64
+    assert spec.resource_policy.memory_threshold == 0.85
+    assert spec.scheduler.algorithm == "rule_based"
+    assert spec.launcher.type == "local"
+    assert spec.script_path() == (include_dir() / "scripts" / "simple_cnn.py").resolve()
+
+
+def test_defaults_when_sections_absent(tmp_path):
+    spec = load_spec(write(tmp_path, "task: {script: x.py}\n"))
+    assert spec.resource_policy.memory_threshold == 0.85
+    assert spec.task.num_gpus_estimate == "auto"
+    assert spec.scheduler.timeout == 3600
+
+
+def test_unknown_key_is_named_with_file(tmp_path):
+    p = write(tmp_path, "task:\n  batch_sise_per_gpu: 32\n")
+    with pytest.raises(SpecError) as exc:
+        load_spec(p)
+    msg = str(exc.value)
+    assert "task.batch_sise_per_gpu" in msg and str(p) in msg and "unknown key" in msg
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
+def test_threshold_outside_0_1_is_rejected(tmp_path, value):
+    p = write(tmp_path, f"resource_policy:\n  memory_threshold: {value}\n")
+    with pytest.raises(SpecError, match="resource_policy.memory_threshold"):
+        load_spec(p)
+
+
+def test_threshold_of_one_is_allowed(tmp_path):
+    assert load_spec(write(tmp_path, "resource_policy: {memory_threshold: 1}\n")).resource_policy.memory_threshold == 1
+
+
+def test_wrong_type_names_field_and_value(tmp_path):
+    p = write(tmp_path, "task:\n  batch_size_per_gpu: lots\n")
+    with pytest.raises(SpecError, match=r"task.batch_size_per_gpu.*'lots'"):
+        load_spec(p)
+
+
+def test_num_gpus_auto_or_positive_int(tmp_path):
+    assert load_spec(write(tmp_path, "task: {num_gpus_estimate: 2}\n")).task.num_gpus_estimate == 2
+    with pytest.raises(SpecError, match="num_gpus_estimate"):
+        load_spec(write(tmp_path, "task: {num_gpus_estimate: 0}\n"))
+
+
+def test_missing_script_is_named(tmp_path):
+    spec = load_spec(write(tmp_path, "task: {script: nowhere.py}\n"))
+    with pytest.raises(SpecError, match=r"task.script.*nowhere.py.*does not exist"):
+        spec.script_path()
+
+
+def test_no_script_anywhere(tmp_path):
+    spec = load_spec(write(tmp_path, "task: {type: training}\n"))
+    with pytest.raises(SpecError, match="task.script.*--script"):
+        spec.script_path()
+
+
+def test_cli_script_overrides_spec(tmp_path):
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "b.py").write_text("")
+    spec = load_spec(write(tmp_path, "task: {script: a.py}\n"))
+    assert spec.script_path(tmp_path / "b.py").name == "b.py"
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(SpecError, match="not found"):
+        load_spec(tmp_path / "absent.yaml")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(write(tmp_path, "task: [unclosed\n"))
+    with pytest.raises(SpecError, match="mapping"):
+        parse_spec(["a", "b"], "list.yaml")
+
+
+def test_launcher_shorthand():
+    assert parse_spec({"launcher": "docker"}).launcher.type == "docker"
+    with pytest.raises(SpecError, match="launcher"):
+        parse_spec({"launcher": "slurm"})
