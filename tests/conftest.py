@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Airflow reads its configuration once, at first import: give the whole session an embedded Airflow
+# home (SQLite metadata) with this repository's dags/ and plugins/, before any test imports airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="autodl-airflow-home-"))
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 from autodl.catalog import load_catalog
 

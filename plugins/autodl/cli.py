@@ -19,7 +19,8 @@ GiB = 1 << 30
 def _console():
     from rich.console import Console
 
-    return Console()
+    # tables are wide: do not squeeze them to 80 columns when piped to a file or a log
+    return Console(width=None if sys.stdout.isatty() else 220)
 
 
 def _gib(n: int | float | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, select
+from sqlalchemy import JSON, BigInteger, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.store import Base, session_factory
@@ -25,8 +25,8 @@ class RunRow(Base):
     run_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
     outcome: Mapped[str] = mapped_column(String(32), index=True)
     device_model: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
-    estimated_peak_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    actual_peak_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    estimated_peak_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    actual_peak_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     document: Mapped[dict] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -255,6 +255,8 @@ def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n, gpu
     for d in inventory.devices:
         gpu = gpu_cache.get(d.model) or catalog.find(d.model)
         name = gpu.name if gpu else d.model
+        if (d.vendor or (gpu.vendor if gpu else "nvidia")) not in allowed:
+            continue
         models[name] = max(models.get(name, 0), d.memory_total_bytes)
     try:
         from autodl.profile import advice  # provided by the profiler
@@ -284,7 +286,7 @@ def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n, gpu
         key=lambda m: m.memory_bytes,
     )
     if bigger:
-        out.append(f"A {bigger[0].name} ({_gib(bigger[0].memory_bytes)}) from the catalog would hold this run as it is.")
+        out.append(f"The catalog's {bigger[0].name} ({_gib(bigger[0].memory_bytes)}) would hold this run as it is.")
     return out
 
 

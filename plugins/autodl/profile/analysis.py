@@ -1,0 +1,438 @@
+"""Static analysis of a training script: what it builds, how it trains, and what would break on a shared pool.
+
+Reads the syntax tree only (:mod:`ast`); the script is never imported or run. Produces
+:class:`ScriptFacts`: the model construction, batch size, input shape, sequence length, optimizer,
+AMP level, distributed markers, data-loader workers, and findings with line numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from autodl.profile import layers as L
+from autodl.profile.interp import (
+    DATASET_SHAPES, ArgsNS, ClassInfo, FuncRef, Interp, LayerObj, Mod, Opaque, ParamObj, UserObj,
+)
+from autodl.types import Finding
+
+OPTIMIZER_STATE_SLOTS = {
+    "SGD": 0, "Momentum": 1, "Adam": 2, "AdamW": 2, "Adamax": 2, "Lamb": 2, "RMSProp": 2, "Adagrad": 1,
+    "Adadelta": 2, "NAdam": 2, "RAdam": 2, "ASGD": 2, "LBFGS": 0, "Rprop": 2,
+}
+"""fp32 state tensors of each parameter's size per ``paddle.optimizer`` class: Momentum keeps a velocity;
+Adam/AdamW/Lamb two moments (Kingma & Ba 2015, Alg. 1); RMSProp mean-square and momentum (plus mean-grad
+when ``centered``); Adagrad a moment (``paddle/optimizer/*.py``, ``_create_accumulators``)."""
+
+SEQ_NAMES = ("seq_len", "seq_length", "max_len", "max_length", "max_seq_len", "max_seq_length", "sequence_length",
+             "block_size", "context_length", "n_ctx", "seqlen", "maxlen")
+BATCH_NAMES = ("batch_size", "bs", "train_batch_size", "batch", "per_device_batch_size", "micro_batch_size")
+
+
+@dataclass
+class ModelSite:
+    node: ast.Call
+    func: ast.FunctionDef | None
+    var: str | None
+    kind: str  # 'class' | 'zoo' | 'sequential'
+
+
+@dataclass
+class ScriptFacts:
+    """What the syntax tree says about the run."""
+
+    interp: Interp
+    findings: list[Finding] = field(default_factory=list)
+    model: Any = None
+    model_name: str | None = None
+    model_line: int | None = None
+    model_site: ModelSite | None = None
+    batch_size: int | None = None
+    input_shape: list[int] | None = None
+    input_dtype: str = "float32"
+    sequence_length: int | None = None
+    optimizer: str | None = None
+    optimizer_line: int | None = None
+    amp: str | None = None
+    distributed: str | None = None
+    distributed_nprocs: int | None = None
+    recompute: bool = False
+    num_workers: int = 0
+    uses_cross_entropy: bool = False
+    build_error: str | None = None
+
+
+def _dotted(node: ast.AST, interp: Interp, env: dict | None = None) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    base = (env or {}).get(node.id, interp.globals.get(node.id))
+    if isinstance(base, Mod):
+        root = base.path
+    elif isinstance(base, ClassInfo):
+        root = f"<local>.{base.name}"
+    else:
+        root = node.id
+    return ".".join([root, *reversed(parts)])
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, interp: Interp):
+        self.interp = interp
+        self.stack: list[ast.AST] = []
+        self.calls: list[tuple[ast.Call, ast.FunctionDef | None, bool, str]] = []  # node, func, in_layer, path
+        self.assign_of: dict[int, str] = {}
+
+    def visit_ClassDef(self, node):
+        self.stack.append(node)
+        self.generic_visit(node)
+        self.stack.pop()
+
+    def visit_FunctionDef(self, node):
+        self.stack.append(node)
+        self.generic_visit(node)
+        self.stack.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Assign(self, node):
+        if isinstance(node.value, ast.Call) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            self.assign_of[id(node.value)] = node.targets[0].id
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        in_layer = any(isinstance(s, ast.ClassDef) and isinstance(self.interp.globals.get(s.name), ClassInfo)
+                       and self.interp.globals[s.name].is_layer() for s in self.stack)
+        funcs = [s for s in self.stack if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        path = _dotted(node.func, self.interp) or ""
+        self.calls.append((node, funcs[0] if funcs and not in_layer else None, in_layer, path))
+        self.generic_visit(node)
+
+
+def function_env(interp: Interp, func: ast.FunctionDef | None, upto: int, cache: dict) -> dict:
+    """Locals of ``func`` from its straight-line assignments before line ``upto`` (best effort)."""
+    if func is None:
+        return {}
+    key = (id(func), upto)
+    if key in cache:
+        return cache[key]
+    env: dict[str, Any] = {}
+    a = func.args
+    params = a.posonlyargs + a.args
+    for p, d in zip(params[len(params) - len(a.defaults):], a.defaults):
+        try:
+            env[p.arg] = interp.eval(d, {})
+        except Exception:
+            pass
+    for p in params:
+        if p.arg in ("args", "opt", "config", "cfg", "flags") and p.arg not in env:
+            env[p.arg] = ArgsNS(dict(interp.argparse))
+
+    def walk(body):
+        for stmt in body:
+            if getattr(stmt, "lineno", 0) >= upto:
+                return
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                try:
+                    interp.exec_stmt(stmt, env)
+                except Exception:
+                    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                    for t in targets:
+                        if isinstance(t, ast.Name):
+                            env[t.id] = Opaque("local")
+            elif isinstance(stmt, (ast.With, ast.If, ast.Try)):
+                walk(stmt.body)
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                interp._load_stmt(stmt)
+
+    walk(func.body)
+    cache[key] = env
+    return env
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def scan(tree: ast.Module, source: str) -> ScriptFacts:
+    """Collect :class:`ScriptFacts` from a parsed script."""
+    interp = Interp(tree)
+    facts = ScriptFacts(interp=interp)
+    sc = _Scanner(interp)
+    sc.visit(tree)
+    envs: dict = {}
+    add = facts.findings.append
+
+    def env_for(node, func):
+        return function_env(interp, func, node.lineno, envs)
+
+    def kw(node, name, pos=None):
+        for k in node.keywords:
+            if k.arg == name:
+                return k.value
+        if pos is not None and len(node.args) > pos:
+            return node.args[pos]
+        return None
+
+    def val(node, func, expr):
+        if expr is None:
+            return None
+        try:
+            return interp.eval(expr, env_for(node, func))
+        except Exception:
+            return Opaque("value")
+
+    model_sites: list[ModelSite] = []
+    batch_candidates: list[int] = []
+    shape_candidates: list[tuple[list[int], str, int]] = []
+    for node, func, in_layer, path in sc.calls:
+        last = path.split(".")[-1] if path else ""
+        line = node.lineno
+        if in_layer:
+            if last in ("cross_entropy", "CrossEntropyLoss"):
+                facts.uses_cross_entropy = True
+            continue
+        if last in ("DataLoader", "BatchSampler", "DistributedBatchSampler") or (last == "fit" and kw(node, "batch_size")):
+            b = _int(val(node, func, kw(node, "batch_size", 2 if last == "BatchSampler" else None)))
+            if b:
+                batch_candidates.append(b)
+            if last == "DataLoader":
+                nw = val(node, func, kw(node, "num_workers"))
+                if isinstance(nw, int) and nw > 0:
+                    facts.num_workers = nw
+                    add(Finding(severity="warning", code="dataloader-workers", line=line,
+                                message=f"line {line}: DataLoader(num_workers={nw}) starts worker processes that exchange "
+                                        "batches through shared memory; in a container /dev/shm is 64 MiB by default. "
+                                        "autodl's Docker/Kubernetes launchers must give the run a larger /dev/shm "
+                                        "(shm_size / an emptyDir with medium: Memory), or set num_workers=0."))
+        elif path.startswith("paddle.optimizer.") and last in OPTIMIZER_STATE_SLOTS:
+            facts.optimizer, facts.optimizer_line = last, line
+        elif path.startswith("paddle.amp.") or last in ("auto_cast", "decorate", "GradScaler", "amp_guard"):
+            if last in ("auto_cast", "decorate", "amp_guard"):
+                lvl = val(node, func, kw(node, "level"))
+                level = lvl if isinstance(lvl, str) and lvl in ("O1", "O2") else "O1"
+                if facts.amp != "O2":
+                    facts.amp = level
+            elif last == "GradScaler" and facts.amp is None:
+                facts.amp = "O1"
+        elif last == "distributed_optimizer" or (last == "init" and "fleet" in path):
+            facts.distributed = "fleet"
+        elif last in ("DataParallel", "init_parallel_env") and facts.distributed != "fleet":
+            facts.distributed = "data_parallel"
+        elif last == "spawn" and "distributed" in path:
+            n = _int(val(node, func, kw(node, "nprocs", 2)))
+            facts.distributed_nprocs = n
+            facts.distributed = facts.distributed or "data_parallel"
+        elif last == "recompute" or last == "recompute_sequential":
+            facts.recompute = True
+        elif last in ("set_device",) and "paddle" in path:
+            v = val(node, func, kw(node, "device", 0))
+            if isinstance(v, str) and ":" in v and v.split(":")[0] in ("gpu", "npu", "xpu", "mlu", "custom"):
+                idx = v.split(":")[1]
+                add(Finding(severity="warning" if idx != "0" else "info", code="hardcoded-device", line=line,
+                            message=f"line {line}: set_device('{v}') pins device index {idx}; autodl sets "
+                                    "CUDA_VISIBLE_DEVICES (or the vendor's variable) so the run sees its leased "
+                                    "devices as 0..n-1, and index " + idx + " may not exist or belong to another run; "
+                                    "use set_device('gpu') or read the device from the environment."))
+        elif last in ("CUDAPlace", "NPUPlace", "XPUPlace", "CustomPlace"):
+            v = val(node, func, kw(node, "id", 0 if last != "CustomPlace" else 1))
+            idx = str(v) if isinstance(v, int) else "?"
+            add(Finding(severity="warning" if idx != "0" else "info", code="hardcoded-device", line=line,
+                        message=f"line {line}: {last}({idx}) hard-codes a device index; autodl pins the run's devices "
+                                "with CUDA_VISIBLE_DEVICES so they appear as 0..n-1; use "
+                                "paddle.distributed.ParallelEnv().dev_id or set_device('gpu')."))
+        elif last in ("cross_entropy", "CrossEntropyLoss", "softmax_with_cross_entropy"):
+            facts.uses_cross_entropy = True
+        elif last in DATASET_SHAPES and "vision" in path:
+            shape_candidates.append((list(DATASET_SHAPES[last]), "float32", 0))
+        elif last in ("Resize", "RandomResizedCrop", "CenterCrop", "RandomCrop") and "transforms" in path:
+            s = val(node, func, kw(node, "size", 0))
+            if isinstance(s, int):
+                shape_candidates.append(([-1, s, s], "float32", 0))
+        elif last in ("randn", "rand", "zeros", "ones", "uniform", "normal", "randint", "full", "standard_normal"):
+            shp = val(node, func, kw(node, "shape", 2 if last == "randint" else 0))
+            if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(s, int) for s in shp):
+                dt = val(node, func, kw(node, "dtype"))
+                dtype = "int64" if last == "randint" or (isinstance(dt, str) and "int" in dt) else "float32"
+                shape_candidates.append((list(shp), dtype, line))
+        # model construction
+        if path.startswith("<local>."):
+            cls = interp.globals.get(path.split(".")[1])
+            if isinstance(cls, ClassInfo) and cls.is_layer():
+                model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "class"))
+        elif path.startswith("paddle") and (last == "Sequential" or "vision.models" in path or
+                                            (len(path.split(".")) >= 3 and path.split(".")[-2] == "vision")):
+            from autodl.profile import zoo
+            if last == "Sequential" or zoo.is_zoo(path):
+                model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "zoo" if last != "Sequential" else "sequential"))
+        elif isinstance(interp.globals.get(path), FuncRef) and path in interp.globals:
+            # a builder function (def build_model(): return Net()) assigned to a variable
+            fnode = interp.globals[path].node
+            if any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) for n in ast.walk(fnode)) and \
+                    sc.assign_of.get(id(node)) in ("model", "net", "network"):
+                model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "builder"))
+
+    # which construction is the trained model: the one whose .parameters() reach the optimizer
+    used: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "parameters" \
+                and isinstance(n.func.value, ast.Name):
+            used.add(n.func.value.id)
+        if isinstance(n, ast.Call) and _dotted(n.func, interp) and (_dotted(n.func, interp) or "").endswith(
+                ("DataParallel", "distributed_model", "Model")) and n.args and isinstance(n.args[0], ast.Name):
+            used.add(n.args[0].id)
+    site = None
+    for s in model_sites:
+        if s.var and s.var in used:
+            site = s
+    if site is None:
+        top = [s for s in model_sites if s.var]
+        site = (top or model_sites or [None])[-1]
+    facts.model_site = site
+
+    # hyper-parameters
+    consts: dict[str, Any] = {}
+    consts.update({k: v for k, v in interp.argparse.items()})
+    consts.update({k.lower(): v for k, v in interp.globals.items() if isinstance(v, int)})
+    if site is not None and site.func is not None:
+        consts.update({k.lower(): v for k, v in env_for(site.node, site.func).items() if isinstance(v, int)})
+    if batch_candidates:
+        facts.batch_size = batch_candidates[0]
+    else:
+        for n in BATCH_NAMES:
+            if _int(consts.get(n)):
+                facts.batch_size = consts[n]
+                break
+    for n in SEQ_NAMES:
+        if _int(consts.get(n)):
+            facts.sequence_length = consts[n]
+            break
+    # input: prefer a created tensor whose first dim is the batch size
+    for shp, dt, line in shape_candidates:
+        if line and (facts.batch_size is None or shp[0] == facts.batch_size):
+            if facts.batch_size is None:
+                facts.batch_size = shp[0]
+            facts.input_shape, facts.input_dtype = shp[1:], dt
+            if dt == "int64" and len(shp) == 2:
+                facts.sequence_length = facts.sequence_length or shp[1]
+            break
+    else:
+        for shp, dt, line in shape_candidates:
+            if not line:
+                if shp[0] == -1 and facts.input_shape:
+                    facts.input_shape = [facts.input_shape[0], shp[1], shp[2]]
+                elif shp[0] == -1:
+                    facts.input_shape = [3, shp[1], shp[2]]
+                else:
+                    facts.input_shape = shp
+    # build the model
+    if site is not None:
+        try:
+            env = env_for(site.node, site.func)
+            obj = interp.eval(site.node, env)
+            if isinstance(obj, (LayerObj, UserObj)):
+                facts.model = obj
+                facts.model_line = site.node.lineno
+                facts.model_name = obj.cls.name if isinstance(obj, UserObj) else obj.type.replace("zoo:", "")
+                name_tree(obj, "")
+            else:
+                facts.build_error = f"the model construction at line {site.node.lineno} could not be evaluated"
+        except (L.Unsupported, RecursionError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+                ZeroDivisionError) as exc:
+            facts.build_error = f"the model construction at line {site.node.lineno} could not be followed ({exc})"
+        except L.ShapeMismatch as exc:
+            facts.build_error = str(exc)
+    if facts.recompute:
+        add(Finding(severity="info", code="recompute", message="recompute is used: activations of recomputed "
+                    "segments are not kept; the activation estimate is an upper bound."))
+    return facts
+
+
+def name_tree(obj: Any, prefix: str, seen: set | None = None) -> None:
+    """Give every sub-layer its dotted attribute path (e.g. ``encoder.layers.0.linear1``)."""
+    seen = seen if seen is not None else set()
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, UserObj):
+        for k, v in obj.attrs.items():
+            if isinstance(v, (LayerObj, UserObj)):
+                v.name = f"{prefix}{k}"
+                name_tree(v, f"{prefix}{k}.", seen)
+    elif isinstance(obj, LayerObj):
+        for k, v in obj.children:
+            if isinstance(v, (LayerObj, UserObj)):
+                if v.name is None or v.name.isidentifier() and "." not in v.name:
+                    v.name = f"{prefix}{k}"
+                name_tree(v, f"{prefix}{k}.", seen)
+
+
+def count_params(obj: Any, seen: set | None = None) -> tuple[int, int]:
+    """(trainable, non-trainable) parameter elements of a symbolic model, each tensor counted once.
+
+    Follows Paddle's registration rules: attributes holding a Layer, a ``LayerList``/``Sequential``/
+    ``LayerDict``, or a parameter (``create_parameter``); plain Python lists are not registered.
+    """
+    seen = seen if seen is not None else set()
+    if id(obj) in seen:
+        return 0, 0
+    seen.add(id(obj))
+    if isinstance(obj, ParamObj):
+        n = 1
+        for d in obj.shape:
+            n *= d
+        return (n, 0) if obj.trainable else (0, n)
+    if isinstance(obj, UserObj):
+        t = nt = 0
+        for v in obj.attrs.values():
+            a, b = count_params(v, seen)
+            t, nt = t + a, nt + b
+        return t, nt
+    if isinstance(obj, LayerObj):
+        if obj.type.startswith("zoo:"):
+            from autodl.profile import zoo
+            name = obj.type[4:]
+            p = zoo.params(name, obj.args)
+            if p is None:
+                raise L.Unsupported(f"paddle.vision.models.{name} is not in the zoo table")
+            return p, 0
+        if obj.type in ("TransformerEncoder", "TransformerDecoder"):
+            t = nt = 0
+            for _, v in obj.children:
+                a, b = count_params(v, set())
+                t, nt = t + a, nt + b
+            return t, nt
+        d = L.LAYERS.get(obj.type)
+        t, nt = d.params(obj.args) if d else (0, 0)
+        for _, v in obj.children:
+            a, b = count_params(v, seen)
+            t, nt = t + a, nt + b
+        return t, nt
+    return 0, 0
+
+
+def contains(obj: Any, types: tuple[str, ...], seen: set | None = None) -> LayerObj | None:
+    """The first built-in layer of one of ``types`` in definition order, or None."""
+    seen = seen if seen is not None else set()
+    if id(obj) in seen:
+        return None
+    seen.add(id(obj))
+    if isinstance(obj, LayerObj):
+        if obj.type in types:
+            return obj
+        for _, v in obj.children:
+            r = contains(v, types, seen)
+            if r is not None:
+                return r
+        if obj.type in ("TransformerEncoder",) and "TransformerEncoderLayer" in types:
+            return obj.children[0][1] if obj.children else None
+    if isinstance(obj, UserObj):
+        for v in obj.attrs.values():
+            r = contains(v, types, seen)
+            if r is not None:
+                return r
+    return None
