@@ -88,6 +88,13 @@ class ResourceProfile(_Frozen):
     probe_seconds: float | None = None
     findings: list[Finding] = Field(default_factory=list)
     max_batch_size_by_device: dict[str, int] = Field(default_factory=dict)
+    tensor_peak_bytes: int | None = Field(
+        None, description="Peak of tensor allocations (model states + activations), the part a CPU allocator measures.")
+    workspace_terms_bytes: dict[str, int] = Field(
+        default_factory=dict, description="workspace_bytes by named term (cuda_context, cudnn_workspace, ...).")
+    estimates_bytes: dict[str, int] = Field(
+        default_factory=dict, description="Tensor peak by method ('static', 'probe', 'cold_start') at batch_size.")
+    probe_batch_sizes: list[int] | None = Field(None, description="Batch sizes the probe ran to extrapolate from.")
 
     @property
     def errors(self) -> list[Finding]:

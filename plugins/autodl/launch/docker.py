@@ -20,7 +20,6 @@ import hashlib
 import logging
 import re
 import shlex
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -73,12 +72,13 @@ def container_name(request: LaunchRequest) -> str:
     """A name unique per try: ``autodl-<run key slug>-<hash of run key>-t<try>``.
 
     Docker names match ``[a-zA-Z0-9][a-zA-Z0-9_.-]+``; the slug keeps it readable, the hash keeps
-    run keys that slug alike apart. Without a try number a random suffix keeps it unique.
+    run keys that slug alike apart. Without a try number (``autodl plan``, the CLI) the suffix is
+    ``t0``; two concurrent launches of one try then collide on the name and the engine refuses the second.
     """
     slug = re.sub(r"[^a-zA-Z0-9_.-]+", "-", request.run_key).strip("-_.")[:40] or "run"
     digest = hashlib.sha1(request.run_key.encode()).hexdigest()[:8]
     try_number = request.labels.get("try_number")
-    suffix = f"t{try_number}" if try_number not in (None, "") else uuid.uuid4().hex[:8]
+    suffix = f"t{try_number}" if try_number not in (None, "") else "t0"
     return f"autodl-{slug}-{digest}-{suffix}"
 
 

@@ -64,10 +64,10 @@ class AutoDLTrainOperator(TaskGroup):
         self.script = script
         self.spec = spec
         timeout, poke = _spec_scheduler(spec)
-        common = {"group_id": task_id, "script": script, "spec": spec, "pool": pool, "task_group": self}
+        common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
         retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, retries=0, **common)
-        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool=pool, task_group=self,
+        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
                                      timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable)
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], **common, **retry)
         self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)

@@ -38,17 +38,17 @@ def _launcher_kwargs(launcher_type: str) -> dict[str, Any]:
 class _AutoDLStep(BaseOperator):
     """Common shell of the steps: run key, sibling XComs, errors as the task's last log line."""
 
-    template_fields: Sequence[str] = ("script", "spec", "pool")
+    template_fields: Sequence[str] = ("script", "spec", "pool_source")
     ui_color = "#e8f0fe"
     step = ""
 
     def __init__(self, *, group_id: str, script: str | None = None, spec: str | None = None,
-                 pool: str | None = None, **kwargs: Any):
+                 pool_source: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.group_id = group_id
         self.script = script
         self.spec = spec
-        self.pool = pool
+        self.pool_source = pool_source
 
     # ----------------------------------------------------------------------------- helpers
     def _sibling(self, step: str) -> str:
@@ -95,7 +95,7 @@ class AutoDLProfileOperator(_AutoDLStep):
         self.probe = probe
 
     def run_step(self, ctx, context):
-        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool),
+        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool_source),
                                      probe=self.probe, log=self.log.info)
 
 
@@ -105,25 +105,28 @@ class AutoDLPoolSensor(BaseSensorOperator):
     Fails at once, without waiting, when nothing in the pool could ever hold the run.
     """
 
-    template_fields: Sequence[str] = ("pool",)
+    template_fields: Sequence[str] = ("pool_source",)
     ui_color = "#fef7e0"
 
-    def __init__(self, *, group_id: str, pool: str | None = None, deferrable: bool = False, **kwargs: Any):
+    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = False, **kwargs: Any):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.group_id = group_id
-        self.pool = pool
+        self.pool_source = pool_source
         self.deferrable = deferrable
 
     _sibling = _AutoDLStep._sibling
     _pull = _AutoDLStep._pull
+
+    def _src(self) -> str | None:
+        return None if self.pool_source in ("", "None", None) else self.pool_source
 
     def execute(self, context) -> Any:
         if self.deferrable and not self._ready(context):
             from autodl.triggers.pool import PoolTrigger
 
             self.defer(
-                trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self.pool or None,
+                trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self._src(),
                                     poke_interval=float(self.poke_interval)),
                 method_name="execute_complete",
                 timeout=self.timeout,
@@ -138,7 +141,7 @@ class AutoDLPoolSensor(BaseSensorOperator):
 
     def _ready(self, context) -> bool:
         try:
-            return pipeline.step_wait(self._pull(context, "profile"), pool=self.pool or None, log=self.log.info)
+            return pipeline.step_wait(self._pull(context, "profile"), pool=self._src(), log=self.log.info)
         except NoFitError as exc:
             self.log.error("%s", exc)
             raise AirflowFailException(str(exc)) from exc
@@ -153,7 +156,7 @@ class AutoDLSelectOperator(_AutoDLStep):
     step = "select"
 
     def run_step(self, ctx, context):
-        return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._none(self.pool), log=self.log.info)
+        return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._none(self.pool_source), log=self.log.info)
 
 
 class AutoDLLaunchOperator(_AutoDLStep):

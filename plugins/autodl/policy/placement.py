@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -85,64 +86,91 @@ def place(
     allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
     need = profile.peak_memory_bytes
 
-    gpu_cache: dict[str, GPUModel | None] = {}
+    gpu_cache: dict[str, tuple[GPUModel | None, str]] = {}   # inventory model name -> (catalog entry, name)
     step_cache: dict[str, float | None] = {}
     groups: dict[tuple[str, str], _Group] = {}
     dropped: dict[tuple[str, str], list[Device]] = {}   # (model, reason) -> devices
-    leased_set = leased
+    never_reason: dict[tuple[str, int], str] = {}
+    vendor_reason = {}
+    free_reason = f"not enough free memory now: needs {_gib(need)}"
+    busy_reason = f"busy: utilization above {MAX_LOAD_PCT:.0f}%"
+    max_util = MAX_LOAD_PCT
 
+    # One tight pass over the devices (10,000 devices must take milliseconds): look-ups are cached
+    # per model name, reasons per (model, memory) and devices are grouped per (host, model).
     for dev in inventory.devices:
-        gpu = gpu_cache.get(dev.model, ...)
-        if gpu is ...:
-            gpu = gpu_cache[dev.model] = catalog.find(dev.model)
-        vendor = dev.vendor or (gpu.vendor if gpu else "nvidia")
-        key = (dev.host, gpu.name if gpu else dev.model)
-        grp = groups.get(key)
-        if grp is None:
-            grp = groups[key] = _Group(dev.host, key[1], vendor, gpu, len(groups))
+        hit = gpu_cache.get(dev.model)
+        if hit is None:
+            gpu = catalog.find(dev.model)
+            hit = gpu_cache[dev.model] = (gpu, gpu.name if gpu else dev.model)
+        gpu, model = hit
+        vendor = dev.vendor
         total = dev.memory_total_bytes
         if vendor not in allowed:
-            reason = (
-                f"vendor {vendor!r} needs a Paddle build for it; add '{vendor}' to "
-                f"resource_policy.allowed_vendors to use it (allowed: {', '.join(sorted(allowed))})"
-            )
+            reason = vendor_reason.get(vendor)
+            if reason is None:
+                reason = vendor_reason[vendor] = (
+                    f"vendor {vendor!r} needs a Paddle build for it; add '{vendor}' to "
+                    f"resource_policy.allowed_vendors to use it (allowed: {', '.join(sorted(allowed))})"
+                )
         elif need > threshold * total:
-            reason = (
-                f"never fits: needs {_gib(need)} > {threshold:g} x {_gib(total)} = {_gib(threshold * total)}"
-            )
+            reason = never_reason.get((model, total))
+            if reason is None:
+                reason = never_reason[(model, total)] = (
+                    f"never fits: needs {_gib(need)} > {threshold:g} x {_gib(total)} = {_gib(threshold * total)}"
+                )
         else:
+            key = (dev.host, model)
+            grp = groups.get(key)
+            if grp is None:
+                grp = groups[key] = _Group(dev.host, model, vendor, gpu, len(groups))
             grp.fitting.append(dev)
             if not dev.healthy:
                 reason = "unhealthy"
-            elif dev.device_id in leased_set:
+            elif dev.device_id in leased:
                 reason = "leased by another run"
-            elif dev.utilization_pct > MAX_LOAD_PCT:
-                reason = f"busy: {dev.utilization_pct:.0f}% utilization > {MAX_LOAD_PCT:.0f}%"
-            elif need > dev.memory_free_bytes:
-                reason = f"not enough free memory now: needs {_gib(need)}, {_gib(dev.memory_free_bytes)} free"
+            elif dev.utilization_pct > max_util:
+                reason = busy_reason
+            elif need > total - dev.memory_used_bytes:
+                reason = free_reason
             else:
                 grp.available.append(dev)
                 continue
-        dropped.setdefault((key[1], reason), []).append(dev)
+        lst = dropped.get((model, reason))
+        if lst is None:
+            lst = dropped[(model, reason)] = []
+        lst.append(dev)
+
+    fits = any(len(g.fitting) >= n for g in groups.values())
+    ready = [g for g in groups.values() if len(g.available) >= n]
+    if n > 1:
+        for grp in groups.values():
+            if n > len(grp.fitting) > 0:
+                why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {len(grp.fitting)}"
+                dropped.setdefault((grp.model, why), []).extend(grp.available)
+            elif n > len(grp.available) > 0:
+                why = f"gang of {n}: only {len(grp.available)} device(s) free now on {grp.host}"
+                dropped.setdefault((grp.model, why), []).extend(grp.available)
+    # Within one device model every term but load is equal, so only the least-loaded
+    # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
+    by_model: dict[str, list[_Group]] = {}
+    for g in ready:
+        by_model.setdefault(g.model, []).append(g)
+    total_ready = len(ready)
+    if any(len(v) > MAX_KEPT_CANDIDATES for v in by_model.values()):
+        ready = []
+        for v in by_model.values():
+            if len(v) > MAX_KEPT_CANDIDATES:
+                v = heapq.nsmallest(
+                    MAX_KEPT_CANDIDATES, v,
+                    key=lambda g: (min(d.utilization_pct for d in g.available) if n == 1 else 0.0, g.order),
+                )
+            ready.extend(v)
+        ready.sort(key=lambda g: g.order)
 
     options: list[Option] = []
     kept_reasons: list[list[str]] = []
-    fits = False
-    for grp in groups.values():
-        if len(grp.fitting) < n:
-            if grp.fitting:
-                dropped.setdefault(
-                    (grp.model, f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {len(grp.fitting)}"),
-                    [],
-                ).extend(d for d in grp.fitting if d in grp.available)
-            continue
-        fits = True
-        if len(grp.available) < n:
-            if grp.available:
-                dropped.setdefault(
-                    (grp.model, f"gang of {n}: only {len(grp.available)} device(s) free now on {grp.host}"), []
-                ).extend(grp.available)
-            continue
+    for grp in ready:
         devs, nvlink, why = _choose_set(grp.available, n)
         if grp.model not in step_cache:
             step = None
@@ -170,14 +198,7 @@ def place(
                 nvlink=nvlink,
             )
         )
-        free_min = min(d.memory_free_bytes for d in devs)
-        reasons = [
-            f"fits: needs {_gib(need)} <= {threshold:g} x {_gib(grp.fitting[0].memory_total_bytes)}; "
-            f"{_gib(free_min)} free now"
-        ]
-        if why:
-            reasons.append(why)
-        kept_reasons.append(reasons)
+        kept_reasons.append([why] if why else [])
 
     ctx = PolicyContext(
         preferred_devices=list(policy.preferred_devices),
@@ -191,15 +212,20 @@ def place(
     candidates: list[Candidate] = []
     for rank, i in enumerate(order[:MAX_KEPT_CANDIDATES]):
         o, s = options[i], scored[i]
-        reasons = list(kept_reasons[i]) + list(s.reasons)
+        free_min = min(d.memory_total_bytes - d.memory_used_bytes for d in groups[(o.host, o.model)].available
+                       if d.device_id in o.devices)
+        reasons = [
+            f"fits: needs {_gib(need)} <= {threshold:g} x {_gib(o.memory_total_bytes)}; {_gib(free_min)} free now",
+            *kept_reasons[i], *s.reasons,
+        ]
         if o.model in ctx.preferred_devices:
             reasons.append(f"preferred #{ctx.preferred_devices.index(o.model) + 1} in resource_policy.preferred_devices")
         if o.step_time_s is None:
             reasons.append("step time unknown: the catalog lacks a TFLOPS figure for this model")
         if o.cost_per_hour_usd is None:
             reasons.append("no list price in the catalog: cost not scored")
-        if rank == MAX_KEPT_CANDIDATES - 1 and len(order) > MAX_KEPT_CANDIDATES:
-            reasons.append(f"{len(order) - MAX_KEPT_CANDIDATES} more kept candidates not listed")
+        if rank == MAX_KEPT_CANDIDATES - 1 and total_ready > MAX_KEPT_CANDIDATES:
+            reasons.append(f"{total_ready - MAX_KEPT_CANDIDATES} more free device sets not listed")
         candidates.append(
             Candidate(
                 devices=list(o.devices), model=o.model, host=o.host, kept=True, score=round(s.score, 6),
@@ -253,7 +279,7 @@ def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, st
 def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n, gpu_cache) -> list[str]:
     models: dict[str, int] = {}
     for d in inventory.devices:
-        gpu = gpu_cache.get(d.model) or catalog.find(d.model)
+        gpu = catalog.find(d.model)
         name = gpu.name if gpu else d.model
         if (d.vendor or (gpu.vendor if gpu else "nvidia")) not in allowed:
             continue

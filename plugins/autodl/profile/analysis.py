@@ -399,7 +399,8 @@ def count_params(obj: Any, seen: set | None = None) -> tuple[int, int]:
             p = zoo.params(name, obj.args)
             if p is None:
                 raise L.Unsupported(f"paddle.vision.models.{name} is not in the zoo table")
-            return p, 0
+            nt = zoo.non_trainable(name)
+            return p - nt, nt
         if obj.type in ("TransformerEncoder", "TransformerDecoder"):
             t = nt = 0
             for _, v in obj.children:

@@ -146,22 +146,21 @@ def _storage(t: Tensor) -> Tensor:
     return t
 
 
-def simulate_peak(trace: Trace, output: Tensor | None = None) -> int:
+def simulate_peak(trace: Trace, held: list[Tensor] | None = None) -> int:
     """Peak bytes of activations and activation gradients during one training step.
 
     Excludes parameters, their persistent ``.grad`` buffers and optimizer state (model states),
     includes the model inputs, every tensor kept for backward, and backward's transient buffers.
 
     :param trace: the forward trace.
-    :param output: the tensor the loss is computed from (kept alive by the caller); default the
-        last op's first output.
+    :param held: tensors the caller keeps referenced (the logits ``out`` of ``loss = f(out, y)``);
+        the loss is the last op's first output and seeds backward.
     :returns: bytes.
     """
     ops = trace.ops
     if not ops:
         return sum(t.nbytes for t in trace.inputs)
-    if output is None:
-        output = ops[-1].outputs[0]
+    output = ops[-1].outputs[0]
     # reference counts of storages kept for backward
     keep: dict[int, int] = {}
     size: dict[int, int] = {}
@@ -174,6 +173,8 @@ def simulate_peak(trace: Trace, output: Tensor | None = None) -> int:
     for t in trace.inputs:
         hold(t)
     hold(output)
+    for t in held or []:
+        hold(t)
     peak = 0
     extras = 0
     for op in ops:

@@ -56,14 +56,14 @@ def params(name: str, kwargs: dict[str, Any]) -> int | None:
     """Exact parameter count of ``paddle.vision.models.<name>(**kwargs)``, or None when not tabulated.
 
     ``num_classes`` changes the classifier: ``in * n + n`` instead of ``in * 1000 + 1000``;
-    ``num_classes <= 0`` or ``with_pool=False`` on ResNets drops it.
+    ``num_classes <= 0`` drops it (``paddle/vision/models/resnet.py``: ``if num_classes > 0: self.fc = ...``).
     """
     m = MEASURED.get(name)
     if m is None:
         return None
     total = m["params"]
     n = kwargs.get("num_classes", 1000)
-    if not isinstance(n, int):
+    if not isinstance(n, int) or isinstance(n, bool):
         n = 1000
     fin = CLASSIFIER_IN[name]
     head = fin * 1000 + 1000
@@ -101,8 +101,10 @@ def forward(tr: Trace, layer: Any, x: Any) -> Tensor:
                  param_bytes=0, flops=flops, layer=layer.name or name)
 
 
-def zoo_param_fn(name: str) -> int:
-    return MEASURED.get(name, {}).get("params", 0)
+def non_trainable(name: str) -> int:
+    """Batch-norm running statistics (registered as parameters with ``stop_gradient=True``)."""
+    m = MEASURED.get(name)
+    return m["params"] - m["trainable"] if m else 0
 
 
 __all__ = ["is_zoo", "params", "act_bytes_per_sample", "forward", "CLASSIFIER_IN", "GMACS", "MEASURED", "math"]

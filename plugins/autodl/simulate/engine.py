@@ -28,6 +28,10 @@ OOM_DETECT_S = 60.0
 reached (assumption; a training OOM surfaces in the first iteration or the first evaluation)."""
 
 
+WARMUP_FRACTION = 0.2
+"""Share of a slice's first jobs left out of ``avg_jct_after_warmup_s``."""
+
+
 @dataclass
 class SimOptions:
     """Knobs of one replay.
@@ -54,6 +58,10 @@ class SimResult:
     """What one replay measured. Times in seconds; utilizations 0..1.
 
     ``gpu_utilization`` = busy GPU-seconds (failed attempts included) / (pool GPUs x makespan);
+    ``gpu_utilization_submit_window`` = the same between the first and the last submit (the
+    makespan's tail, one long job draining, dilutes the first);
+    ``avg_jct_after_warmup_s`` = mean JCT of the jobs after the slice's first
+    :data:`WARMUP_FRACTION` (the rl_based bandit learns during those);
     ``memory_utilization`` = per-device true peak x devices, integrated over time, over the memory
     of the devices handed out, integrated over time (how much of what was allocated was used).
     """
@@ -67,8 +75,10 @@ class SimResult:
     avg_jct_s: float
     p99_jct_s: float
     avg_queue_s: float
+    avg_jct_after_warmup_s: float
     makespan_s: float
     gpu_utilization: float
+    gpu_utilization_submit_window: float
     memory_utilization: float
     oom_failures: int
     decisions: int
@@ -221,7 +231,8 @@ def simulate(
 
     busy = 0
     used_mem = alloc_mem = 0.0
-    busy_s = used_mem_s = alloc_mem_s = 0.0
+    busy_s = used_mem_s = alloc_mem_s = busy_win_s = 0.0
+    last_submit = jobs[-1].submit_s if jobs else 0.0
     last_t = jobs[0].submit_s if jobs else 0.0
     timeline: list[tuple[float, int]] = [(last_t, 0)]
     oom_pending: dict[int, bool] = {}
@@ -291,6 +302,8 @@ def simulate(
         t_now = events[0][0]
         dt = t_now - last_t
         if dt > 0:
+            if last_t < last_submit:
+                busy_win_s += busy * (min(t_now, last_submit) - last_t)
             busy_s += busy * dt
             used_mem_s += used_mem * dt
             alloc_mem_s += alloc_mem * dt
@@ -330,6 +343,7 @@ def simulate(
     done = [i for i in range(n_jobs) if not math.isnan(finish[i])]
     jcts = sorted(finish[i] - jobs[i].submit_s for i in done)
     t_first = jobs[0].submit_s if jobs else 0.0
+    warm = [finish[i] - jobs[i].submit_s for i in done if i >= int(WARMUP_FRACTION * n_jobs)]
     makespan = (max(finish[i] for i in done) - t_first) if done else 0.0
     lat_sorted = sorted(latencies)
     return SimResult(
@@ -341,9 +355,13 @@ def simulate(
         rejected=rejected,
         avg_jct_s=sum(jcts) / len(jcts) if jcts else 0.0,
         p99_jct_s=_quantile(jcts, 0.99),
+        avg_jct_after_warmup_s=sum(warm) / len(warm) if warm else 0.0,
         avg_queue_s=sum(waited[i] for i in done) / len(done) if done else 0.0,
         makespan_s=makespan,
         gpu_utilization=busy_s / (total_gpus * makespan) if makespan else 0.0,
+        gpu_utilization_submit_window=(
+            busy_win_s / (total_gpus * (last_submit - t_first)) if last_submit > t_first else 0.0
+        ),
         memory_utilization=used_mem_s / alloc_mem_s if alloc_mem_s else 0.0,
         oom_failures=ooms,
         decisions=decisions,
@@ -371,11 +389,12 @@ def _bin_timeline(steps: list[tuple[float, int]], t0: float, t1: float, gpus: in
     acc = [0.0] * points
     for (ta, busy), (tb, _) in zip(steps, steps[1:] + [(t1, 0)]):
         ta, tb = max(ta, t0), min(tb, t1)
-        while ta < tb:
-            b = min(points - 1, int((ta - t0) / width))
-            edge = min(tb, t0 + (b + 1) * width)
-            if edge <= ta:
-                edge = tb
-            acc[b] += busy * (edge - ta)
-            ta = edge
+        if tb <= ta or not busy:
+            continue
+        b0 = min(points - 1, int((ta - t0) / width))
+        b1 = min(points - 1, int((tb - t0) / width))
+        for b in range(b0, b1 + 1):
+            lo, hi = max(ta, t0 + b * width), min(tb, t0 + (b + 1) * width)
+            if hi > lo:
+                acc[b] += busy * (hi - lo)
     return [(i * width, acc[i] / (width * gpus)) for i in range(points)]

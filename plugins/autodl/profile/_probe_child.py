@@ -1,0 +1,122 @@
+"""Probe child: build only the model from a filtered script, run a few CPU training steps, print the allocator peak.
+
+Run by :mod:`autodl.profile.probe` as ``python _probe_child.py CONFIG.json`` inside the sandbox. It imports
+nothing from autodl. The last stdout line is ``AUTODL_PROBE {json}``.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+
+def emit(obj):
+    sys.stdout.write("AUTODL_PROBE " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    t0 = time.time()
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    import paddle
+    import paddle.nn.functional as F
+    from paddle.base import core
+
+    paddle.set_device("cpu")
+    paddle.seed(0)
+    ns = {"__name__": "__autodl_probe__", "__file__": cfg["script"]}
+
+    class _Args:
+        def __init__(self, d):
+            self.__dict__.update(d)
+
+    ns["__autodl_args__"] = _Args(cfg.get("argparse") or {})
+    try:
+        code = compile(cfg["source"], cfg["script"], "exec")
+        exec(code, ns)
+    except Exception as exc:
+        emit({"ok": False, "stage": "definitions", "error": f"{type(exc).__name__}: {exc}"})
+        return
+    try:
+        model = eval(compile(cfg["model_expr"], cfg["script"] + ":model", "eval"), ns)
+    except Exception as exc:
+        emit({"ok": False, "stage": "model", "error": f"{type(exc).__name__}: {exc}",
+              "trace": traceback.format_exc()[-1500:]})
+        return
+    if isinstance(model, (tuple, list)):
+        model = model[0]
+    if not isinstance(model, paddle.nn.Layer):
+        emit({"ok": False, "stage": "model", "error": f"the model expression gave {type(model).__name__}, not a paddle.nn.Layer"})
+        return
+    params = sum(int(p.numel()) for p in model.parameters())
+    trainable = sum(int(p.numel()) for p in model.parameters() if not p.stop_gradient)
+    model.train()
+
+    # name each sublayer; a pre-hook keeps the stack of layers being run, for shape errors
+    stack = []
+    names = {}
+    for n, sub in model.named_sublayers(include_self=True):
+        names[id(sub)] = n or type(model).__name__
+        def pre(layer, inputs):
+            shapes = [list(t.shape) for t in inputs if isinstance(t, paddle.Tensor)]
+            stack.append((names.get(id(layer)), type(layer).__name__, shapes, layer))
+        def post(layer, inputs, output):
+            if stack:
+                stack.pop()
+        sub.register_forward_pre_hook(pre)
+        sub.register_forward_post_hook(post)
+
+    opt_name = cfg.get("optimizer") or "Adam"
+    opt_cls = getattr(paddle.optimizer, opt_name, paddle.optimizer.Adam)
+    try:
+        opt = opt_cls(learning_rate=1e-3, parameters=model.parameters())
+    except TypeError:
+        opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
+
+    shape, dtype, vocab = cfg["input_shape"], cfg["input_dtype"], int(cfg.get("vocab") or 2)
+    ce = bool(cfg.get("cross_entropy"))
+
+    def step(b):
+        if dtype == "int64":
+            x = paddle.randint(0, vocab, [b, *shape], dtype="int64")
+        else:
+            x = paddle.randn([b, *shape])
+        out = model(x)
+        while isinstance(out, (tuple, list)):
+            out = out[0]
+        if ce and out.ndim >= 2:
+            y = paddle.randint(0, int(out.shape[-1]), out.shape[:-1] + [1])
+            loss = F.cross_entropy(out, y)
+        else:
+            loss = out.astype("float32").mean()
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+
+    peaks = {}
+    try:
+        for b in cfg["batches"]:
+            step(b)
+            core.host_memory_stat_reset_peak_value("Allocated", 0)
+            step(b)
+            peaks[b] = int(core.host_memory_stat_peak_value("Allocated", 0))
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()
+        short = next((l for l in msg if "InvalidArgument" in l or "mismatch" in l.lower() or "shape" in l.lower()),
+                     msg[0] if msg else type(exc).__name__)
+        info = None
+        if stack:
+            name, typ, shapes, layer = stack[-1]
+            wshape = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:1]
+            info = {"layer": name, "type": typ, "input_shapes": shapes, "weight_shape": wshape[0] if wshape else None}
+        emit({"ok": False, "stage": "step", "error": f"{type(exc).__name__}: {short[:400]}", "layer": info,
+              "params": params, "trainable": trainable})
+        return
+    emit({"ok": True, "params": params, "trainable": trainable, "peaks": peaks, "seconds": time.time() - t0})
+
+
+if __name__ == "__main__":
+    main()

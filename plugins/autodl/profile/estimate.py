@@ -1,0 +1,119 @@
+"""The peak-memory formula: model states + activations + workspace, per device, with the source of each term.
+
+peak = weights + gradients + optimizer state + activations + workspace
+
+* weights: every registered parameter (batch-norm running statistics included) x 4 bytes (fp32);
+  under AMP O2 the trainable ones are fp16 (2 bytes) and an fp32 master copy joins the optimizer state
+  (Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.1; ``paddle.amp.decorate(level='O2')``).
+* gradients: one per trainable parameter, same width as the weight (Paddle keeps ``.grad`` allocated
+  across steps: ``clear_grad(set_to_zero=True)`` is the default).
+* optimizer state: ``OPTIMIZER_STATE_SLOTS`` fp32 tensors per trainable parameter (ZeRO paper,
+  Rajbhandari et al. 2020, sec. 3.1, counts 2 for Adam) plus Adam's two 1-element beta-power
+  accumulators per parameter tensor (ignored: < 1 KiB per tensor).
+* activations: the replay of :func:`autodl.profile.trace.simulate_peak`, or the probe's measurement;
+  AMP scales it by :data:`AMP_ACTIVATION_FACTOR`.
+* workspace: named terms, the GPU-only ones (:data:`GPU_TERMS`) plus the batch-independent part of
+  backward's transient buffers.
+"""
+
+from __future__ import annotations
+
+from autodl.profile.analysis import OPTIMIZER_STATE_SLOTS
+from autodl.types import MemoryBreakdown
+
+MIB = 1 << 20
+
+CUDA_CONTEXT_BYTES = 512 * MIB
+"""CUDA context + Paddle's kernel images per process. Assumption: NVML shows 300-600 MiB for an idle
+framework process on V100/A100 (lazy module loading, CUDA >= 11.7, cuts it; NVIDIA CUDA C++ Programming
+Guide, "Lazy Loading"); 512 MiB is the planning figure until records calibrate it."""
+
+CUDNN_WORKSPACE_BYTES = 512 * MIB
+"""Upper bound of the cuDNN convolution workspace Paddle will request: ``FLAGS_conv_workspace_size_limit``
+defaults to 512 (MB) (``paddle/phi/core/flags.cc``). Only for models with convolutions."""
+
+CUBLAS_WORKSPACE_BYTES = 32 * MIB
+"""cuBLAS workspace per handle: 32 MiB on Hopper, 4 MiB before (cuBLAS documentation,
+``cublasSetWorkspace``); the larger figure is used for every device model."""
+
+ALLOCATOR_SLACK = 0.05
+"""Fraction of the tensor peak lost to rounding and fragmentation in Paddle's ``auto_growth`` GPU
+allocator (``FLAGS_allocator_strategy``; 256-byte alignment, chunk splitting). Assumption to be
+calibrated from run records (estimated vs NVML peak)."""
+
+AMP_ACTIVATION_FACTOR = {None: 1.0, "O1": 0.6, "O2": 0.5}
+"""Activation bytes under AMP relative to fp32. O2 stores activations in fp16 (factor 0.5); O1 casts only
+the white-list ops (matmul, conv) to fp16 and keeps black-list ops (softmax, norms, losses) in fp32 plus
+cast copies (``paddle/amp/amp_lists.py``), assumed 0.6. Not validated on CPU (AMP needs a GPU)."""
+
+RECOMPUTE_FACTOR = 0.35
+"""Activations kept under full-layer recompute relative to none: only segment boundaries survive
+(Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", O(sqrt(n)) segments); assumption."""
+
+TRAINING_FLOPS_FACTOR = 3.0
+"""Training FLOPs = 3 x forward FLOPs: backward costs twice the forward for matmul/conv (gradients w.r.t.
+inputs and weights), Kaplan et al. 2020, "Scaling Laws for Neural Language Models", sec. 2.1 (C = 6N
+per token vs 2N forward)."""
+
+
+def model_states(params: int, trainable: int, optimizer: str | None, amp: str | None) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) bytes.
+
+    :param params: all registered parameter elements (trainable + buffers such as BN statistics).
+    :param trainable: trainable elements.
+    :param optimizer: ``paddle.optimizer`` class name; None is treated as Adam (the common default,
+        and the costliest of the usual choices).
+    :param amp: None, 'O1' or 'O2'.
+    """
+    slots = OPTIMIZER_STATE_SLOTS.get(optimizer or "Adam", 2)
+    frozen = params - trainable
+    if amp == "O2":
+        weights = 2 * trainable + 4 * frozen
+        grads = 2 * trainable
+        opt = 4 * trainable * slots + 4 * trainable  # moments + fp32 master weights
+    else:
+        weights = 4 * params
+        grads = 4 * trainable
+        opt = 4 * trainable * slots
+    return weights, grads, opt
+
+
+def gpu_terms(tensor_peak: int, has_conv: bool) -> dict[str, int]:
+    """GPU-only workspace terms in bytes (see the module constants for their sources)."""
+    terms = {
+        "cuda_context": CUDA_CONTEXT_BYTES,
+        "cublas_workspace": CUBLAS_WORKSPACE_BYTES,
+        "allocator_slack": int(ALLOCATOR_SLACK * tensor_peak),
+    }
+    if has_conv:
+        terms["cudnn_workspace"] = CUDNN_WORKSPACE_BYTES
+    return terms
+
+
+GPU_ONLY_TERMS = ("cuda_context", "cublas_workspace", "allocator_slack", "cudnn_workspace")
+
+
+def breakdown(
+    params: int,
+    trainable: int,
+    optimizer: str | None,
+    amp: str | None,
+    activations: int,
+    fixed_transient: int,
+    has_conv: bool,
+) -> tuple[MemoryBreakdown, dict[str, int], int]:
+    """Assemble the per-device breakdown.
+
+    :param activations: batch-proportional activation bytes at the run's batch size (fp32).
+    :param fixed_transient: batch-independent transient bytes of backward (parameter-gradient buffers
+        before accumulation, kernel scratch), measured or simulated.
+    :returns: (breakdown, workspace terms, tensor peak bytes), all in bytes.
+    """
+    w, g, o = model_states(params, trainable, optimizer, amp)
+    act = int(activations * AMP_ACTIVATION_FACTOR.get(amp, 1.0))
+    tensor_peak = w + g + o + act + max(0, fixed_transient)
+    terms = {"backward_transient": max(0, int(fixed_transient))}
+    terms.update(gpu_terms(tensor_peak, has_conv))
+    b = MemoryBreakdown(weights_bytes=w, gradients_bytes=g, optimizer_state_bytes=o, activations_bytes=act,
+                        workspace_bytes=sum(terms.values()))
+    return b, terms, tensor_peak

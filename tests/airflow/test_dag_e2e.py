@@ -1,0 +1,97 @@
+"""End to end: the example DAG run in-process by Airflow (dag.test) with real Paddle training on tiny data."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from autodl.ledger import Ledger
+from autodl.records import RecordStore
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP = "train_simple_cnn"
+STEPS = ["profile", "wait_for_pool", "select_device", "launch", "collect_metrics", "release_and_record"]
+
+
+def load_example_dag():
+    spec = importlib.util.spec_from_file_location("autodl_example_dag", REPO / "dags" / "autodl_train_simple_cnn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def run(dag, conf):
+    from airflow.utils.session import create_session
+
+    dr = dag.test(run_conf=conf)
+    with create_session() as session:
+        tis = dr.get_task_instances(session=session) if hasattr(dr, "get_task_instances") else []
+        states = {ti.task_id.split(".", 1)[1]: str(ti.state) for ti in tis}
+    return dr, states
+
+
+def test_dag_has_the_six_steps_in_order():
+    dag = load_example_dag()
+    ids = [f"{GROUP}.{s}" for s in STEPS]
+    assert sorted(dag.task_ids) == sorted(ids)
+    for before, after in zip(ids, ids[1:]):
+        assert before in dag.get_task(after).upstream_task_ids
+    release = dag.get_task(ids[-1])
+    assert str(release.trigger_rule) in ("all_done", "TriggerRule.ALL_DONE")
+    assert set(ids[:-1]) <= release.upstream_task_ids
+    assert dag.get_task(ids[1]).mode == "reschedule"
+
+
+def test_example_dag_trains_for_real_and_records(airflow_db, autodl_home):
+    dag = load_example_dag()
+    dr, states = run(dag, {"spec": str(REPO / "include/specs/simple_cnn.yaml"),
+                           "script": str(REPO / "include/scripts/simple_cnn.py"), "pool": "auto"})
+    assert states == {s: "success" for s in STEPS}, states
+    assert Ledger().leases() == []
+    records = RecordStore().list()
+    assert len(records) == 1
+    rec = records[0]
+    assert rec.outcome == "succeeded" and rec.metrics["exit_code"] == 0
+    assert rec.dag_id == "autodl_train_simple_cnn" and rec.run_id == dr.run_id
+    # No driver here: the demo pool is declared and the policy's pick for the CNN spec is the A100 at index 0.
+    assert rec.declared_pool is True
+    assert rec.device_model == "A100-SXM4-40GB"
+    assert rec.placement["devices"] == ["GPU-demo0000-a100-0000-0000-000000000000"]
+    assert rec.estimated_peak_bytes > 0 and rec.actual_peak_bytes > 0
+    log = Path(rec.launch["log_path"]).read_text()
+    assert "done: 1 epoch(s)" in log and "on cpu" in log.lower()
+
+
+def test_failing_training_is_recorded_failed_and_lease_freed(airflow_db, autodl_home, tmp_path):
+    script = tmp_path / "broken_train.py"
+    script.write_text(
+        "import paddle\nimport paddle.nn as nn\n\n"
+        "class Net(nn.Layer):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8, 2)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n\n"
+        "BATCH_SIZE = 4\n\nif __name__ == '__main__':\n    print('about to fail', flush=True)\n    raise SystemExit(3)\n"
+    )
+    dag = load_example_dag()
+    _dr, states = run(dag, {"spec": str(REPO / "include/specs/simple_cnn.yaml"), "script": str(script), "pool": "auto"})
+    assert states["collect_metrics"] == "failed"
+    assert states["release_and_record"] == "success"
+    assert Ledger().leases() == []
+    rec = RecordStore().list()[0]
+    assert rec.outcome == "failed" and rec.metrics["exit_code"] == 3
+    assert "exit code 3" in (rec.error or "")
+
+
+def test_model_that_fits_nowhere_fails_fast_without_lease(airflow_db, autodl_home, tmp_path):
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(f"task:\n  script: {REPO / 'include/scripts/simple_cnn.py'}\n  batch_size_per_gpu: 100000000\n")
+    dag = load_example_dag()
+    _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
+    assert states["profile"] == "failed"
+    assert states["release_and_record"] == "success"
+    assert Ledger().leases() == []
+    rec = RecordStore().list()[0]
+    assert rec.outcome == "not_started"
+    assert "no device in the pool" in rec.error and "largest device" in rec.error
