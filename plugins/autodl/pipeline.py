@@ -379,7 +379,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
     error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
     if outcome == "failed" and not error and exit_code is not None:
-        error = f"training exited with code {exit_code}"
+        error = f"training failed with exit code {exit_code}"
     record = RunRecord(
         run_key=ctx.run_key, dag_id=ctx.dag_id, run_id=ctx.run_id,
         script=(profile_out or {}).get("script") or str(script or ""),

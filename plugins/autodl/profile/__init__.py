@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autodl.catalog import Catalog, GPUModel, load_catalog
 from autodl.errors import ProfileError
-from autodl.profile import estimate as E
+from autodl.profile import memory as E
 from autodl.profile import layers as L
 from autodl.profile.advice import advice
 from autodl.profile.analysis import ScriptFacts, scan

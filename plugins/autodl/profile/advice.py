@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autodl.catalog import GPUModel
-from autodl.profile import estimate as E
+from autodl.profile import memory as E
 from autodl.types import ResourceProfile
 
 

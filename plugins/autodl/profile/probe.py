@@ -1,0 +1,260 @@
+"""The probe: build only the model in a sandboxed subprocess, run CPU training steps at small batches, extrapolate.
+
+What runs: the script's imports, module constants, function and class definitions, and the model
+construction expression, nothing else (top-level calls, loops, ``if __name__ == "__main__":`` are
+filtered out of the syntax tree before anything executes). Where it runs: a fresh Python process with
+
+* a wall-clock timeout (:data:`PROBE_TIMEOUT_S`, env ``AUTODL_PROBE_TIMEOUT_S``), its whole process
+  group killed on expiry;
+* an address-space limit (``RLIMIT_AS``, :data:`PROBE_ADDRESS_SPACE_BYTES`, env ``AUTODL_PROBE_MEMORY_BYTES``);
+* no network: a new network namespace via ``unshare -n`` (root) or ``unshare -rn`` (unprivileged user
+  namespaces). Where neither works (e.g. a container without CAP_SYS_ADMIN) the probe still runs, with
+  the network reachable, and the profile gets an ``info`` finding saying so;
+* ``CUDA_VISIBLE_DEVICES=""``, an empty temporary working directory and ``HOME``.
+
+What it measures: Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``)
+of one full training step (forward, backward, ``opt.step()``, ``clear_grad()``) after a warm-up step,
+at two batch sizes b1 < b2. Memory is linear in the batch at fixed sequence length (every activation
+has a batch dimension; attention's seq^2 term is per sample), so
+``peak(B) = peak(b1) + (B - b1) * (peak(b2) - peak(b1)) / (b2 - b1)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from autodl.profile import memory as E
+from autodl.profile.analysis import ScriptFacts, contains
+from autodl.profile.interp import ArgsNS, LayerObj, UserObj
+from autodl.types import Finding
+
+PROBE_TIMEOUT_S = 120.0
+"""Seconds the probe may run, including Paddle's import (~5 s on a 2-core host)."""
+
+PROBE_ADDRESS_SPACE_BYTES = 8 << 30
+"""RLIMIT_AS of the probe: 8 GiB. Importing Paddle 3.3 (CPU) peaks at ~0.75 GiB of address space
+(measured, VmPeak); small-batch steps of the benchmark models stay well under 2 GiB."""
+
+CHILD = Path(__file__).with_name("_probe_child.py")
+
+
+@dataclass
+class ProbeResult:
+    """What the probe measured (bytes, seconds) or why it could not."""
+
+    ok: bool
+    seconds: float
+    params: int = 0
+    trainable: int = 0
+    peaks: dict[int, int] = field(default_factory=dict)
+    batch_sizes: list[int] = field(default_factory=list)
+    act_bytes_per_sample: int = 0
+    fixed_transient_bytes: int = 0
+    tensor_peak_bytes: int = 0
+    forward_flops_per_sample: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+
+@lru_cache(maxsize=1)
+def network_isolation() -> list[str] | None:
+    """The command prefix that starts a process without network, or None when unavailable."""
+    exe = shutil.which("unshare")
+    if not exe:
+        return None
+    for flags in (["-n"], ["-rn"]):
+        try:
+            r = subprocess.run([exe, *flags, "true"], capture_output=True, timeout=10)
+            if r.returncode == 0:
+                return [exe, *flags]
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return None
+
+
+def _literal(v: Any) -> bool:
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_literal(x) for x in v)
+    return False
+
+
+def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
+    """The filtered module source and the model construction expression.
+
+    Kept: imports (module-level and inside functions), class and function definitions, and module
+    constants whose value calls nothing. Dropped: every other top-level statement.
+
+    :raises ValueError: when no model construction was found.
+    """
+    site = facts.model_site
+    if site is None:
+        raise ValueError("no model construction (a paddle.nn.Layer subclass, nn.Sequential or "
+                         "paddle.vision.models call) was found")
+    keep: list[ast.stmt] = []
+    seen_imports: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            key = ast.unparse(node)
+            if key not in seen_imports:
+                seen_imports.add(key)
+                keep.append(node)
+    keep.append(ast.parse("args = __autodl_args__").body[0])
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            keep.append(stmt)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and \
+                facts.interp._only_safe(stmt.value) and "parse_args" not in ast.unparse(stmt.value):
+            keep.append(stmt)
+    module = ast.Module(body=keep, type_ignores=[])
+    source = ast.unparse(ast.fix_missing_locations(module))
+    # the construction call, with arguments the static pass could evaluate written as literals
+    from autodl.profile.analysis import function_env
+
+    env = function_env(facts.interp, site.func, site.node.lineno, {})
+    call = site.node
+    parts = []
+    for a in call.args:
+        v = facts.interp.eval(a, env)
+        parts.append(repr(v) if _literal(v) else ast.unparse(a))
+    for kw in call.keywords:
+        v = facts.interp.eval(kw.value, env)
+        text = repr(v) if _literal(v) else ast.unparse(kw.value)
+        parts.append(f"**{text}" if kw.arg is None else f"{kw.arg}={text}")
+    expr = f"{ast.unparse(call.func)}({', '.join(parts)})"
+    return source, expr
+
+
+def _limits(address_space: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def run_probe(
+    script: Path,
+    facts: ScriptFacts,
+    *,
+    batch: int,
+    input_shape: list[int] | None,
+    seq_len: int | None,
+    timeout_s: float | None = None,
+) -> ProbeResult:
+    """Probe the model of ``script`` and extrapolate its tensor peak to ``batch``.
+
+    :param script: the training script (for messages and ``__file__``).
+    :param facts: the static analysis of the script (model construction, optimizer, loss).
+    :param batch: the run's per-device batch size.
+    :param input_shape: per-sample input shape (from spec or script), or None to infer.
+    :param seq_len: sequence length for token models.
+    :param timeout_s: seconds; default ``$AUTODL_PROBE_TIMEOUT_S`` or :data:`PROBE_TIMEOUT_S`.
+    :returns: the result; failures come back as findings (``probe-timeout``, ``probe-failed``,
+        ``shape-mismatch``), never as exceptions.
+    """
+    t0 = time.monotonic()
+    timeout = float(timeout_s or os.environ.get("AUTODL_PROBE_TIMEOUT_S") or PROBE_TIMEOUT_S)
+    limit = int(os.environ.get("AUTODL_PROBE_MEMORY_BYTES") or PROBE_ADDRESS_SPACE_BYTES)
+    res = ProbeResult(ok=False, seconds=0.0)
+
+    def fail(code: str, msg: str, severity: str = "warning", line: int | None = None) -> ProbeResult:
+        res.findings.append(Finding(severity=severity, code=code, message=msg, line=line))
+        res.seconds = round(time.monotonic() - t0, 3)
+        return res
+
+    tree = facts.interp.tree
+    try:
+        source, expr = probe_program(tree, facts)
+    except ValueError as exc:
+        return fail("probe-skipped", f"probe not run: {exc}.", "info")
+    from autodl.profile.static import model_input
+    from autodl.profile import layers as L
+
+    try:
+        shape, dtype, _ = model_input(facts, facts.model, input_shape, seq_len)
+    except L.Unsupported as exc:
+        return fail("probe-skipped", f"probe not run: {exc}.", "info")
+    emb = contains(facts.model, ("Embedding",)) if facts.model is not None else None
+    vocab = int(emb.args["num_embeddings"]) if emb is not None else 2
+    b1 = 1 if batch < 2 else 2
+    b2 = 2 * b1
+    argp = {k: v for k, v in facts.interp.argparse.items() if _literal(v)}
+    cfg = {"script": str(script), "source": source, "model_expr": expr, "argparse": argp,
+           "optimizer": facts.optimizer, "input_shape": shape, "input_dtype": dtype, "vocab": vocab,
+           "cross_entropy": facts.uses_cross_entropy, "batches": [b1, b2]}
+    prefix = network_isolation()
+    with tempfile.TemporaryDirectory(prefix="autodl-probe-") as tmp:
+        cfg_path = Path(tmp) / "probe.json"
+        cfg_path.write_text(json.dumps(cfg))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "CUDA_VISIBLE_DEVICES": "",
+               "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+               "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
+        cmd = [*(prefix or []), sys.executable, str(CHILD), str(cfg_path)]
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_limits(limit), start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            return fail("probe-timeout",
+                        f"{script}: the probe (building the model at line {facts.model_line} and running CPU steps at "
+                        f"batch {b1} and {b2}) did not finish within {timeout:.0f} s and was killed; the estimate is "
+                        "static. Check the model's __init__/forward for loops or downloads, or raise "
+                        "AUTODL_PROBE_TIMEOUT_S.", line=facts.model_line)
+    if prefix is None:
+        res.findings.append(Finding(severity="info", code="probe-network",
+                                    message="no network namespace available (unshare -n failed); the probe ran with "
+                                            "network access."))
+    lines = [l for l in out.splitlines() if l.startswith("AUTODL_PROBE ")]
+    if not lines:
+        tail = (err or "").strip().splitlines()[-3:]
+        why = "; ".join(tail) or f"exit code {proc.returncode}"
+        if proc.returncode and proc.returncode < 0:
+            why = f"killed by signal {-proc.returncode}"
+        if "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
+            why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
+        return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is static.")
+    data = json.loads(lines[-1][len("AUTODL_PROBE "):])
+    if not data.get("ok"):
+        layer = data.get("layer")
+        if data.get("stage") == "step" and layer:
+            from autodl.profile.static import layer_line
+            line = layer_line(facts.model, layer.get("layer")) if facts.model is not None else None
+            shapes = layer.get("input_shapes")
+            msg = (f"layer '{layer['layer']}' ({layer['type']}) cannot take its input: input shape "
+                   f"{shapes[0] if shapes else '?'}, weight shape {layer.get('weight_shape')}; Paddle said: "
+                   f"{data['error']}. Fix the layer's size or the reshape before it.")
+            return fail("shape-mismatch", msg, "error", line=line or facts.model_line)
+        return fail("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
+                                    f"({data.get('error')}); the estimate is static.", line=facts.model_line)
+    peaks = {int(k): int(v) for k, v in data["peaks"].items()}
+    res.ok = True
+    res.params, res.trainable = int(data["params"]), int(data["trainable"])
+    res.peaks, res.batch_sizes = peaks, [b1, b2]
+    slope = max(0, (peaks[b2] - peaks[b1]) // (b2 - b1))
+    res.act_bytes_per_sample = slope
+    w, g, o = E.model_states(res.params, res.trainable, facts.optimizer, None)
+    res.tensor_peak_bytes = peaks[b1] + (batch - b1) * slope
+    res.fixed_transient_bytes = max(0, peaks[b1] - b1 * slope - (w + g + o))
+    res.seconds = round(time.monotonic() - t0, 3)
+    return res
+
+
+__all__ = ["run_probe", "ProbeResult", "probe_program", "network_isolation", "ArgsNS", "LayerObj", "UserObj"]

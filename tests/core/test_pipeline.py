@@ -1,0 +1,132 @@
+"""The six steps as plain functions (no Airflow): retries, races, failures, records."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from autodl import pipeline
+from autodl.errors import LaunchError, LeaseError, NoFitError
+from autodl.ledger import Ledger
+from autodl.records import RecordStore
+from autodl.types import MemoryBreakdown, ResourceProfile
+
+A100 = "GPU-demo0000-a100-0000-0000-000000000000"
+V100 = "GPU-demo0001-v100-0000-0000-000000000000"
+RTX = "GPU-demo0002-3090-0000-0000-000000000000"
+
+
+def profile_out(tmp_path, peak_gib=1.0, body="print('hi')\n", num_gpus=1):
+    script = tmp_path / "train.py"
+    script.write_text(body)
+    act = int(peak_gib * 2**30) - 3000
+    b = MemoryBreakdown(weights_bytes=1000, gradients_bytes=1000, optimizer_state_bytes=1000, activations_bytes=act)
+    p = ResourceProfile(script=str(script), params=250, peak_memory_bytes=b.total_bytes, breakdown=b,
+                        flops_per_step=1e9, batch_size=8, activation_bytes_per_sample=act // 8, num_gpus=num_gpus)
+    return {"profile": p.to_json(), "spec_path": None, "script": str(script)}
+
+
+def ctx(key="dag.group.run1"):
+    return pipeline.RunContext(run_key=key, dag_id="dag", run_id="run1", task_id="t", try_number=1)
+
+
+def test_select_books_and_a_retry_reuses_the_lease(tmp_path):
+    out = profile_out(tmp_path)
+    logs: list[str] = []
+    first = pipeline.step_select(ctx(), out, log=logs.append)
+    again = pipeline.step_select(ctx(), out, log=logs.append)
+    assert first["lease"]["lease_id"] == again["lease"]["lease_id"]
+    assert first["declared_pool"] is True
+    assert any("KEPT" in l for l in logs) and any("DROPPED" in l and "Ascend" in l for l in logs)
+    assert any("DECLARED" in l for l in logs)
+    assert len(Ledger().leases()) == 1
+
+
+def test_second_run_gets_another_device_and_third_waits(tmp_path):
+    out = profile_out(tmp_path)
+    chosen = {pipeline.step_select(ctx(f"run{i}"), out, log=lambda _l: None)["lease"]["device_ids"][0] for i in range(3)}
+    assert chosen == {A100, V100, RTX}
+    assert pipeline.step_wait(out, log=lambda _l: None) is False
+    with pytest.raises(LeaseError, match="busy"):
+        pipeline.step_select(ctx("run4"), out, log=lambda _l: None)
+    Ledger().release("run1")
+    assert pipeline.step_wait(out, log=lambda _l: None) is True
+
+
+def test_nothing_fits_is_refused_with_advice(tmp_path):
+    out = profile_out(tmp_path, peak_gib=200)
+    with pytest.raises(NoFitError) as exc:
+        pipeline.step_select(ctx(), out, log=lambda _l: None)
+    assert "200.00 GiB" in str(exc.value) and "largest device is A100-SXM4-40GB with 40.0 GiB" in str(exc.value)
+    with pytest.raises(NoFitError):
+        pipeline.step_wait(out)
+    assert Ledger().leases() == []
+
+
+def test_launch_collect_release_success(tmp_path):
+    out = profile_out(tmp_path, body="print('training', flush=True)\n")
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    assert handle["on_cpu"] is True and handle["visible_devices"] == ""
+    lines: list[str] = []
+    metrics = pipeline.step_collect(ctx(), handle, log=lines.append, interval_s=0.05)
+    assert metrics["exit_code"] == 0 and "[train] training" in lines
+    result = pipeline.step_release_and_record(ctx(), script=None, spec_path=None, profile_out=out, selection=sel,
+                                              handle_json=handle, metrics_json=metrics, log=lambda _l: None)
+    assert result["outcome"] == "succeeded" and result["lease_released"]
+    rec = RecordStore().get(ctx().run_key)
+    assert rec.device_model == "A100-SXM4-40GB" and rec.declared_pool and rec.estimated_peak_bytes == 2**30
+    # release is idempotent
+    again = pipeline.step_release_and_record(ctx(), script=None, spec_path=None, profile_out=out, selection=sel,
+                                             handle_json=handle, metrics_json=metrics, log=lambda _l: None)
+    assert again["lease_released"] is False and RecordStore().get(ctx().run_key).outcome == "succeeded"
+
+
+def test_failed_training_keeps_metrics_for_the_record(tmp_path):
+    out = profile_out(tmp_path, body="import sys\nprint('boom', flush=True)\nsys.exit(5)\n")
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    with pytest.raises(LaunchError, match="exit code 5"):
+        pipeline.step_collect(ctx(), handle, log=lambda _l: None, interval_s=0.05)
+    # The collect task failed, so Airflow has no XCom from it: release reads the kept metrics.
+    result = pipeline.step_release_and_record(ctx(), script=None, spec_path=None, profile_out=out, selection=sel,
+                                              handle_json=handle, metrics_json=None, log=lambda _l: None)
+    assert result["outcome"] == "failed"
+    rec = RecordStore().get(ctx().run_key)
+    assert rec.metrics["exit_code"] == 5 and "exit code 5" in rec.error
+    assert Ledger().leases() == []
+
+
+def test_release_stops_a_training_still_running(tmp_path):
+    out = profile_out(tmp_path, body="import time\ntime.sleep(120)\n")
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    logs: list[str] = []
+    result = pipeline.step_release_and_record(ctx(), script=None, spec_path=None, profile_out=out, selection=sel,
+                                              handle_json=None, metrics_json=None, log=logs.append)
+    assert any("still running" in l for l in logs)
+    assert result["outcome"] == "failed" and Ledger().leases() == []
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
+
+
+def test_release_with_nothing_upstream_records_not_started(tmp_path):
+    pipeline.note_failure(ctx().run_key, "profile", "script.py:3: syntax error")
+    result = pipeline.step_release_and_record(ctx(), script="/s.py", spec_path=None, profile_out=None, selection=None,
+                                              handle_json=None, metrics_json=None, log=lambda _l: None)
+    assert result["outcome"] == "not_started" and not result["lease_released"]
+    assert "syntax error" in RecordStore().get(ctx().run_key).error
+
+
+def test_retried_launch_reattaches(tmp_path):
+    out = profile_out(tmp_path, body="import time\ntime.sleep(60)\n")
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    first = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    second = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    assert second["reattached"] and second["pid"] == first["pid"]
+    pipeline.step_release_and_record(ctx(), script=None, spec_path=None, profile_out=out, selection=sel,
+                                     handle_json=second, metrics_json=None, log=lambda _l: None)
