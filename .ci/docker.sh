@@ -28,15 +28,24 @@ _autodl_docker_setup() {
     if docker info >/dev/null 2>&1; then
         export AUTODL_DOCKER_READY=1; return 0
     fi
-    if ! pgrep -x dockerd >/dev/null 2>&1; then
-        echo "docker.sh: starting dockerd (log: $log)" >&2
-        # shellcheck disable=SC2086  # AUTODL_DOCKERD_ARGS is a list of flags
-        $sudo sh -c "nohup dockerd --bridge=none --iptables=false ${AUTODL_DOCKERD_ARGS:-} >>'$log' 2>&1 &"
-    fi
-    local i=0
-    while [ "$i" -lt "$wait_s" ]; do
-        if docker info >/dev/null 2>&1; then export AUTODL_DOCKER_READY=1; return 0; fi
-        sleep 1; i=$((i + 1))
+    local args="${AUTODL_DOCKERD_ARGS:-}"
+    local attempt
+    for attempt in 1 2; do
+        if ! pgrep -x dockerd >/dev/null 2>&1; then
+            echo "docker.sh: starting dockerd --bridge=none --iptables=false $args (log: $log)" >&2
+            $sudo sh -c "nohup dockerd --bridge=none --iptables=false $args >>'$log' 2>&1 &"
+        fi
+        local i=0
+        while [ "$i" -lt "$wait_s" ]; do
+            if docker info >/dev/null 2>&1; then export AUTODL_DOCKER_READY=1; return 0; fi
+            sleep 1; i=$((i + 1))
+            # dockerd gave up (typically: overlayfs not allowed inside this container): retry once with vfs
+            if ! pgrep -x dockerd >/dev/null 2>&1 && [ -z "$args" ] && [ "$attempt" = 1 ]; then
+                echo "docker.sh: dockerd exited; retrying with --storage-driver vfs" >&2
+                args="--storage-driver vfs"; continue 2
+            fi
+        done
+        break
     done
     echo "docker.sh: no Docker engine answered within ${wait_s} s; last lines of $log:" >&2
     tail -n 20 "$log" >&2 2>/dev/null

@@ -86,7 +86,7 @@ def test_failing_training_is_recorded_failed_and_lease_freed(airflow_db, autodl_
 
 def test_model_that_fits_nowhere_fails_fast_without_lease(airflow_db, autodl_home, tmp_path):
     spec = tmp_path / "huge.yaml"
-    spec.write_text(f"task:\n  script: {REPO / 'include/scripts/simple_cnn.py'}\n  batch_size_per_gpu: 100000000\n")
+    spec.write_text(f"task:\n  script: {REPO / 'include/scripts/simple_cnn.py'}\n  input_shape: [3, 32, 32]\n  batch_size_per_gpu: 100000000\n")
     dag = load_example_dag()
     _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
     assert states["profile"] == "failed"

@@ -53,7 +53,7 @@ def test_plan_table_without_json():
 
 def test_no_fit_exits_4_with_advice(tmp_path):
     spec = tmp_path / "huge.yaml"
-    spec.write_text(f"task:\n  script: {SCRIPT}\n  batch_size_per_gpu: 2000000\n")
+    spec.write_text(f"task:\n  script: {SCRIPT}\n  input_shape: [3, 32, 32]\n  batch_size_per_gpu: 2000000\n")
     proc = autodl("plan", str(spec), "--json", "--no-probe", check=False)
     assert proc.returncode == 4
     out = json.loads(proc.stdout)

@@ -7,6 +7,10 @@ The pod selects the booked device model through GPU Feature Discovery's product 
 memory-backed ``/dev/shm`` and runs as a non-root user. Pods carry the run's identity as labels
 (values sanitised to Kubernetes' rules) and annotations (verbatim); a launch finds the pods of its run
 key by label, reattaches to a live one and deletes ended ones before creating a new one.
+
+The code is not mounted from the Airflow host (a pod runs elsewhere): either the image holds it at
+``launcher.code_dir`` (``/workspace/<script path relative to the code folder>``), or
+``launcher.code_pvc`` names a PersistentVolumeClaim with it, mounted read-only there.
 """
 
 from __future__ import annotations

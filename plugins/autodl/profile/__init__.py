@@ -144,8 +144,8 @@ def profile_script(
     findings.extend(st.findings)
     if facts.input_shape and not input_shape:
         input_shape = facts.input_shape
-    if facts.interp.unknown and st.traced:
-        names = ", ".join(sorted(facts.interp.unknown)[:6])
+    if st.unknown_calls and st.traced:
+        names = ", ".join(sorted(st.unknown_calls)[:6])
         findings.append(Finding(severity="info", code="unknown-calls",
                                 message=f"calls the estimator does not model ({names}) were taken as shape-preserving."))
 
@@ -180,7 +180,9 @@ def profile_script(
     if do_probe and not any(f.severity == "error" for f in findings):
         from autodl.profile.probe import run_probe
 
-        pr = run_probe(path, facts, batch=batch, input_shape=input_shape, seq_len=seq_len)
+        pr = run_probe(path, facts, batch=batch, input_shape=input_shape, seq_len=seq_len,
+                       act_bytes_per_sample_hint=st.act_bytes_per_sample if st.traced else None,
+                       flops_per_sample_hint=st.forward_flops_per_sample if st.traced else None)
         probe_seconds = pr.seconds
         findings.extend(pr.findings)
         if pr.ok:
@@ -188,8 +190,7 @@ def profile_script(
             params, trainable = pr.params, pr.trainable
             act_per_sample, fixed = pr.act_bytes_per_sample, pr.fixed_transient_bytes
             probe_batches = pr.batch_sizes
-            w, g, o = E.model_states(params, trainable, facts.optimizer, None)
-            estimates["probe"] = int(w + g + o + act_per_sample * batch + fixed)
+            estimates["probe"] = int(pr.tensor_peak_bytes)
             if not st.traced and pr.forward_flops_per_sample:
                 flops_fwd = pr.forward_flops_per_sample
     if facts.optimizer is None:

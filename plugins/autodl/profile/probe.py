@@ -138,6 +138,34 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
     return source, expr
 
 
+PROBE_STEP_FLOPS = 1.5e11
+"""Training FLOPs one probe step may cost: ~3-5 s on two CPU cores (oneDNN fp32 reaches 30-50 GFLOPS there,
+measured on the benchmark models)."""
+
+PROBE_ACTIVATION_BYTES = 2 << 30
+"""Activation bytes one probe step may hold (well inside :data:`PROBE_ADDRESS_SPACE_BYTES`)."""
+
+
+def probe_batches(batch: int, act_per_sample: int | None, fwd_flops_per_sample: float | None) -> tuple[int, int]:
+    """The two batch sizes the probe runs: as close to ``batch`` as the budgets allow.
+
+    The training peak is the maximum over the phases of a step, each linear in the batch, so it is a
+    convex piecewise-linear function of the batch: which phase peaks can change as the batch grows
+    (measured: the example CNN's slope is 0.93 MB/sample up to batch 32 and 1.19 MB/sample from 32 to 64).
+    Extrapolating from the largest affordable pair keeps that error small; at ``b2 == batch`` there is none.
+    """
+    cap = batch
+    if fwd_flops_per_sample:
+        cap = min(cap, int(PROBE_STEP_FLOPS // (3 * fwd_flops_per_sample)))
+    if act_per_sample:
+        cap = min(cap, int(PROBE_ACTIVATION_BYTES // max(1, act_per_sample)))
+    b2 = max(2, cap)
+    if b2 > batch:
+        b2 = max(2, batch)
+    b1 = max(1, b2 // 2)
+    return b1, b2
+
+
 def _limits(address_space: int):
     def apply():
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
@@ -153,6 +181,8 @@ def run_probe(
     input_shape: list[int] | None,
     seq_len: int | None,
     timeout_s: float | None = None,
+    act_bytes_per_sample_hint: int | None = None,
+    flops_per_sample_hint: float | None = None,
 ) -> ProbeResult:
     """Probe the model of ``script`` and extrapolate its tensor peak to ``batch``.
 
@@ -162,6 +192,8 @@ def run_probe(
     :param input_shape: per-sample input shape (from spec or script), or None to infer.
     :param seq_len: sequence length for token models.
     :param timeout_s: seconds; default ``$AUTODL_PROBE_TIMEOUT_S`` or :data:`PROBE_TIMEOUT_S`.
+    :param act_bytes_per_sample_hint: the static estimate's activation bytes per sample, to size the probe.
+    :param flops_per_sample_hint: the static estimate's forward FLOPs per sample, to size the probe.
     :returns: the result; failures come back as findings (``probe-timeout``, ``probe-failed``,
         ``shape-mismatch``), never as exceptions.
     """
@@ -189,8 +221,7 @@ def run_probe(
         return fail("probe-skipped", f"probe not run: {exc}.", "info")
     emb = contains(facts.model, ("Embedding",)) if facts.model is not None else None
     vocab = int(emb.args["num_embeddings"]) if emb is not None else 2
-    b1 = 1 if batch < 2 else 2
-    b2 = 2 * b1
+    b1, b2 = probe_batches(batch, act_bytes_per_sample_hint, flops_per_sample_hint)
     argp = {k: v for k, v in facts.interp.argparse.items() if _literal(v)}
     cfg = {"script": str(script), "source": source, "model_expr": expr, "argparse": argp,
            "optimizer": facts.optimizer, "input_shape": shape, "input_dtype": dtype, "vocab": vocab,

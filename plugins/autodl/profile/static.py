@@ -25,6 +25,7 @@ class StaticEstimate:
     has_conv: bool = False
     hidden: int | None = None
     why_not: str | None = None
+    unknown_calls: list[str] = field(default_factory=list)
 
 
 def model_input(facts: ScriptFacts, model, input_shape: list[int] | None, seq_len: int | None) -> tuple[list[int], str, str | None]:
@@ -106,8 +107,10 @@ def estimate(facts: ScriptFacts, batch: int, input_shape: list[int] | None, seq_
     if assumed:
         res.findings.append(Finding(severity="warning", code="assumed-input", message=assumed))
     facts.input_shape = facts.input_shape or shape
+    facts.interp.unknown = {}
     try:
         tr1, p1 = _trace(facts, model, batch, shape, dtype)
+        res.unknown_calls = sorted(facts.interp.unknown)
         try:
             _, p2 = _trace(facts, model, 2 * batch, shape, dtype)
             per = max(0, (p2 - p1) // batch)

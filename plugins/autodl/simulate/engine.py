@@ -57,7 +57,8 @@ class SimOptions:
 class SimResult:
     """What one replay measured. Times in seconds; utilizations 0..1.
 
-    ``gpu_utilization`` = busy GPU-seconds (failed attempts included) / (pool GPUs x makespan);
+    ``makespan_s`` = first submit to the last event (a finish, or an OOM after which the job
+    fits nowhere); ``gpu_utilization`` = busy GPU-seconds (failed attempts included) / (pool GPUs x makespan);
     ``gpu_utilization_submit_window`` = the same between the first and the last submit (the
     makespan's tail, one long job draining, dilutes the first);
     ``avg_jct_after_warmup_s`` = mean JCT of the jobs after the slice's first
@@ -344,7 +345,7 @@ def simulate(
     jcts = sorted(finish[i] - jobs[i].submit_s for i in done)
     t_first = jobs[0].submit_s if jobs else 0.0
     warm = [finish[i] - jobs[i].submit_s for i in done if i >= int(WARMUP_FRACTION * n_jobs)]
-    makespan = (max(finish[i] for i in done) - t_first) if done else 0.0
+    makespan = last_t - t_first   # until the last job left the pool (finished, or gave up after an OOM)
     lat_sorted = sorted(latencies)
     return SimResult(
         policy=policy_name,

@@ -1,0 +1,48 @@
+"""Train the small CNN on two GPUs of one host with Paddle's distributed launcher, in a Docker container.
+
+The spec (include/specs/simple_cnn_multi_gpu.yaml) asks for two GPUs and data parallelism. autodl
+books two devices of one model on one host (NVLink-connected preferred) and launches
+
+    python -m paddle.distributed.launch --devices 0,1 simple_cnn.py ...
+
+in a container whose device request lists the two booked GPUs by UUID; inside, they are devices
+0 and 1, so ``--devices`` names positions, never host indices. /dev/shm is 8 GiB for NCCL.
+
+The pool must hold two free GPUs of one model (a real NVML pool, or a pool file given as the
+``pool`` param); the demo pool has no such pair, and the select step then says so.
+
+    airflow dags test autodl_train_multi_gpu
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+
+from autodl.config import include_dir
+from autodl.operators import AutoDLTrainOperator
+
+INCLUDE = include_dir()
+
+with DAG(
+    dag_id="autodl_train_multi_gpu",
+    description="Small CNN on two GPUs (paddle.distributed.launch) placed and launched by autodl",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["autodl", "paddle", "distributed", "example"],
+    params={
+        "script": Param(str(INCLUDE / "scripts" / "simple_cnn.py"), type="string", description="Training script"),
+        "spec": Param(str(INCLUDE / "specs" / "simple_cnn_multi_gpu.yaml"), type="string",
+                      description="Task spec YAML (num_gpus_estimate: 2)"),
+        "pool": Param("auto", type="string", description="auto (NVML, else the demo pool), nvml, or a pool file"),
+    },
+) as dag:
+    train = AutoDLTrainOperator(
+        task_id="train_two_gpus",
+        script="{{ params.script }}",
+        spec="{{ params.spec }}",
+        pool="{{ params.pool }}",
+    )

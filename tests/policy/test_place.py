@@ -1,0 +1,185 @@
+"""Each policy on small hand-made pools with known right answers."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from autodl.config import include_dir
+from autodl.errors import AutoDLError
+from autodl.policy import observe, place
+from autodl.policy.rl_based import LinUCB, load_bandit
+from autodl.spec import ResourcePolicySection
+from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile, RunRecord
+
+GIB = 2**30
+
+
+def prof(peak_gib: float = 2.0, *, num_gpus: int = 1, amp: str | None = None, flops: float = 1e11) -> ResourceProfile:
+    return ResourceProfile(
+        script="train.py", params=1_000_000, peak_memory_bytes=int(peak_gib * GIB),
+        breakdown=MemoryBreakdown(weights_bytes=4_000_000, gradients_bytes=4_000_000, optimizer_state_bytes=8_000_000,
+                                  activations_bytes=int(peak_gib * GIB) - 16_000_000),
+        flops_per_step=flops, batch_size=64, num_gpus=num_gpus, amp=amp,
+    )
+
+
+def dev(catalog, index: int, model: str, *, host: str = "h0", used_gib: float = 0, util: float = 0,
+        nvlink: str | None = None, healthy: bool = True) -> Device:
+    g = catalog.get(model)
+    return Device(device_id=f"{host}:{index}", host=host, index=index, model=g.name, vendor=g.vendor,
+                  memory_total_bytes=g.memory_bytes, memory_used_bytes=int(used_gib * GIB), utilization_pct=util,
+                  nvlink_group=nvlink, healthy=healthy, declared=True)
+
+
+def inv(*devices: Device) -> Inventory:
+    return Inventory(source="test", declared=True, devices=list(devices))
+
+
+def demo_inventory(catalog) -> Inventory:
+    raw = yaml.safe_load((include_dir() / "pools" / "demo.yaml").read_text())
+    out = []
+    for d in raw["devices"]:
+        g = catalog.get(d["model"])
+        out.append(Device(device_id=f"{raw['host']}:{d['index']}", host=raw["host"], index=d["index"], model=g.name,
+                          vendor=d.get("vendor", g.vendor), memory_total_bytes=g.memory_bytes,
+                          memory_used_bytes=d.get("memory_used_bytes", 0), utilization_pct=d.get("utilization_pct", 0),
+                          nvlink_group=d.get("nvlink_group"), declared=True))
+    return inv(*out)
+
+
+def test_demo_pool_small_cnn_goes_to_the_a100(catalog):
+    """The design card's expected placement: A100 at index 0, never the Ascend 910 for a CUDA script."""
+    pol = ResourcePolicySection(preferred_devices=["A100-SXM4-40GB", "V100-PCIE-32GB"])
+    d = place(prof(1.5, flops=5e10), demo_inventory(catalog), catalog=catalog, policy=pol)
+    assert d.fits and d.available
+    assert d.chosen.model == "A100-SXM4-40GB" and d.chosen.devices == ["demo-node-1:0"]
+    assert set(d.chosen.terms) >= {"speed", "cost", "balance", "best_fit", "preferred"}
+    ascend = [c for c in d.candidates if c.model == "Ascend-910"]
+    assert ascend and not ascend[0].kept and "allowed_vendors" in ascend[0].reasons[0]
+    kept = [c.kept for c in d.candidates]
+    assert kept == sorted(kept, reverse=True)          # kept first
+    scores = [c.score for c in d.candidates if c.kept]
+    assert scores == sorted(scores, reverse=True)      # best first
+
+
+def test_tie_goes_to_pool_order(catalog):
+    i = inv(dev(catalog, 0, "T4", host="a"), dev(catalog, 0, "T4", host="b"))
+    d = place(prof(), i, catalog=catalog, policy=ResourcePolicySection())
+    assert d.chosen.devices == ["a:0"]
+    assert d.candidates[0].score == d.candidates[1].score
+
+
+def test_fits_only_without_headroom(catalog):
+    """36 GiB > 0.85 x 40 GiB: rule_based skips the A100-40GB for the 80GB; first-fit (no headroom) takes it."""
+    i = inv(dev(catalog, 0, "A100-SXM4-40GB"), dev(catalog, 1, "A100-SXM4-80GB"))
+    d = place(prof(36), i, catalog=catalog, policy=ResourcePolicySection())
+    assert d.chosen.model == "A100-SXM4-80GB"
+    dropped = next(c for c in d.candidates if not c.kept)
+    assert dropped.model == "A100-SXM4-40GB" and "never fits" in dropped.reasons[0]
+    d = place(prof(36), i, catalog=catalog, policy=ResourcePolicySection(), algorithm="fifo_first_fit")
+    assert d.chosen.model == "A100-SXM4-40GB"
+
+
+def test_gang_prefers_nvlink_and_is_never_partial(catalog):
+    i = inv(
+        dev(catalog, 0, "A100-SXM4-40GB", host="a"), dev(catalog, 1, "A100-SXM4-40GB", host="a"),
+        dev(catalog, 2, "A100-SXM4-40GB", host="a"),
+        dev(catalog, 0, "A100-SXM4-40GB", host="b", nvlink="x"), dev(catalog, 1, "A100-SXM4-40GB", host="b", nvlink="y"),
+        dev(catalog, 2, "A100-SXM4-40GB", host="b", nvlink="y"), dev(catalog, 3, "A100-SXM4-40GB", host="b", nvlink="x"),
+    )
+    d = place(prof(num_gpus=2), i, catalog=catalog, policy=ResourcePolicySection())
+    assert d.chosen.host == "b" and sorted(d.chosen.devices) == ["b:0", "b:3"]
+    assert d.chosen.terms["nvlink"] > 0
+    # a gang of 4 on host a (3 devices) never; on host b only while nothing is leased
+    d = place(prof(num_gpus=4), i, catalog=catalog, policy=ResourcePolicySection(), leased=frozenset({"b:1"}))
+    assert d.fits and not d.available and d.chosen is None
+    assert any("only 3 device(s) free now on b" in r for c in d.candidates for r in c.reasons)
+
+
+def test_domestic_first_on_and_off(catalog):
+    i = inv(dev(catalog, 0, "A100-SXM4-40GB"), dev(catalog, 1, "Ascend-910B"))
+    off = ResourcePolicySection(allowed_vendors=["nvidia", "ascend"], preferred_devices=["A100-SXM4-40GB"])
+    on = off.model_copy(update={"tag_priorities": {"domestic": 2.0}})
+    assert place(prof(amp="O1", flops=1e13), i, catalog=catalog, policy=off).chosen.model == "A100-SXM4-40GB"
+    d = place(prof(amp="O1", flops=1e13), i, catalog=catalog, policy=on)
+    assert d.chosen.model == "Ascend-910B" and d.chosen.terms["tag:domestic"] == 2.0
+
+
+def test_ascend_needs_its_vendor_allowed(catalog):
+    i = inv(dev(catalog, 0, "Ascend-910B"))
+    d = place(prof(), i, catalog=catalog, policy=ResourcePolicySection(tag_priorities={"domestic": 5.0}))
+    assert not d.fits and d.chosen is None
+
+
+@pytest.mark.parametrize("order", [["V100-PCIE-32GB", "A100-SXM4-40GB"], ["A100-SXM4-40GB", "V100-PCIE-32GB"]])
+def test_preferred_order_wins(catalog, order):
+    i = inv(dev(catalog, 0, "A100-SXM4-40GB"), dev(catalog, 1, "V100-PCIE-32GB"))
+    d = place(prof(), i, catalog=catalog, policy=ResourcePolicySection(preferred_devices=order))
+    assert d.chosen.model == order[0]
+
+
+def test_leased_devices_skipped(catalog):
+    i = inv(dev(catalog, 0, "A100-SXM4-40GB"), dev(catalog, 1, "A100-SXM4-40GB"))
+    d = place(prof(), i, catalog=catalog, policy=ResourcePolicySection(), leased=frozenset({"h0:0"}))
+    assert d.chosen.devices == ["h0:1"]
+    assert any(c.devices == ["h0:0"] and "leased" in c.reasons[0] for c in d.candidates if not c.kept)
+    d = place(prof(), i, catalog=catalog, policy=ResourcePolicySection(), leased=frozenset({"h0:0", "h0:1"}))
+    assert d.fits and not d.available and d.chosen is None
+
+
+def test_busy_and_unhealthy_devices_not_available(catalog):
+    i = inv(dev(catalog, 0, "T4", used_gib=15), dev(catalog, 1, "T4", util=99), dev(catalog, 2, "T4", healthy=False))
+    d = place(prof(2), i, catalog=catalog, policy=ResourcePolicySection())
+    assert d.fits and not d.available
+    reasons = {c.reasons[0].split(":")[0] for c in d.candidates}
+    assert reasons == {"not enough free memory now", "busy", "unhealthy"}
+
+
+def test_not_fits_gives_suggestions(catalog):
+    d = place(prof(100), demo_inventory(catalog), catalog=catalog, policy=ResourcePolicySection())
+    assert not d.fits and not d.available and d.chosen is None
+    assert d.suggestions
+
+
+def test_baselines_known_answers(catalog):
+    i = inv(dev(catalog, 0, "A100-SXM4-80GB"), dev(catalog, 1, "T4"), dev(catalog, 2, "RTX-3090"))
+    p = ResourcePolicySection()
+    assert place(prof(4), i, catalog=catalog, policy=p, algorithm="best_fit_memory").chosen.model == "T4"
+    assert place(prof(4), i, catalog=catalog, policy=p, algorithm="fifo_first_fit").chosen.model == "A100-SXM4-80GB"
+    # fp32 compute-bound: RTX 3090 (35.6 TFLOPS) beats A100 (19.5) and T4 (8.1)
+    assert place(prof(4, flops=1e13), i, catalog=catalog, policy=p,
+                 algorithm="gavel_max_throughput").chosen.model == "RTX-3090"
+    r1 = place(prof(4), i, catalog=catalog, policy=p, algorithm="random", seed=7)
+    r2 = place(prof(4), i, catalog=catalog, policy=p, algorithm="random", seed=7)
+    assert r1 == r2.model_copy(update={})
+
+
+def test_unknown_algorithm_names_known(catalog):
+    with pytest.raises(AutoDLError, match="rule_based"):
+        place(prof(), inv(dev(catalog, 0, "T4")), catalog=catalog, policy=ResourcePolicySection(), algorithm="magic")
+
+
+def test_rl_cold_start_is_rule_based_and_observe_stores(catalog):
+    i = demo_inventory(catalog)
+    pol = ResourcePolicySection(preferred_devices=["A100-SXM4-40GB"])
+    rule = place(prof(), i, catalog=catalog, policy=pol)
+    rl = place(prof(), i, catalog=catalog, policy=pol, algorithm="rl_based")
+    assert rl.chosen.devices == rule.chosen.devices
+    assert "cold start" in " ".join(rl.chosen.reasons)
+    rec = RunRecord(run_key="r1", script="train.py", outcome="succeeded", declared_pool=True,
+                    profile=prof().to_json(), placement=rl.to_json(), device_model="A100-SXM4-40GB")
+    observe(rec, catalog=catalog)
+    observe(rec.model_copy(update={"outcome": "failed", "run_key": "r2"}), catalog=catalog)
+    b = load_bandit()
+    assert b.arms["A100-SXM4-40GB"].count == 2
+
+
+def test_linucb_prefers_the_rewarding_arm():
+    b = LinUCB(warmup=0, alpha=0.1)
+    x = [1.0, 1.0, 0.5, 0.0, 0.5]
+    for _ in range(10):
+        b.update("good", x, 0.7)
+        b.update("bad", x, -3.0)
+    assert b.ucb("good", x)[0] > 0.5 > b.ucb("bad", x)[0]
+    assert b.ucb("fresh", x)[1] > b.ucb("good", x)[1]     # unseen arms carry a larger bonus
