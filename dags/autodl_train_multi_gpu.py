@@ -34,10 +34,11 @@ with DAG(
     max_active_runs=1,
     tags=["autodl", "paddle", "distributed", "example"],
     params={
-        "script": Param(str(INCLUDE / "scripts" / "simple_cnn.py"), type="string", description="Training script"),
+        "script": Param(str(INCLUDE / "scripts" / "simple_cnn_dp.py"), type="string", description="Training script"),
         "spec": Param(str(INCLUDE / "specs" / "simple_cnn_multi_gpu.yaml"), type="string",
                       description="Task spec YAML (num_gpus_estimate: 2)"),
-        "pool": Param("auto", type="string", description="auto (NVML, else the demo pool), nvml, or a pool file"),
+        "pool": Param(str(INCLUDE / "pools" / "gpu_node_2xa100.yaml"), type="string",
+                      description="auto (NVML, else the demo pool), nvml, or a pool file with two GPUs of one model"),
     },
 ) as dag:
     train = AutoDLTrainOperator(

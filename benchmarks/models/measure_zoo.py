@@ -1,8 +1,9 @@
 """Measure paddle.vision.models parameter counts and activation bytes per sample (the table in autodl/profile/zoo.py).
 
-Run once per Paddle release: ``.venv/bin/python benchmarks/models/measure_zoo.py [names...]``. Each model is
-measured in a fresh process: SGD step at batch 2 and 4 on 224x224 inputs, allocator peak after a warm-up step;
-activation bytes per sample = (peak(4) - peak(2)) / 2.
+Run once per Paddle release: ``.venv/bin/python benchmarks/models/measure_zoo.py [--batches 2,4] [names...]``.
+Each model is measured in a fresh process: SGD step at two batch sizes on 224x224 inputs, allocator peak after
+a warm-up step. The step's peak is a maximum of phases, each linear in the batch, so the table keeps one line
+(b1, peak(b1) - base, slope) per batch pair: (2, 4) and a larger pair ((8, 16), or (4, 8) for the big models).
 """
 
 import json
@@ -24,7 +25,8 @@ params = sum(int(p.numel()) for p in m.parameters())
 trainable = sum(int(p.numel()) for p in m.parameters() if not p.stop_gradient)
 opt = paddle.optimizer.SGD(parameters=m.parameters())
 out = {"params": params, "trainable": trainable, "hw": hw}
-for b in (2, 4):
+batches = [int(v) for v in sys.argv[2].split(",")]
+for b in batches:
     def step():
         x = paddle.randn([b, 3, hw, hw]); y = paddle.randint(0, 1000, [b, 1])
         o = m(x)
@@ -36,14 +38,17 @@ for b in (2, 4):
     step()
     out[f"peak{b}"] = core.host_memory_stat_peak_value("Allocated", 0)
     out["base"] = base
-out["act_per_sample"] = (out["peak4"] - out["peak2"]) // 2
-out["fixed_act"] = out["peak2"] - out["base"] - 2 * out["act_per_sample"]
+b1, b2 = batches
+out["line"] = [b1, out[f"peak{b1}"] - out["base"], (out[f"peak{b2}"] - out[f"peak{b1}"]) // (b2 - b1)]
 print("RESULT " + json.dumps(out))
 """
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or MODELS
-    for n in names:
-        r = subprocess.run([sys.executable, "-c", CHILD, n], capture_output=True, text=True)
+    args = sys.argv[1:]
+    batches = "2,4"
+    if args[:1] == ["--batches"]:
+        batches, args = args[1], args[2:]
+    for n in args or MODELS:
+        r = subprocess.run([sys.executable, "-c", CHILD, n, batches], capture_output=True, text=True)
         line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
         print(n, line[0][7:] if line else r.stderr[-500:], flush=True)

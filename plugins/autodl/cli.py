@@ -80,19 +80,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec, profile = pipeline.profile_run(args.script, args.spec, probe=args.probe, catalog=catalog)
     inventory = read_inventory(args.pool, catalog=catalog)
     decision = pipeline.plan(profile, spec, inventory=inventory, catalog=catalog)
-    launch = None
+    launch = launch_here = None
     if decision.chosen is not None:
         by_id = {d.device_id: d for d in inventory.devices}
         devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
         ctx = pipeline.RunContext(run_key="plan")
-        selection = {"devices": [d.to_json() for d in devices], "lease": {"lease_id": "plan"},
-                     "declared_pool": inventory.declared}
-        _spec, request = pipeline.build_request(ctx, {"profile": profile.to_json(), "script": profile.script,
-                                                      "spec_path": spec.source_path}, selection)
-        try:
-            launch = get_launcher(spec.launcher.type).render(request)
-        except AutoDLError as exc:
-            launch = {"error": str(exc)}
+        profile_out = {"profile": profile.to_json(), "script": profile.script, "spec_path": spec.source_path}
+
+        def render(on_cpu: bool) -> dict:
+            selection = {"devices": [d.to_json() for d in devices], "lease": {"lease_id": "plan"},
+                         "declared_pool": on_cpu}
+            _spec, request = pipeline.build_request(ctx, profile_out, selection)
+            try:
+                return get_launcher(spec.launcher.type).render(request)
+            except AutoDLError as exc:
+                return {"error": str(exc)}
+
+        # What runs on the placement's devices; on a declared pool, also what runs here (on CPU).
+        launch = render(False)
+        launch_here = render(True) if inventory.declared else None
     kept = [c for c in decision.candidates if c.kept]
     out = {
         "fits": decision.fits,
@@ -108,6 +114,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
                     "batch_size": profile.batch_size, "method": profile.method},
         "launch": launch,
+        "launch_here": launch_here,
     }
     if args.json:
         _print_json(out)
@@ -130,7 +137,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for s in decision.suggestions:
             con.print(f"  suggestion: {s}")
         if launch and launch.get("shell"):
-            con.print(f"would run: {launch['shell']}")
+            con.print(f"on {decision.chosen.model} it would run: {launch['shell']}")
+        if launch_here and launch_here.get("shell"):
+            con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
     return 0 if decision.fits else 4
 
 

@@ -42,7 +42,9 @@ def test_plan_json_ranks_the_demo_pool():
     assert first["model"] == "A100-SXM4-40GB" and first["devices"] == ["GPU-demo0000-a100-0000-0000-000000000000"]
     assert first["score"] >= out["placements"][-1]["score"] and first["reasons"]
     assert any(d["model"] == "Ascend-910" for d in out["dropped"])
-    assert out["launch"]["env"]["CUDA_VISIBLE_DEVICES"] == ""  # declared devices: CPU run
+    # on the chosen device the run is pinned by UUID; the pool is declared, so here it runs on CPU
+    assert out["launch"]["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-demo0000-a100-0000-0000-000000000000"
+    assert out["launch_here"]["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert "simple_cnn.py" in out["launch"]["shell"]
 
 
@@ -74,7 +76,7 @@ def test_missing_script_and_syntax_error(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import paddle\ndef f(:\n    pass\n")
     proc = autodl("profile", str(bad), "--no-probe", check=False)
-    assert proc.returncode == 3 and "bad.py" in proc.stderr and "line 2" in proc.stderr
+    assert proc.returncode == 3 and "bad.py:2" in proc.stderr and "syntax error" in proc.stderr
 
 
 def test_inventory_and_runs_and_leases_json():

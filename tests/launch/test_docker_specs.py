@@ -47,7 +47,7 @@ def test_multi_gpu_spec_renders_a_distributed_container(catalog):
     spec, request = request_from_pipeline(MULTI_SPEC, two_a100(catalog), num_gpus=2)
     out = get_launcher(spec.launcher.type).render(request)
     assert out["command"] == ["python", "-u", "-m", "paddle.distributed.launch", "--devices", "0,1",
-                              "/workspace/simple_cnn.py", "--epochs", "1", "--samples", "512"]
+                              "/workspace/simple_cnn_dp.py", "--epochs", "1", "--samples", "512"]
     assert out["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert out["create_kwargs"]["device_requests"][0]["DeviceIDs"] == UUIDS
     assert out["create_kwargs"]["shm_size"] == 8 << 30
@@ -76,8 +76,8 @@ def test_docker_spec_renders_one_pinned_gpu(catalog):
 
 @pytest.mark.parametrize("spec_path", [DOCKER_SPEC, MULTI_SPEC], ids=["docker", "multi_gpu"])
 def test_autodl_plan_json(spec_path, tmp_path, capsys, catalog):
-    """`autodl plan SPEC --json` on a declared two-A100 pool: it fits, and the launch is a Docker container
-    (on CPU, since declared devices are not real)."""
+    """`autodl plan SPEC --json` on a declared two-A100 pool: it fits; ``launch`` is the Docker container
+    as it runs on the chosen GPUs, ``launch_here`` the CPU fallback used because declared devices are not real."""
     from autodl.cli import main
 
     pool = tmp_path / "pool.yaml"
@@ -89,6 +89,8 @@ def test_autodl_plan_json(spec_path, tmp_path, capsys, catalog):
     assert out["fits"] and out["placements"]
     launch = out["launch"]
     assert launch["launcher"] == "docker" and "error" not in launch
-    assert launch["env"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert launch["env"]["NVIDIA_VISIBLE_DEVICES"] != "void"
+    assert "--gpus '\"device=" in launch["shell"]
+    assert out["launch_here"]["env"]["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert launch["shell"].startswith("docker run --detach --name autodl-")
     assert "--network none" in launch["shell"] and "--user 1000:1000" in launch["shell"]

@@ -104,7 +104,7 @@ def place(
             gpu = catalog.find(dev.model)
             hit = gpu_cache[dev.model] = (gpu, gpu.name if gpu else dev.model)
         gpu, model = hit
-        vendor = dev.vendor
+        vendor = gpu.vendor if gpu is not None else dev.vendor   # Device.vendor defaults to nvidia
         total = dev.memory_total_bytes
         if vendor not in allowed:
             reason = vendor_reason.get(vendor)

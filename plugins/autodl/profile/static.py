@@ -90,7 +90,11 @@ def estimate(facts: ScriptFacts, batch: int, input_shape: list[int] | None, seq_
     if model is None:
         res.why_not = facts.build_error or "no paddle.nn.Layer model construction was found in the script"
         return res
-    t, nt = count_params(model)
+    try:
+        t, nt = count_params(model)
+    except L.Unsupported as exc:
+        res.why_not = str(exc)
+        return res
     res.params, res.trainable = t + nt, t
     res.has_conv = contains(model, ("Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose")) is not None or (
         isinstance(model, LayerObj) and model.type.startswith("zoo:"))
