@@ -5,7 +5,9 @@ all-reduced. Synthetic CIFAR-shaped data, no download. On CPU (declared pool) it
 """
 
 import argparse
+import json
 import os
+import time
 
 import numpy as np
 import paddle
@@ -28,6 +30,14 @@ class SimpleCNN(nn.Layer):
 
     def forward(self, x):
         return self.classifier(self.features(x))
+
+
+def report_step(step: int, samples: int) -> None:
+    """Append one step to $AUTODL_METRICS_FILE (set by autodl's launcher) so step time is measured."""
+    path = os.environ.get("AUTODL_METRICS_FILE")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"step": step, "samples": samples, "t": time.time()}) + "\n")
 
 
 def main():
@@ -55,6 +65,7 @@ def main():
             loss.backward()
             opt.step()
             opt.clear_grad()
+            report_step(step, int(x.shape[0]))
             if step % 2 == 0:
                 print(f"rank {dist.get_rank()} epoch {epoch} step {step} loss {float(loss):.4f}", flush=True)
     print(f"done on {paddle.get_device()} with {dist.get_world_size()} rank(s)", flush=True)

@@ -124,9 +124,41 @@ def make_sampler(handle: LaunchHandle, device_uuids: list[str]) -> Sampler | Non
     return None
 
 
+def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
+    """Step statistics from the JSON lines a training appended to ``$AUTODL_METRICS_FILE``.
+
+    Each line is ``{"step": int, "t": unix seconds, "samples": batch size}`` written after a step.
+    The first interval is the warm-up (graph build, allocator growth) and is excluded from the median.
+
+    :returns: ``steps``, ``step_time_s`` (median seconds per step), ``samples_per_s``; None values when
+        the script reported fewer than two steps or nothing.
+    """
+    empty = {"steps": None, "step_time_s": None, "samples_per_s": None}
+    if not path or not Path(path).is_file():
+        return empty
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            row = json.loads(line)
+            rows.append((float(row["t"]), int(row.get("samples") or 0)))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line of a killed run
+    if len(rows) < 2:
+        return {**empty, "steps": len(rows) or None}
+    deltas = [b[0] - a[0] for a, b in zip(rows, rows[1:])]
+    steady = deltas[1:] or deltas
+    steady.sort()
+    median = steady[len(steady) // 2]
+    span = rows[-1][0] - rows[0][0]
+    samples = sum(n for _t, n in rows[1:])
+    return {"steps": len(rows), "step_time_s": round(median, 6),
+            "samples_per_s": round(samples / span, 3) if span > 0 and samples else None}
+
+
 def summarise(samples: list[dict[str, float]], *, source: str, duration_s: float, exit_code: int | None,
-              samples_path: str | None = None) -> RunMetrics:
-    """Reduce samples to peak memory (bytes), mean/max utilization (%), max temperature, mean power."""
+              samples_path: str | None = None, steps_path: str | Path | None = None) -> RunMetrics:
+    """Reduce samples to peak memory (bytes), mean/max utilization (%), max temperature, mean power,
+    and the training's own step reports (:func:`read_steps`)."""
     mem = [s["memory_bytes"] for s in samples if "memory_bytes" in s]
     util = [s["utilization_pct"] for s in samples if "utilization_pct" in s]
     temp = [s["temperature_c"] for s in samples if "temperature_c" in s]
@@ -142,6 +174,7 @@ def summarise(samples: list[dict[str, float]], *, source: str, duration_s: float
         max_temperature_c=max(temp) if temp else None,
         mean_power_w=round(sum(power) / len(power), 2) if power else None,
         samples_path=samples_path,
+        **read_steps(steps_path),
     )
 
 
@@ -195,4 +228,4 @@ def follow(
             sampler.close()
     duration = time.time() - handle.started_at.timestamp()
     return summarise(samples, source=sampler.source if sampler else "none", duration_s=duration, exit_code=code,
-                     samples_path=str(samples_path) if samples_path else None)
+                     samples_path=str(samples_path) if samples_path else None, steps_path=handle.steps_path)

@@ -392,13 +392,15 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         device_model=(placement or {}).get("model"), error=error,
     )
     store = RecordStore()
+    first_time = store.get(ctx.run_key) is None
     store.write(record)
-    try:
-        from autodl.policy import observe
+    if first_time:  # a retried release must not teach the policy the same run twice
+        try:
+            from autodl.policy import observe
 
-        observe(record, catalog=load_catalog())
-    except Exception as exc:  # noqa: BLE001 - learning must never lose the record or keep the lease
-        log(f"the learning policy could not learn from this run: {exc}")
+            observe(record, catalog=load_catalog())
+        except Exception as exc:  # noqa: BLE001 - learning must never lose the record or keep the lease
+            log(f"the learning policy could not learn from this run: {exc}")
     from autodl.config import store_url
 
     log(f"run record written: {ctx.run_key} outcome={outcome} store={_redact(store_url())}")

@@ -144,10 +144,10 @@ class LauncherSection(_Section):
 
     Sizes (``shm_size``, ``memory_limit``) are validated and stored as bytes; they may be written
     ``8g`` (see :func:`parse_size`). Fields a launcher does not use are ignored by it (``namespace``
-    means nothing to Docker). Unknown keys are kept for other launchers (``extra="allow"``).
+    means nothing to Docker). Unknown keys are rejected, naming the key, so a typo never passes silently.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["local", "docker", "kubernetes"] = "local"
     image: str | None = Field(None, description="Container image; default: the PaddlePaddle GPU image.")

@@ -206,6 +206,7 @@ class LaunchHandle(_Frozen):
     namespace: str | None = None
     log_path: str | None = None
     exit_path: str | None = None
+    steps_path: str | None = Field(None, description="JSON lines the training may append per step (AUTODL_METRICS_FILE).")
     command: list[str] = Field(default_factory=list)
     visible_devices: str | None = None
     device_ids: list[str] = Field(default_factory=list)
@@ -226,6 +227,9 @@ class RunMetrics(_Frozen):
     max_utilization_pct: float | None = None
     max_temperature_c: float | None = None
     mean_power_w: float | None = None
+    steps: int | None = Field(None, description="Training steps the script reported through AUTODL_METRICS_FILE.")
+    step_time_s: float | None = Field(None, description="Median seconds per step, first step (warm-up) excluded.")
+    samples_per_s: float | None = Field(None, description="Training throughput from the reported steps.")
     samples_path: str | None = None
 
 

@@ -40,3 +40,27 @@ def test_follow_streams_log_and_samples_process(tmp_path):
     assert metrics.peak_memory_bytes > 64 * 2**20  # the bytearray is resident
     rows = [json.loads(l) for l in samples_path.read_text().splitlines()]
     assert len(rows) == metrics.samples and all("t" in r for r in rows)
+
+
+def test_read_steps_median_excludes_warmup(tmp_path):
+    from autodl.metrics import read_steps
+
+    path = tmp_path / "steps.jsonl"
+    # warm-up 5 s, then steps of 1, 1, 3 s (median 1 s); 10 samples each; a torn last line is ignored
+    path.write_text("\n".join(json.dumps({"step": i, "t": t, "samples": 10}) for i, t in enumerate([0, 5, 6, 7, 10]))
+                    + '\n{"step": 5, "t"')
+    got = read_steps(path)
+    assert got == {"steps": 5, "step_time_s": 1.0, "samples_per_s": round(40 / 10, 3)}
+    assert read_steps(tmp_path / "absent") == {"steps": None, "step_time_s": None, "samples_per_s": None}
+
+
+def test_training_reports_its_steps_through_the_launcher(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("import json, os, time\nfor i in range(4):\n    time.sleep(0.05)\n"
+                      "    open(os.environ['AUTODL_METRICS_FILE'], 'a').write(json.dumps({'step': i, 't': time.time(), 'samples': 8}) + '\\n')\n")
+    launcher = LocalLauncher()
+    handle = launcher.launch(LaunchRequest(run_key="s", script=str(script), on_cpu=True,
+                                           vendor=load_catalog().vendor("nvidia")))
+    metrics = follow(launcher, handle, sampler=None, log_sink=lambda _l: None, interval_s=0.05)
+    assert metrics.exit_code == 0 and metrics.steps == 4
+    assert metrics.step_time_s >= 0.05 and metrics.samples_per_s > 0  # each step sleeps 50 ms

@@ -95,3 +95,8 @@ def test_launcher_shorthand():
     assert parse_spec({"launcher": "docker"}).launcher.type == "docker"
     with pytest.raises(SpecError, match="launcher"):
         parse_spec({"launcher": "slurm"})
+
+
+def test_launcher_typo_is_rejected():
+    with pytest.raises(SpecError, match="unknown key 'launcher.shm_sise'"):
+        parse_spec({"launcher": {"type": "docker", "shm_sise": "8g"}})

@@ -5,6 +5,7 @@ Layout of one run's folder (``$AUTODL_HOME/runs/<run key>/``)::
     handle.json          the current attempt's LaunchHandle
     attempt-N.log        stdout+stderr of attempt N
     attempt-N.exit       its exit code, written by the runner wrapper when it ends
+    attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE
     launch.lock          serialises concurrent launches of the same run key
 
 A launch while the current attempt still runs reattaches to it (``reattached=True``) instead of
@@ -97,6 +98,8 @@ class LocalLauncher:
             exit_path = folder / f"attempt-{attempt}.exit"
             argv = training_command(request)
             added = self.environment(request)
+            steps_path = folder / f"attempt-{attempt}.steps.jsonl"
+            added["AUTODL_METRICS_FILE"] = str(steps_path)
             env = {**os.environ, **added}
             workdir = request.workdir or str(request.script_path.parent)
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *argv]
@@ -109,7 +112,7 @@ class LocalLauncher:
             visible = added.get(request.vendor.visible_devices_env) if request.vendor else None
             handle = LaunchHandle(
                 launcher=self.name, run_key=request.run_key, lease_id=request.labels.get("lease_id"),
-                pid=proc.pid, pgid=proc.pid, log_path=str(log_path), exit_path=str(exit_path),
+                pid=proc.pid, pgid=proc.pid, log_path=str(log_path), exit_path=str(exit_path), steps_path=str(steps_path),
                 command=argv, visible_devices=visible, device_ids=[d.device_id for d in request.devices],
                 on_cpu=request.on_cpu or not request.devices,
             )

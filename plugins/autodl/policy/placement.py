@@ -329,8 +329,8 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     Context: the chosen candidate's rule terms in ``record.placement``. Reward: failed ->
     :data:`autodl.policy.rl_based.FAILURE_REWARD`; succeeded -> ln(throughput relative to
     :data:`~autodl.policy.rl_based.REFERENCE_MODEL`) - cost_weight x ln(price ratio). Throughput is
-    the measured ``metrics['step_time_s']`` when the record has it, else the catalog estimate
-    (RunMetrics has no step-time field yet). Records without a device model, a placement or that
+    the measured ``metrics['step_time_s']`` (reported by the training through AUTODL_METRICS_FILE) when
+    the record has it and the pool was real, else the catalog estimate. Records without a device model, a placement or that
     never started are ignored.
 
     :param record: the run record.
@@ -345,7 +345,8 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
 
     if record.outcome == "not_started" or not record.device_model or not record.placement:
         return
-    chosen = (record.placement or {}).get("chosen") or {}
+    placement = record.placement or {}
+    chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself
     terms = chosen.get("terms") or {}
     if not terms:
         return
@@ -359,7 +360,8 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
         try:
             prof = ResourceProfile.model_validate(record.profile)
             ref_step = estimate_step_time_s(prof, ref)
-            actual = (record.metrics or {}).get("step_time_s")
+            # a run on a declared pool trained on CPU: its measured step time says nothing of the device
+            actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
             if actual is None and gpu is not None:
                 actual = estimate_step_time_s(prof, gpu)
             rel = ref_step / actual if actual else None
