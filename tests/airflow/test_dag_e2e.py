@@ -95,3 +95,45 @@ def test_model_that_fits_nowhere_fails_fast_without_lease(airflow_db, autodl_hom
     rec = RecordStore().list()[0]
     assert rec.outcome == "not_started"
     assert "no device in the pool" in rec.error and "largest device" in rec.error
+
+
+def test_wait_times_out_after_the_spec_timeout_when_the_pool_stays_busy(airflow_db, autodl_home, tmp_path):
+    """All fitting devices are leased by another run for the whole wait: the sensor gives up after the
+    spec's scheduler.timeout (a templated spec, so read at run time), nothing is launched, the other
+    run's leases are untouched and this run holds none."""
+    ledger = Ledger()
+    others = ["GPU-demo0000-a100-0000-0000-000000000000", "GPU-demo0001-v100-0000-0000-000000000000",
+              "GPU-demo0002-3090-0000-0000-000000000000"]
+    ledger.book("someone-else", others)
+    spec = tmp_path / "short_wait.yaml"
+    spec.write_text(f"task:\n  script: {REPO / 'include/scripts/simple_cnn.py'}\n  input_shape: [3, 32, 32]\n"
+                    "scheduler:\n  timeout: 2\n  poke_interval: 1\n")
+    dag = load_example_dag()
+    _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
+    assert states["profile"] == "success"
+    assert states["wait_for_pool"] == "failed"
+    assert states["launch"] == "upstream_failed" and states["release_and_record"] == "success"
+    assert [le.run_key for le in ledger.leases()] == ["someone-else"]
+    assert RecordStore().list()[0].outcome == "not_started"
+
+
+@pytest.mark.parametrize("case", ["missing_script", "syntax_error", "invalid_spec"])
+def test_bad_input_fails_in_profile_with_the_message_and_no_lease(airflow_db, autodl_home, tmp_path, case):
+    spec = tmp_path / "spec.yaml"
+    script = tmp_path / "train.py"
+    spec.write_text("task:\n  script: train.py\n")
+    if case == "missing_script":
+        expected = "does not exist"
+    elif case == "syntax_error":
+        script.write_text("import paddle\n\nclass Net(paddle.nn.Layer)\n    pass\n")
+        expected = "train.py:3: syntax error"
+    else:
+        script.write_text("print('never run')\n")
+        spec.write_text("task:\n  script: train.py\nresource_policy:\n  memory_threshold: 3\n")
+        expected = "resource_policy.memory_threshold"
+    dag = load_example_dag()
+    _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
+    assert states["profile"] == "failed" and states["release_and_record"] == "success"
+    assert Ledger().leases() == []
+    rec = RecordStore().list()[0]
+    assert rec.outcome == "not_started" and expected in rec.error

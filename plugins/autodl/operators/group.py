@@ -68,7 +68,8 @@ class AutoDLTrainOperator(TaskGroup):
         retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, retries=0, **common)
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
-                                     timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable)
+                                     timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable,
+                                     timeout_from_spec=wait_timeout_s is None)
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], **common, **retry)
         self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
         self.collect = AutoDLCollectOperator(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,

@@ -108,12 +108,30 @@ class AutoDLPoolSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("pool_source",)
     ui_color = "#fef7e0"
 
-    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = False, **kwargs: Any):
+    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = False,
+                 timeout_from_spec: bool = True, **kwargs: Any):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.group_id = group_id
         self.pool_source = pool_source
         self.deferrable = deferrable
+        self.timeout_from_spec = timeout_from_spec
+
+    def _apply_spec_scheduler(self, context) -> None:
+        """Take ``scheduler.timeout`` and ``scheduler.poke_interval`` from the spec the profile step read
+        (the spec path may be templated, so it is known only at run time)."""
+        if not self.timeout_from_spec:
+            return
+        spec_path = (self._pull(context, "profile") or {}).get("spec_path")
+        if not spec_path:
+            return
+        from autodl.spec import load_spec
+
+        sched = load_spec(spec_path).scheduler
+        self.timeout = float(sched.timeout)
+        self.poke_interval = float(sched.poke_interval)
+        self.log.info("waiting up to %s s for a fitting device (scheduler.timeout), checking every %s s",
+                      sched.timeout, sched.poke_interval)
 
     _sibling = _AutoDLStep._sibling
     _pull = _AutoDLStep._pull
@@ -122,6 +140,7 @@ class AutoDLPoolSensor(BaseSensorOperator):
         return None if self.pool_source in ("", "None", None) else self.pool_source
 
     def execute(self, context) -> Any:
+        self._apply_spec_scheduler(context)
         if self.deferrable and not self._ready(context):
             from autodl.triggers.pool import PoolTrigger
 

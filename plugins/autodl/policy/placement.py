@@ -6,9 +6,12 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from autodl.catalog import Catalog, GPUModel
 from autodl.errors import CatalogError
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
+from autodl.policy.inventory_index import INT_LIMIT, inventory_index
 from autodl.spec import ResourcePolicySection
 from autodl.types import Candidate, Device, Inventory, PlacementDecision, ResourceProfile, RunRecord
 
@@ -34,13 +37,32 @@ def _gib(n: int | float) -> str:
 
 @dataclass
 class _Group:
+    """Devices of one model on one host that could ever hold the run."""
+
     host: str
     model: str
     vendor: str
     gpu: GPUModel | None
-    order: int
-    fitting: list[Device] = field(default_factory=list)    # could ever hold the run
-    available: list[Device] = field(default_factory=list)  # free now
+    order: int                                              # first-appearance order in the pool
+    nfit: int = 0                                           # devices that could ever hold the run
+    available: list[Device] = field(default_factory=list)  # of those, free now (pool order)
+
+
+@dataclass
+class _Partition:
+    """What ``place`` scores and lists, before scoring.
+
+    :ivar fits: some group holds ``n`` devices that could ever hold the run.
+    :ivar total_ready: groups with ``n`` devices free now.
+    :ivar ready: the groups worth scoring (at most :data:`MAX_KEPT_CANDIDATES` per model), pool order.
+    :ivar dropped: (model, reason, device ids, host or ``"*"``) per non-empty dropped set, in the
+        order the reference loop first meets each (model, reason).
+    """
+
+    fits: bool
+    total_ready: int
+    ready: list[_Group]
+    dropped: list[tuple[str, str, list[str], str]]
 
 
 def place(
@@ -65,8 +87,13 @@ def place(
     ``leased``, at most :data:`MAX_LOAD_PCT` busy, and ``peak_memory_bytes <= memory_free_bytes``.
     Declared (non-real) devices are treated the same.
 
+    The per-device pass runs on a columnar index of ``inventory`` built on the first call for that
+    object and cached while it lives (:func:`autodl.policy.inventory_index.inventory_index`), so
+    repeated decisions on one snapshot with different ``leased`` sets skip re-reading the devices.
+    The decision is the same as without the index.
+
     :param profile: the run's profile (per-device peak memory, FLOPs per step, gang size).
-    :param inventory: the pool snapshot.
+    :param inventory: the pool snapshot; treat its ``devices`` list as immutable (see the index).
     :param catalog: device models (TFLOPS, bandwidth, price, tags).
     :param policy: the spec's ``resource_policy`` section (threshold, preferred order, tag
         priorities, allowed vendors; ``None`` vendors = :data:`DEFAULT_ALLOWED_VENDORS`).
@@ -85,92 +112,12 @@ def place(
     threshold = policy.memory_threshold if pol.headroom else 1.0
     allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
     need = profile.peak_memory_bytes
+    part = _partition(inventory, catalog, allowed, threshold, need, n, leased)
 
-    gpu_cache: dict[str, tuple[GPUModel | None, str]] = {}   # inventory model name -> (catalog entry, name)
     step_cache: dict[str, float | None] = {}
-    groups: dict[tuple[str, str], _Group] = {}
-    dropped: dict[tuple[str, str], list[Device]] = {}   # (model, reason) -> devices
-    never_reason: dict[tuple[str, int], str] = {}
-    vendor_reason = {}
-    free_reason = f"not enough free memory now: needs {_gib(need)}"
-    busy_reason = f"busy: utilization above {MAX_LOAD_PCT:.0f}%"
-    max_util = MAX_LOAD_PCT
-
-    # One tight pass over the devices (10,000 devices must take milliseconds): look-ups are cached
-    # per model name, reasons per (model, memory) and devices are grouped per (host, model).
-    for dev in inventory.devices:
-        hit = gpu_cache.get(dev.model)
-        if hit is None:
-            gpu = catalog.find(dev.model)
-            hit = gpu_cache[dev.model] = (gpu, gpu.name if gpu else dev.model)
-        gpu, model = hit
-        vendor = gpu.vendor if gpu is not None else dev.vendor   # Device.vendor defaults to nvidia
-        total = dev.memory_total_bytes
-        if vendor not in allowed:
-            reason = vendor_reason.get(vendor)
-            if reason is None:
-                reason = vendor_reason[vendor] = (
-                    f"vendor {vendor!r} needs a Paddle build for it; add '{vendor}' to "
-                    f"resource_policy.allowed_vendors to use it (allowed: {', '.join(sorted(allowed))})"
-                )
-        elif need > threshold * total:
-            reason = never_reason.get((model, total))
-            if reason is None:
-                reason = never_reason[(model, total)] = (
-                    f"never fits: needs {_gib(need)} > {threshold:g} x {_gib(total)} = {_gib(threshold * total)}"
-                )
-        else:
-            key = (dev.host, model)
-            grp = groups.get(key)
-            if grp is None:
-                grp = groups[key] = _Group(dev.host, model, vendor, gpu, len(groups))
-            grp.fitting.append(dev)
-            if not dev.healthy:
-                reason = "unhealthy"
-            elif dev.device_id in leased:
-                reason = "leased by another run"
-            elif dev.utilization_pct > max_util:
-                reason = busy_reason
-            elif need > total - dev.memory_used_bytes:
-                reason = free_reason
-            else:
-                grp.available.append(dev)
-                continue
-        lst = dropped.get((model, reason))
-        if lst is None:
-            lst = dropped[(model, reason)] = []
-        lst.append(dev)
-
-    fits = any(len(g.fitting) >= n for g in groups.values())
-    ready = [g for g in groups.values() if len(g.available) >= n]
-    if n > 1:
-        for grp in groups.values():
-            if n > len(grp.fitting) > 0:
-                why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {len(grp.fitting)}"
-                dropped.setdefault((grp.model, why), []).extend(grp.available)
-            elif n > len(grp.available) > 0:
-                why = f"gang of {n}: only {len(grp.available)} device(s) free now on {grp.host}"
-                dropped.setdefault((grp.model, why), []).extend(grp.available)
-    # Within one device model every term but load is equal, so only the least-loaded
-    # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
-    by_model: dict[str, list[_Group]] = {}
-    for g in ready:
-        by_model.setdefault(g.model, []).append(g)
-    total_ready = len(ready)
-    if any(len(v) > MAX_KEPT_CANDIDATES for v in by_model.values()):
-        ready = []
-        for v in by_model.values():
-            if len(v) > MAX_KEPT_CANDIDATES:
-                v = heapq.nsmallest(
-                    MAX_KEPT_CANDIDATES, v,
-                    key=lambda g: (min(d.utilization_pct for d in g.available) if n == 1 else 0.0, g.order),
-                )
-            ready.extend(v)
-        ready.sort(key=lambda g: g.order)
-
     options: list[Option] = []
     kept_reasons: list[list[str]] = []
-    for grp in ready:
+    for grp in part.ready:
         devs, nvlink, why = _choose_set(grp.available, n)
         if grp.model not in step_cache:
             step = None
@@ -209,6 +156,8 @@ def place(
     )
     scored = pol.score(Need(need, n, profile.script), options, ctx) if options else []
     order = sorted(range(len(options)), key=lambda i: (-scored[i].score, options[i].order, options[i].devices))
+    groups = {(g.host, g.model): g for g in part.ready}
+    total_ready = part.total_ready
     candidates: list[Candidate] = []
     for rank, i in enumerate(order[:MAX_KEPT_CANDIDATES]):
         o, s = options[i], scored[i]
@@ -232,30 +181,271 @@ def place(
                 terms={k: round(v, 6) for k, v in s.terms.items()}, est_step_time_s=o.step_time_s, reasons=reasons,
             )
         )
-    for (model, reason), devs in dropped.items():
-        if not devs:
-            continue
-        hosts = {d.host for d in devs}
-        candidates.append(
-            Candidate(
-                devices=[d.device_id for d in devs], model=model,
-                host=next(iter(hosts)) if len(hosts) == 1 else "*", kept=False, reasons=[reason],
-            )
-        )
+    for model, reason, ids, host in part.dropped:
+        candidates.append(Candidate(devices=ids, model=model, host=host, kept=False, reasons=[reason]))
 
     chosen = candidates[0] if options else None
     suggestions: list[str] = []
-    if not fits:
-        suggestions = _suggestions(profile, inventory, catalog, policy, threshold, allowed, n, gpu_cache)
+    if not part.fits:
+        suggestions = _suggestions(profile, inventory, catalog, policy, threshold, allowed, n)
     return PlacementDecision(
         algorithm=algorithm,
-        fits=fits,
+        fits=part.fits,
         available=bool(options),
         needed_bytes=need,
         candidates=candidates,
         chosen=chosen,
         suggestions=suggestions,
     )
+
+
+def _vendor_reason(vendor: str, allowed: set[str]) -> str:
+    return (
+        f"vendor {vendor!r} needs a Paddle build for it; add '{vendor}' to "
+        f"resource_policy.allowed_vendors to use it (allowed: {', '.join(sorted(allowed))})"
+    )
+
+
+def _never_reason(need: int, threshold: float, total: int) -> str:
+    return f"never fits: needs {_gib(need)} > {threshold:g} x {_gib(total)} = {_gib(threshold * total)}"
+
+
+def _free_reasons(need: int) -> tuple[str, str, str, str]:
+    """Why a device that could ever hold the run is not free now, in the order they are checked."""
+    return ("unhealthy", "leased by another run", f"busy: utilization above {MAX_LOAD_PCT:.0f}%",
+            f"not enough free memory now: needs {_gib(need)}")
+
+
+def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int, n: int,
+               leased: frozenset[str]) -> _Partition:
+    """Sort the pool's devices into groups and dropped sets, on the inventory's cached columnar index.
+
+    Same result as :func:`_partition_reference` (``tests/policy/test_place_index.py`` checks it on
+    random pools), which it falls back to when the inventory cannot be indexed exactly. Per call it
+    looks up each distinct model spelling in the catalog once, decides vendor and never-fits per
+    distinct (model, vendor, memory) kind once, tests health, leases, load and free memory on arrays,
+    and touches :class:`Device` objects only for the groups it keeps for scoring.
+    """
+    idx = inventory_index(inventory)
+    if idx is None or not -INT_LIMIT < need < INT_LIMIT:
+        return _partition_reference(inventory, catalog, allowed, threshold, need, n, leased)
+    ndev = len(idx.devices)
+
+    # Per model spelling: catalog entry and name; names are coded in order of first appearance.
+    gpus = [catalog.find(m) for m in idx.models]
+    names = [g.name if g is not None else m for g, m in zip(gpus, idx.models)]
+    name_code: dict[str, int] = {}
+    cm_of_raw = np.array([name_code.setdefault(nm, len(name_code)) for nm in names], dtype=np.intp)
+    cmodels = list(name_code)
+    dev_cm = cm_of_raw[idx.model_code]
+
+    # Per kind: vendor, and the dropped key when the vendor is not allowed or the run never fits.
+    # Dropped keys are coded through one dict of (model, reason), so equal pairs share a code.
+    keys: dict[tuple[str, str], int] = {}
+    nkinds = len(idx.kinds)
+    kind_key = np.full(nkinds, -1, dtype=np.intp)
+    kind_vendor: list[str] = []
+    vendor_reason: dict[str, str] = {}
+    fit_models: set[int] = set()
+    for k, (mc, vc, total) in enumerate(idx.kinds):
+        gpu, model = gpus[mc], names[mc]
+        vendor = gpu.vendor if gpu is not None else idx.vendors[vc]   # Device.vendor defaults to nvidia
+        kind_vendor.append(vendor)
+        if vendor not in allowed:
+            reason = vendor_reason.get(vendor) or vendor_reason.setdefault(vendor, _vendor_reason(vendor, allowed))
+        elif need > threshold * total:
+            reason = _never_reason(need, threshold, total)
+        else:
+            fit_models.add(int(cm_of_raw[mc]))
+            continue
+        kind_key[k] = keys.setdefault((model, reason), len(keys))
+    kind_fit = kind_key < 0
+    # reason_key[model code, r]: dropped key of reason r of _free_reasons; column 4 = free now (-1)
+    reason_key = np.full((len(cmodels), 5), -1, dtype=np.intp)
+    for cm in sorted(fit_models):
+        for r, text in enumerate(_free_reasons(need)):
+            reason_key[cm, r] = keys.setdefault((cmodels[cm], text), len(keys))
+
+    # Per device: the first failing check, as in the reference loop (later assignments win).
+    fit = kind_fit[idx.kind_code]
+    r = np.full(ndev, 4, dtype=np.intp)
+    r[need > idx.memory_free_bytes] = 3
+    r[idx.utilization_pct > MAX_LOAD_PCT] = 2
+    if leased:
+        r[np.fromiter(map(leased.__contains__, idx.device_ids), np.bool_, ndev)] = 1
+    r[~idx.healthy] = 0
+    avail = fit & (r == 4)
+    dkey = np.where(fit, reason_key[dev_cm, r], kind_key[idx.kind_code])
+
+    # Groups: (host, model) of devices that could ever hold the run, numbered by first appearance.
+    fpos = np.flatnonzero(fit)
+    groups: list[_Group] = []
+    ready: list[_Group] = []
+    gang: list[tuple[str, str, np.ndarray]] = []
+    fits = False
+    total_ready = 0
+    if fpos.size:
+        gkey = idx.host_code[fpos] * len(cmodels) + dev_cm[fpos]
+        _, first, raw_g = np.unique(gkey, return_index=True, return_inverse=True)
+        by_first = np.argsort(first, kind="stable")
+        rank = np.empty_like(by_first)
+        rank[by_first] = np.arange(by_first.size)
+        g_of_f = rank[raw_g]                       # group number (= order) of each fitting device
+        gfirst = fpos[first[by_first]]             # first device of each group
+        ngroups = gfirst.size
+        nfit = np.bincount(g_of_f, minlength=ngroups)
+        favail = avail[fpos]
+        ag = g_of_f[favail]
+        navail = np.bincount(ag, minlength=ngroups)
+        apos = fpos[favail][np.argsort(ag, kind="stable")]   # free devices, by group, pool order inside
+        astart = np.concatenate(([0], np.cumsum(navail)[:-1]))
+        fits = bool((nfit >= n).any())
+        ready_g = np.flatnonzero(navail >= n)
+        total_ready = int(ready_g.size)
+
+        def group(g: int) -> _Group:
+            i = int(gfirst[g])
+            mc = int(idx.model_code[i])
+            return _Group(idx.hosts[idx.host_code[i]], names[mc], kind_vendor[idx.kind_code[i]], gpus[mc], g,
+                          int(nfit[g]))
+
+        if n > 1:
+            for g in np.flatnonzero((nfit < n) | ((navail > 0) & (navail < n))).tolist():
+                grp = group(g)
+                if n > grp.nfit:
+                    why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {grp.nfit}"
+                else:
+                    why = f"gang of {n}: only {int(navail[g])} device(s) free now on {grp.host}"
+                gang.append((grp.model, why, apos[astart[g]:astart[g] + navail[g]]))
+        # Within one device model every term but load is equal, so only the least-loaded
+        # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
+        gcm = dev_cm[gfirst[ready_g]]
+        counts = np.bincount(gcm, minlength=len(cmodels))
+        if (counts > MAX_KEPT_CANDIDATES).any():
+            if n == 1:
+                lowest = np.full(ngroups, np.inf)
+                has = navail > 0
+                lowest[has] = np.minimum.reduceat(idx.utilization_pct[apos], astart[has])
+            parts = [ready_g[np.isin(gcm, np.flatnonzero(counts <= MAX_KEPT_CANDIDATES))]]
+            for cm in np.flatnonzero(counts > MAX_KEPT_CANDIDATES).tolist():
+                gs = ready_g[gcm == cm]
+                if n == 1:
+                    gs = gs[np.lexsort((gs, lowest[gs]))]
+                parts.append(gs[:MAX_KEPT_CANDIDATES])
+            ready_g = np.sort(np.concatenate(parts))
+        devices = idx.devices
+        for g in ready_g.tolist():
+            grp = group(g)
+            grp.available = [devices[p] for p in apos[astart[g]:astart[g] + navail[g]].tolist()]
+            ready.append(grp)
+
+    # Dropped sets: per-device keys in order of first appearance, then the gang groups in group order.
+    dropped_pos: dict[tuple[str, str], list[np.ndarray]] = {}
+    dpos = np.flatnonzero(dkey >= 0)
+    if dpos.size:
+        kd = dkey[dpos]
+        _, kfirst, kraw = np.unique(kd, return_index=True, return_inverse=True)
+        by_first = np.argsort(kfirst, kind="stable")
+        rank = np.empty_like(by_first)
+        rank[by_first] = np.arange(by_first.size)
+        kr = rank[kraw]
+        sorted_pos = dpos[np.argsort(kr, kind="stable")]
+        bounds = np.cumsum(np.bincount(kr, minlength=by_first.size)).tolist()
+        key_of_code = list(keys)
+        start = 0
+        for j, end in enumerate(bounds):
+            dropped_pos[key_of_code[int(kd[kfirst[by_first[j]]])]] = [sorted_pos[start:end]]
+            start = end
+    for model, why, pos in gang:
+        dropped_pos.setdefault((model, why), []).append(pos)
+    dropped: list[tuple[str, str, list[str], str]] = []
+    for (model, reason), chunks in dropped_pos.items():
+        pos = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        if not pos.size:
+            continue
+        hc = idx.host_code[pos]
+        host = idx.hosts[hc[0]] if (hc == hc[0]).all() else "*"
+        dropped.append((model, reason, idx.device_ids[pos].tolist(), host))
+    return _Partition(fits, total_ready, ready, dropped)
+
+
+def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int,
+                         n: int, leased: frozenset[str]) -> _Partition:
+    """The straightforward per-device loop over ``inventory.devices``: the definition :func:`_partition` must match."""
+    gpu_cache: dict[str, tuple[GPUModel | None, str]] = {}   # inventory model name -> (catalog entry, name)
+    groups: dict[tuple[str, str], _Group] = {}
+    dropped: dict[tuple[str, str], list[Device]] = {}   # (model, reason) -> devices
+    never_reason: dict[tuple[str, int], str] = {}
+    vendor_reason: dict[str, str] = {}
+    unhealthy, leased_reason, busy_reason, free_reason = _free_reasons(need)
+    for dev in inventory.devices:
+        hit = gpu_cache.get(dev.model)
+        if hit is None:
+            gpu = catalog.find(dev.model)
+            hit = gpu_cache[dev.model] = (gpu, gpu.name if gpu else dev.model)
+        gpu, model = hit
+        vendor = gpu.vendor if gpu is not None else dev.vendor   # Device.vendor defaults to nvidia
+        total = dev.memory_total_bytes
+        if vendor not in allowed:
+            reason = vendor_reason.get(vendor)
+            if reason is None:
+                reason = vendor_reason[vendor] = _vendor_reason(vendor, allowed)
+        elif need > threshold * total:
+            reason = never_reason.get((model, total))
+            if reason is None:
+                reason = never_reason[(model, total)] = _never_reason(need, threshold, total)
+        else:
+            key = (dev.host, model)
+            grp = groups.get(key)
+            if grp is None:
+                grp = groups[key] = _Group(dev.host, model, vendor, gpu, len(groups))
+            grp.nfit += 1
+            if not dev.healthy:
+                reason = unhealthy
+            elif dev.device_id in leased:
+                reason = leased_reason
+            elif dev.utilization_pct > MAX_LOAD_PCT:
+                reason = busy_reason
+            elif need > total - dev.memory_used_bytes:
+                reason = free_reason
+            else:
+                grp.available.append(dev)
+                continue
+        dropped.setdefault((model, reason), []).append(dev)
+
+    fits = any(g.nfit >= n for g in groups.values())
+    ready = [g for g in groups.values() if len(g.available) >= n]
+    if n > 1:
+        for grp in groups.values():
+            if n > grp.nfit > 0:
+                why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {grp.nfit}"
+                dropped.setdefault((grp.model, why), []).extend(grp.available)
+            elif n > len(grp.available) > 0:
+                why = f"gang of {n}: only {len(grp.available)} device(s) free now on {grp.host}"
+                dropped.setdefault((grp.model, why), []).extend(grp.available)
+    # Within one device model every term but load is equal, so only the least-loaded
+    # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
+    by_model: dict[str, list[_Group]] = {}
+    for g in ready:
+        by_model.setdefault(g.model, []).append(g)
+    total_ready = len(ready)
+    if any(len(v) > MAX_KEPT_CANDIDATES for v in by_model.values()):
+        ready = []
+        for v in by_model.values():
+            if len(v) > MAX_KEPT_CANDIDATES:
+                v = heapq.nsmallest(
+                    MAX_KEPT_CANDIDATES, v,
+                    key=lambda g: (min(d.utilization_pct for d in g.available) if n == 1 else 0.0, g.order),
+                )
+            ready.extend(v)
+        ready.sort(key=lambda g: g.order)
+    out = []
+    for (model, reason), devs in dropped.items():
+        if not devs:
+            continue
+        hosts = {d.host for d in devs}
+        out.append((model, reason, [d.device_id for d in devs], next(iter(hosts)) if len(hosts) == 1 else "*"))
+    return _Partition(fits, total_ready, ready, out)
 
 
 def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, str | None]:
@@ -276,7 +466,7 @@ def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, st
     return sorted(available, key=key)[:n], False, why
 
 
-def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n, gpu_cache) -> list[str]:
+def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> list[str]:
     models: dict[str, int] = {}
     for d in inventory.devices:
         gpu = catalog.find(d.model)

@@ -296,6 +296,8 @@ class Interp:
                 obj.training = bool(value)
 
     def getattr(self, obj: Any, attr: str) -> Any:
+        if attr in ("parse_args", "parse_known_args") and not isinstance(obj, (UserObj, ClassInfo)):
+            return Mod(f"argparse.{attr}")
         if isinstance(obj, Mod):
             return Mod(f"{obj.path}.{attr}")
         if isinstance(obj, ArgsNS):

@@ -37,9 +37,11 @@ CUBLAS_WORKSPACE_BYTES = 32 * MIB
 ``cublasSetWorkspace``); the larger figure is used for every device model."""
 
 ALLOCATOR_SLACK = 0.05
-"""Fraction of the tensor peak lost to rounding and fragmentation in Paddle's ``auto_growth`` GPU
-allocator (``FLAGS_allocator_strategy``; 256-byte alignment, chunk splitting). Assumption to be
-calibrated from run records (estimated vs NVML peak)."""
+"""Fraction of the batch-independent tensor bytes (model states, fixed transients) lost to rounding and
+fragmentation in Paddle's ``auto_growth`` GPU allocator (``FLAGS_allocator_strategy``; 256-byte
+alignment, chunk splitting). Assumption to be calibrated from run records (estimated vs NVML peak).
+Slack on activations is left to the planning threshold (``resource_policy.memory_threshold``, 0.85),
+so that the batch rescale of :meth:`ResourceProfile.max_batch_size` stays linear."""
 
 AMP_ACTIVATION_FACTOR = {None: 1.0, "O1": 0.6, "O2": 0.5}
 """Activation bytes under AMP relative to fp32. O2 stores activations in fp16 (factor 0.5); O1 casts only
@@ -78,12 +80,15 @@ def model_states(params: int, trainable: int, optimizer: str | None, amp: str | 
     return weights, grads, opt
 
 
-def gpu_terms(tensor_peak: int, has_conv: bool) -> dict[str, int]:
-    """GPU-only workspace terms in bytes (see the module constants for their sources)."""
+def gpu_terms(fixed_tensor_bytes: int, has_conv: bool) -> dict[str, int]:
+    """GPU-only workspace terms in bytes (see the module constants for their sources).
+
+    :param fixed_tensor_bytes: batch-independent tensor bytes (model states + fixed transients).
+    """
     terms = {
         "cuda_context": CUDA_CONTEXT_BYTES,
         "cublas_workspace": CUBLAS_WORKSPACE_BYTES,
-        "allocator_slack": int(ALLOCATOR_SLACK * tensor_peak),
+        "allocator_slack": int(ALLOCATOR_SLACK * fixed_tensor_bytes),
     }
     if has_conv:
         terms["cudnn_workspace"] = CUDNN_WORKSPACE_BYTES
@@ -113,7 +118,7 @@ def breakdown(
     act = int(activations * AMP_ACTIVATION_FACTOR.get(amp, 1.0))
     tensor_peak = w + g + o + act + max(0, fixed_transient)
     terms = {"backward_transient": max(0, int(fixed_transient))}
-    terms.update(gpu_terms(tensor_peak, has_conv))
+    terms.update(gpu_terms(w + g + o + max(0, fixed_transient), has_conv))
     b = MemoryBreakdown(weights_bytes=w, gradients_bytes=g, optimizer_state_bytes=o, activations_bytes=act,
                         workspace_bytes=sum(terms.values()))
     return b, terms, tensor_peak

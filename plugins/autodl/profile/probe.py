@@ -38,7 +38,6 @@ from typing import Any
 
 from autodl.profile import memory as E
 from autodl.profile.analysis import ScriptFacts, contains
-from autodl.profile.interp import ArgsNS, LayerObj, UserObj
 from autodl.types import Finding
 
 PROBE_TIMEOUT_S = 120.0
@@ -288,4 +287,4 @@ def run_probe(
     return res
 
 
-__all__ = ["run_probe", "ProbeResult", "probe_program", "network_isolation", "ArgsNS", "LayerObj", "UserObj"]
+__all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches", "network_isolation"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from autodl.profile import layers as L
 from autodl.profile.analysis import ScriptFacts, contains, count_params
-from autodl.profile.interp import LayerObj, Opaque, UserObj
+from autodl.profile.interp import LayerObj, UserObj
 from autodl.profile.trace import Tensor, Trace, simulate_peak
 from autodl.types import Finding
 
@@ -153,4 +153,4 @@ def layer_line(model, name: str | None) -> int | None:
     return rec(model)
 
 
-__all__ = ["StaticEstimate", "estimate", "layer_line", "Opaque"]
+__all__ = ["StaticEstimate", "estimate", "layer_line", "model_input"]

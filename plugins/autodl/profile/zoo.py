@@ -1,9 +1,11 @@
 """``paddle.vision.models`` constructors as data: exact parameter counts, activation bytes per sample, FLOPs.
 
-``PARAMS`` and ``ACT_BYTES_PER_SAMPLE`` were measured once with Paddle 3.3.1 on CPU by
-``benchmarks/models/measure_zoo.py`` (``sum(p.numel() for p in model.parameters())`` with the default
-``num_classes=1000``, including batch-norm running statistics; activation bytes = slope of the
-allocator peak of an SGD training step between batch 2 and 4 at 224x224, 299x299 for inception_v3).
+``MEASURED`` was measured once with Paddle 3.3.1 on CPU by ``benchmarks/models/measure_zoo.py``:
+``params`` = ``sum(p.numel() for p in model.parameters())`` with the default ``num_classes=1000``
+(batch-norm running statistics included), ``trainable`` the ones with ``stop_gradient=False``, and
+``lines`` = ``[b1, peak(b1) - base, slope]`` of the host allocator peak of an SGD training step at
+224x224 (299x299 for inception_v3) for batch pairs (2, 4) and, for the common models, (8, 16) or (4, 8):
+the peak is a maximum of linear phases, so both lines are kept.
 ``GMACS`` are forward multiply-accumulates per 224x224 image from the torchvision model documentation
 (https://pytorch.org/vision/stable/models.html, "GFLOPS" column, which counts MACs); Paddle's
 definitions of these architectures are the same networks.
@@ -11,16 +13,29 @@ definitions of these architectures are the same networks.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from autodl.profile.trace import Tensor, Trace
 
-# name: (params, act_bytes_per_sample, classifier_in_features, GMACs at native size, native size)
-TABLE: dict[str, tuple[int, int, int, float, int]] = {}
-
-MEASURED = {
-    # filled from benchmarks/models/measure_zoo.py (Paddle 3.3.1, CPU)
+MEASURED: dict[str, dict] = {
+    "resnet18": {"params": 11699112, "trainable": 11689512, "lines": [[2, 51727700, 20676520], [8, 175786820, 20676520]]},
+    "resnet34": {"params": 21814696, "trainable": 21797672, "lines": [[2, 71827796, 30711720], [8, 256098116, 30711720]]},
+    "resnet50": {"params": 25610152, "trainable": 25557032, "lines": [[2, 178328916, 83898280], [4, 346125476, 84209896]]},
+    "resnet101": {"params": 44654504, "trainable": 44549160, "lines": [[2, 260425044, 124841896]]},
+    "vgg11": {"params": 132863336, "trainable": 132863336, "lines": [[2, 484339540, 36648872]]},
+    "vgg16": {"params": 138357544, "trainable": 138357544, "lines": [[2, 533311316, 61134760], [4, 655580836, 61134760]]},
+    "mobilenet_v1": {"params": 4253864, "trainable": 4231976, "lines": [[2, 86168916, 40947624], [8, 331862084, 40959816]]},
+    "mobilenet_v2": {"params": 3538984, "trainable": 3504872, "lines": [[2, 113359764, 54051656], [8, 437669700, 54051656]]},
+    "mobilenet_v3_small": {"params": 2554968, "trainable": 2542856, "lines": [[2, 36709588, 16282568], [8, 134404996, 16282568]]},
+    "mobilenet_v3_large": {"params": 5507432, "trainable": 5483032, "lines": [[2, 93807956, 44295176], [8, 359579012, 44295176]]},
+    "alexnet": {"params": 61100840, "trainable": 61100840, "lines": [[2, 156992340, 2998696]]},
+    "squeezenet1_1": {"params": 1235496, "trainable": 1235496, "lines": [[2, 39203892, 19565720]]},
+    "shufflenet_v2_x1_0": {"params": 2294784, "trainable": 2278604, "lines": [[2, 41113252, 18476264]]},
+    "densenet121": {"params": 8062504, "trainable": 7978856, "lines": [[2, 261966228, 128767816]]},
+    "googlenet": {"params": 11535736, "trainable": 11535736, "lines": [[2, 39540500, 17722248]]},
+    "resnext50_32x4d": {"params": 25097128, "trainable": 25028904, "lines": [[2, 230230356, 110792616]]},
+    "wide_resnet50_2": {"params": 68951464, "trainable": 68883240, "lines": [[2, 260184404, 110190504]]},
+    "inception_v3": {"params": 23869000, "trainable": 23834568, "lines": [[2, 195496940, 93583604]]},
 }
 
 CLASSIFIER_IN = {
@@ -73,32 +88,41 @@ def params(name: str, kwargs: dict[str, Any]) -> int | None:
     return total
 
 
-def act_bytes_per_sample(name: str, hw: tuple[int, int] | None) -> int | None:
-    """Measured activation bytes per sample, scaled by pixel count for other input sizes."""
+def act_bytes(name: str, batch: int, hw: tuple[int, int] | None) -> int | None:
+    """Measured activation + transient bytes of a training step at ``batch`` (input included).
+
+    The maximum over the measured lines ``act(b1) + (batch - b1) * slope``; for another input size the
+    per-sample part is scaled by the pixel count (every activation of these networks is a feature map).
+    """
     m = MEASURED.get(name)
     if m is None:
         return None
     s = native_size(name)
     scale = (hw[0] * hw[1]) / (s * s) if hw else 1.0
-    return int(m["act"] * scale)
+    best = 0
+    for b1, act1, slope in m["lines"]:
+        fixed = act1 - b1 * slope
+        best = max(best, int(fixed + batch * slope * scale))
+    return best
 
 
 def forward(tr: Trace, layer: Any, x: Any) -> Tensor:
-    """A zoo model as one op whose saved bytes are the measured per-sample activations."""
+    """A zoo model as one op that keeps the measured activation bytes."""
     name = layer.type.split(":", 1)[1]
     n = layer.args.get("num_classes", 1000)
     n = n if isinstance(n, int) else 1000
     b = x.shape[0] if isinstance(x, Tensor) else 1
     hw = tuple(x.shape[-2:]) if isinstance(x, Tensor) and x.ndim == 4 else None
-    act = act_bytes_per_sample(name, hw) or 0
+    act = act_bytes(name, b, hw) or 0
     s = native_size(name)
     scale = (hw[0] * hw[1]) / (s * s) if hw else 1.0
     flops = 2.0 * GMACS.get(name, 0.0) * 1e9 * b * scale
     inputs = [x] if isinstance(x, Tensor) else []
-    pc = params(name, layer.args) or 0
-    return tr.op(f"zoo:{name}", inputs, (b, n if n > 0 else CLASSIFIER_IN[name]),
-                 extra_saved_bytes=max(0, act * b - (x.nbytes if isinstance(x, Tensor) else 0)),
-                 param_bytes=0, flops=flops, layer=layer.name or name)
+    out_shape = (b, n if n > 0 else CLASSIFIER_IN[name])
+    # the measured figure already holds the input and a 1000-class loss; keep the rest as saved bytes
+    held = (x.nbytes if isinstance(x, Tensor) else 0) + 3 * b * 1000 * 4
+    return tr.op(f"zoo:{name}", inputs, out_shape, extra_saved_bytes=max(0, act - held),
+                 flops=flops, layer=layer.name or name)
 
 
 def non_trainable(name: str) -> int:
@@ -107,4 +131,4 @@ def non_trainable(name: str) -> int:
     return m["params"] - m["trainable"] if m else 0
 
 
-__all__ = ["is_zoo", "params", "act_bytes_per_sample", "forward", "CLASSIFIER_IN", "GMACS", "MEASURED", "math"]
+__all__ = ["is_zoo", "params", "act_bytes", "forward", "non_trainable", "CLASSIFIER_IN", "GMACS", "MEASURED"]

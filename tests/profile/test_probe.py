@@ -1,0 +1,99 @@
+"""The sandboxed probe: accuracy against the measured peak, isolation, timeouts, shape errors.
+
+These run Paddle in subprocesses (seconds each) and are marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from autodl.profile import profile_script
+from autodl.spec import parse_spec
+
+FIX = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _measure(script: Path, argv: list[str] | None = None) -> dict:
+    """The benchmark's ground truth: the real script's allocator peak of its second training step."""
+    spec = importlib.util.spec_from_file_location("estimate_accuracy", ROOT / "benchmarks" / "estimate_accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.measure(script, argv or [])
+
+
+@pytest.mark.parametrize("script", ["simple_cnn.py", "tiny_transformer.py", "pinned_devices.py"])
+def test_probe_within_ten_percent_of_measured_peak(script):
+    path = FIX / script
+    truth = _measure(path)
+    if script == "pinned_devices.py":
+        # the real script cannot run on a CPU-only host (set_device('gpu:3')); measure its model via a copy
+        text = path.read_text().replace('paddle.set_device("gpu:3")', "").replace("place = paddle.CUDAPlace(2)", "")
+        tmp = FIX.parent / "_cpu_copy.py"
+        tmp.write_text(text.replace("num_workers=4", "num_workers=0"))
+        try:
+            truth = _measure(tmp)
+        finally:
+            tmp.unlink()
+    p = profile_script(path, probe=True)
+    assert p.method == "probe", [f.message for f in p.findings]
+    assert p.params == truth["params"]
+    est = p.estimates_bytes["probe"]
+    assert abs(est - truth["peak"]) / truth["peak"] <= 0.10, (est, truth["peak"])
+    assert p.probe_seconds and p.probe_seconds > 0
+    assert p.probe_batch_sizes and max(p.probe_batch_sizes) <= p.batch_size
+
+
+def test_probe_times_out_on_a_hanging_model_and_never_runs_top_level_code(tmp_path, monkeypatch):
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("AUTODL_TEST_MARKER", str(marker))
+    monkeypatch.setenv("AUTODL_PROBE_TIMEOUT_S", "12")
+    p = profile_script(FIX / "hostile.py", probe=True)
+    assert not marker.exists()
+    (f,) = [f for f in p.findings if f.code == "probe-timeout"]
+    assert "12 s" in f.message and "killed" in f.message
+    assert f.line == 25
+    assert p.method != "probe"
+
+
+def test_probe_reports_a_shape_error_with_layer_and_shapes(tmp_path):
+    # the static pass cannot follow this forward() (a while loop), so only the probe can see the mismatch
+    s = tmp_path / "late.py"
+    s.write_text(
+        "import paddle\nimport paddle.nn as nn\n\n"
+        "class Net(nn.Layer):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body = nn.Linear(32, 64)\n"
+        "        self.head = nn.Linear(48, 10)\n\n"
+        "    def forward(self, x):\n"
+        "        n = 0\n"
+        "        while n < 1:\n"
+        "            x = self.body(x)\n"
+        "            n += 1\n"
+        "        return self.head(x)\n\n"
+        "model = Net()\nopt = paddle.optimizer.SGD(parameters=model.parameters())\n"
+    )
+    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 4, "input_shape": [32]}}), probe=True)
+    assert any(f.code == "cold-start" for f in p.findings)
+    (err,) = p.errors
+    assert err.code == "shape-mismatch"
+    assert err.line == 8
+    assert "'head'" in err.message and "48" in err.message and "64" in err.message
+
+
+def test_probe_has_no_network():
+    from autodl.profile.probe import network_isolation
+
+    prefix = network_isolation()
+    assert prefix is not None, "unshare -n/-rn should work on this host (root, util-linux present)"
+    import subprocess
+
+    r = subprocess.run([*prefix, "cat", "/proc/net/dev"], capture_output=True, text=True, timeout=10)
+    interfaces = [l.split(":")[0].strip() for l in r.stdout.splitlines()[2:]]
+    assert interfaces == ["lo"]
