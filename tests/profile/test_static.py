@@ -69,13 +69,17 @@ def test_transformer_parameters_follow_paddle_definitions():
 
 # ------------------------------------------------------------------------------------ activations
 def test_simple_cnn_activation_replay():
-    """Per-sample bytes of the replayed step, from the op rules in trace.py, for the CIFAR CNN."""
+    """Per-sample bytes of the replayed step for the CIFAR CNN match the measured slope.
+
+    1_060_872 B/sample: host allocator peak of a full Adam step at batch 128 minus batch 64, divided by
+    64 (Paddle 3.3.1 CPU, this fixture's model).
+    """
     p = prof("simple_cnn.py")
     f = 4
     kept = (3 * 32 * 32 + 32 * 32 * 32 * 3 + 64 * 32 * 32 * 1 + 64 * 16 * 16 * 2 + 128 * 2 + 10 * 2) * f
     # retained tensors plus the transient gradients at conv2's backward (its output grad and input grad)
     assert p.activation_bytes_per_sample >= kept
-    assert p.activation_bytes_per_sample == pytest.approx(929_844, rel=0.01)
+    assert p.activation_bytes_per_sample == pytest.approx(1_060_872, rel=0.01)
 
 
 def test_attention_memory_grows_faster_than_sequence_length():

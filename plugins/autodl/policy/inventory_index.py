@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 from operator import itemgetter
 
 import numpy as np
@@ -20,41 +21,53 @@ class InventoryIndex:
     """The fields of an inventory's devices as arrays in pool order (position ``i`` is ``devices[i]``).
 
     Strings are coded: ``host_code[i]`` indexes ``hosts``, ``model_code[i]`` indexes ``models`` (the
-    devices' own ``model`` spelling, before any catalog look-up), ``vendor_code[i]`` indexes ``vendors``;
-    each list is in order of first appearance. A *kind* is one (model, vendor, memory_total_bytes)
-    combination: ``kind_code[i]`` indexes ``kinds``, whose entries are (model code, vendor code,
-    memory_total_bytes), in order of first appearance.
+    devices' own ``model`` spelling, before any catalog look-up); each list is in order of first
+    appearance. A *kind* is one (model, memory_total_bytes) combination: ``kind_code[i]`` indexes
+    ``kinds``, whose entries are (model code, memory_total_bytes), in order of first appearance.
+    ``Device.vendor`` is read only on demand (:attr:`vendor_codes`).
 
     :ivar devices: the inventory's device list itself (not a copy).
-    :ivar device_ids: ``device_id`` per device, an object array.
+    :ivar device_ids: ``device_id`` per device.
     :ivar memory_total_bytes: int64, bytes.
     :ivar memory_free_bytes: int64, ``memory_total_bytes - memory_used_bytes`` in bytes, *not* clamped
         at 0 (unlike :attr:`autodl.types.Device.memory_free_bytes`).
-    :ivar utilization_pct: float64, 0..100; never NaN.
+    :ivar utilization_pct: float64, percent; never NaN.
     :ivar healthy: bool.
     """
 
     devices: list[Device]
-    device_ids: np.ndarray
+    device_ids: list[str]
     hosts: list[str]
     host_code: np.ndarray
     models: list[str]
     model_code: np.ndarray
-    vendors: list[str]
-    vendor_code: np.ndarray
     memory_total_bytes: np.ndarray
     memory_free_bytes: np.ndarray
     utilization_pct: np.ndarray
     healthy: np.ndarray
-    kinds: list[tuple[int, int, int]]
+    kinds: list[tuple[int, int]]
     kind_code: np.ndarray
+
+    @cached_property
+    def vendor_codes(self) -> tuple[list[str], np.ndarray]:
+        """(``Device.vendor`` values in order of first appearance, each device's code), read on first use:
+        placement needs a device's own vendor only for models the catalog lacks."""
+        return _encode([d.vendor for d in self.devices])
+
+    def mask(self, device_ids: frozenset[str] | set[str]) -> np.ndarray:
+        """Boolean array: which devices have an id in ``device_ids`` (e.g. the leased ones).
+
+        One set look-up per device (about 0.4 ms for 10,000): cheaper than building an id -> position
+        dict for a snapshot used once, and right when ids repeat.
+        """
+        n = len(self.device_ids)
+        if not device_ids:
+            return np.zeros(n, dtype=np.bool_)
+        return np.fromiter(map(device_ids.__contains__, self.device_ids), np.bool_, n)
 
 
 # id(inventory) -> (weak reference to it, its index or None when it cannot be indexed)
 _CACHE: dict[int, tuple[weakref.ref, InventoryIndex | None]] = {}
-
-_FIELDS = ("device_id", "host", "model", "vendor", "memory_total_bytes", "memory_used_bytes",
-           "utilization_pct", "healthy")
 
 
 def inventory_index(inventory: Inventory) -> InventoryIndex | None:
@@ -95,8 +108,24 @@ def _drop(key: int, ref: weakref.ref) -> None:
 def _encode(values: list) -> tuple[list, np.ndarray]:
     """Distinct values in order of first appearance, and each value's position among them."""
     first = dict.fromkeys(values)
+    if len(first) == 1:                          # one host, one model or one vendor: all zeros
+        return list(first), np.zeros(len(values), dtype=np.intp)
     code = {v: i for i, v in enumerate(first)}
     return list(first), np.fromiter(map(code.__getitem__, values), np.intp, len(values))
+
+
+def first_appearance_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Number the distinct values of ``keys`` in order of first appearance.
+
+    :param keys: 1-D integer array.
+    :returns: (code of each element, position of each code's first element); codes are 0..k-1 and
+        the positions ascend.
+    """
+    _, first, raw = np.unique(keys, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    return rank[raw.reshape(-1)], first[by_first]
 
 
 def build_index(inventory: Inventory) -> InventoryIndex | None:
@@ -111,11 +140,11 @@ def build_index(inventory: Inventory) -> InventoryIndex | None:
         # pydantic keeps a model's field values in its __dict__; reading them there is ~2x faster than
         # attribute access, which matters at 10,000 devices.
         rows = [d.__dict__ for d in devices]
-        ids, hosts, models, vendors, total, used, util, healthy = (list(map(itemgetter(f), rows)) for f in _FIELDS)
-        total_a = np.fromiter(total, np.int64, n)
-        used_a = np.fromiter(used, np.int64, n)
-        util_a = np.fromiter(util, np.float64, n)
-        healthy_a = np.fromiter(healthy, np.bool_, n)
+        ids, hosts, models = (list(map(itemgetter(f), rows)) for f in ("device_id", "host", "model"))
+        total_a = np.fromiter(map(itemgetter("memory_total_bytes"), rows), np.int64, n)
+        used_a = np.fromiter(map(itemgetter("memory_used_bytes"), rows), np.int64, n)
+        util_a = np.fromiter(map(itemgetter("utilization_pct"), rows), np.float64, n)
+        healthy_a = np.fromiter(map(itemgetter("healthy"), rows), np.bool_, n)
     except (KeyError, AttributeError, OverflowError, TypeError, ValueError):
         return None
     if n and (
@@ -124,23 +153,20 @@ def build_index(inventory: Inventory) -> InventoryIndex | None:
         return None
     host_names, host_code = _encode(hosts)
     model_names, model_code = _encode(models)
-    vendor_names, vendor_code = _encode(vendors)
-    ids_a = np.empty(n, dtype=object)
-    ids_a[:] = ids
-    # kind = (model, vendor, memory_total_bytes); codes in order of first appearance
-    _, total_code = np.unique(total_a, return_inverse=True)
-    _, pair = np.unique(model_code * max(1, len(vendor_names)) + vendor_code, return_inverse=True)
-    _, first, raw_kind = np.unique(pair.astype(np.int64) * max(1, n) + total_code, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty_like(by_first)
-    rank[by_first] = np.arange(by_first.size)
-    kind_code = rank[raw_kind]
-    kinds = [(int(model_code[i]), int(vendor_code[i]), int(total_a[i])) for i in first[by_first].tolist()]
+    # kind = (model, memory_total_bytes), coded in order of first appearance: one sort of
+    # total x models + model when that fits in int64, else memory sizes coded first.
+    span = max(1, len(model_names))
+    if not n or (total_a.min() >= 0 and total_a.max() < INT_LIMIT // span):
+        key = total_a * span + model_code
+    else:
+        _, total_code = np.unique(total_a, return_inverse=True)
+        key = total_code.reshape(-1).astype(np.int64) * span + model_code
+    kind_code, first = first_appearance_codes(key)
+    kinds = [(int(model_code[i]), int(total_a[i])) for i in first.tolist()]
     return InventoryIndex(
-        devices=devices, device_ids=ids_a,
+        devices=devices, device_ids=ids,
         hosts=host_names, host_code=host_code,
         models=model_names, model_code=model_code,
-        vendors=vendor_names, vendor_code=vendor_code,
         memory_total_bytes=total_a, memory_free_bytes=total_a - used_a,
         utilization_pct=util_a, healthy=healthy_a,
         kinds=kinds, kind_code=kind_code,

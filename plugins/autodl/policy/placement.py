@@ -11,7 +11,7 @@ import numpy as np
 from autodl.catalog import Catalog, GPUModel
 from autodl.errors import CatalogError
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
-from autodl.policy.inventory_index import INT_LIMIT, inventory_index
+from autodl.policy.inventory_index import INT_LIMIT, first_appearance_codes, inventory_index
 from autodl.spec import ResourcePolicySection
 from autodl.types import Candidate, Device, Inventory, PlacementDecision, ResourceProfile, RunRecord
 
@@ -46,6 +46,7 @@ class _Group:
     order: int                                              # first-appearance order in the pool
     nfit: int = 0                                           # devices that could ever hold the run
     available: list[Device] = field(default_factory=list)  # of those, free now (pool order)
+    chosen: tuple[list[Device], bool, str | None] | None = None  # _choose_set's answer, when known
 
 
 @dataclass
@@ -118,7 +119,7 @@ def place(
     options: list[Option] = []
     kept_reasons: list[list[str]] = []
     for grp in part.ready:
-        devs, nvlink, why = _choose_set(grp.available, n)
+        devs, nvlink, why = grp.chosen or _choose_set(grp.available, n)
         if grp.model not in step_cache:
             step = None
             if grp.gpu is not None:
@@ -239,20 +240,31 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
     cmodels = list(name_code)
     dev_cm = cm_of_raw[idx.model_code]
 
-    # Per kind: vendor, and the dropped key when the vendor is not allowed or the run never fits.
+    # Per kind (model spelling, memory): vendor, and the dropped key when the vendor is not allowed or
+    # the run never fits. A device's own vendor counts only when the catalog lacks its model
+    # (Device.vendor defaults to nvidia), so only such kinds are split by the devices' vendors.
+    kind_code = idx.kind_code
+    kinds: list[tuple[int, str | None, int]] = [(mc, None, total) for mc, total in idx.kinds]
+    unknown = np.array([gpus[mc] is None for mc, _ in idx.kinds], dtype=np.bool_)
+    if unknown.any():
+        vendors, vcode = idx.vendor_codes
+        kind_code, first = first_appearance_codes(
+            idx.kind_code * (len(vendors) + 1) + np.where(unknown[idx.kind_code], vcode + 1, 0))
+        kinds = []
+        for i in first.tolist():
+            mc, total = idx.kinds[idx.kind_code[i]]
+            kinds.append((mc, vendors[vcode[i]] if gpus[mc] is None else None, total))
     # Dropped keys are coded through one dict of (model, reason), so equal pairs share a code.
     keys: dict[tuple[str, str], int] = {}
-    nkinds = len(idx.kinds)
-    kind_key = np.full(nkinds, -1, dtype=np.intp)
+    kind_key = np.full(len(kinds), -1, dtype=np.intp)
     kind_vendor: list[str] = []
-    vendor_reason: dict[str, str] = {}
     fit_models: set[int] = set()
-    for k, (mc, vc, total) in enumerate(idx.kinds):
+    for k, (mc, own_vendor, total) in enumerate(kinds):
         gpu, model = gpus[mc], names[mc]
-        vendor = gpu.vendor if gpu is not None else idx.vendors[vc]   # Device.vendor defaults to nvidia
+        vendor = gpu.vendor if gpu is not None else own_vendor
         kind_vendor.append(vendor)
         if vendor not in allowed:
-            reason = vendor_reason.get(vendor) or vendor_reason.setdefault(vendor, _vendor_reason(vendor, allowed))
+            reason = _vendor_reason(vendor, allowed)
         elif need > threshold * total:
             reason = _never_reason(need, threshold, total)
         else:
@@ -267,31 +279,25 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
             reason_key[cm, r] = keys.setdefault((cmodels[cm], text), len(keys))
 
     # Per device: the first failing check, as in the reference loop (later assignments win).
-    fit = kind_fit[idx.kind_code]
+    fit = kind_fit[kind_code]
     r = np.full(ndev, 4, dtype=np.intp)
     r[need > idx.memory_free_bytes] = 3
     r[idx.utilization_pct > MAX_LOAD_PCT] = 2
     if leased:
-        r[np.fromiter(map(leased.__contains__, idx.device_ids), np.bool_, ndev)] = 1
+        r[idx.mask(leased)] = 1
     r[~idx.healthy] = 0
     avail = fit & (r == 4)
-    dkey = np.where(fit, reason_key[dev_cm, r], kind_key[idx.kind_code])
+    dkey = np.where(fit, reason_key[dev_cm, r], kind_key[kind_code])
 
     # Groups: (host, model) of devices that could ever hold the run, numbered by first appearance.
     fpos = np.flatnonzero(fit)
-    groups: list[_Group] = []
     ready: list[_Group] = []
     gang: list[tuple[str, str, np.ndarray]] = []
     fits = False
     total_ready = 0
     if fpos.size:
-        gkey = idx.host_code[fpos] * len(cmodels) + dev_cm[fpos]
-        _, first, raw_g = np.unique(gkey, return_index=True, return_inverse=True)
-        by_first = np.argsort(first, kind="stable")
-        rank = np.empty_like(by_first)
-        rank[by_first] = np.arange(by_first.size)
-        g_of_f = rank[raw_g]                       # group number (= order) of each fitting device
-        gfirst = fpos[first[by_first]]             # first device of each group
+        g_of_f, first = first_appearance_codes(idx.host_code[fpos] * len(cmodels) + dev_cm[fpos])
+        gfirst = fpos[first]                       # first device of each group; g_of_f: group of each
         ngroups = gfirst.size
         nfit = np.bincount(g_of_f, minlength=ngroups)
         favail = avail[fpos]
@@ -303,20 +309,23 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
         ready_g = np.flatnonzero(navail >= n)
         total_ready = int(ready_g.size)
 
-        def group(g: int) -> _Group:
-            i = int(gfirst[g])
-            mc = int(idx.model_code[i])
-            return _Group(idx.hosts[idx.host_code[i]], names[mc], kind_vendor[idx.kind_code[i]], gpus[mc], g,
-                          int(nfit[g]))
+        def groups_of(gs: np.ndarray) -> list[_Group]:
+            """The groups numbered ``gs``, without their devices."""
+            at = gfirst[gs]
+            return [
+                _Group(idx.hosts[h], names[mc], kind_vendor[k], gpus[mc], g, nf)
+                for g, h, mc, k, nf in zip(gs.tolist(), idx.host_code[at].tolist(), idx.model_code[at].tolist(),
+                                           kind_code[at].tolist(), nfit[gs].tolist())
+            ]
 
         if n > 1:
-            for g in np.flatnonzero((nfit < n) | ((navail > 0) & (navail < n))).tolist():
-                grp = group(g)
+            gs = np.flatnonzero((nfit < n) | ((navail > 0) & (navail < n)))
+            for grp, a, m in zip(groups_of(gs), astart[gs].tolist(), navail[gs].tolist()):
                 if n > grp.nfit:
                     why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {grp.nfit}"
                 else:
-                    why = f"gang of {n}: only {int(navail[g])} device(s) free now on {grp.host}"
-                gang.append((grp.model, why, apos[astart[g]:astart[g] + navail[g]]))
+                    why = f"gang of {n}: only {m} device(s) free now on {grp.host}"
+                gang.append((grp.model, why, apos[a:a + m]))
         # Within one device model every term but load is equal, so only the least-loaded
         # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
         gcm = dev_cm[gfirst[ready_g]]
@@ -333,28 +342,44 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
                     gs = gs[np.lexsort((gs, lowest[gs]))]
                 parts.append(gs[:MAX_KEPT_CANDIDATES])
             ready_g = np.sort(np.concatenate(parts))
-        devices = idx.devices
-        for g in ready_g.tolist():
-            grp = group(g)
-            grp.available = [devices[p] for p in apos[astart[g]:astart[g] + navail[g]].tolist()]
-            ready.append(grp)
+        if ready_g.size:
+            ready = groups_of(ready_g)
+            # the kept groups' free devices, by group, pool order inside
+            ag_sorted = np.repeat(np.arange(ngroups), navail)
+            kept = np.zeros(ngroups, dtype=np.bool_)
+            kept[ready_g] = True
+            sel = kept[ag_sorted]
+            kp, kg = apos[sel], ag_sorted[sel]
+            kept_devices = list(map(idx.devices.__getitem__, kp.tolist()))
+            end = 0
+            for grp, m in zip(ready, navail[ready_g].tolist()):
+                grp.available = kept_devices[end:end + m]
+                end += m
+            if n == 1:
+                # _choose_set for one device: the least loaded, then most free memory, then lowest
+                # index; ties go to pool order (lexsort is stable and kp is in pool order per group).
+                try:    # Device.index is read here, for the kept groups' devices only
+                    on_host = np.fromiter((d.index for d in kept_devices), np.int64, len(kept_devices))
+                except OverflowError:   # an index beyond int64: _choose_set decides
+                    pass
+                else:
+                    o = np.lexsort((on_host, -np.maximum(idx.memory_free_bytes[kp], 0), idx.utilization_pct[kp], kg))
+                    kg_o = kg[o]
+                    best = o[np.concatenate(([True], kg_o[1:] != kg_o[:-1]))].tolist()   # one per kept group
+                    for grp, b in zip(ready, best):
+                        grp.chosen = ([kept_devices[b]], False, None)
 
     # Dropped sets: per-device keys in order of first appearance, then the gang groups in group order.
     dropped_pos: dict[tuple[str, str], list[np.ndarray]] = {}
     dpos = np.flatnonzero(dkey >= 0)
     if dpos.size:
         kd = dkey[dpos]
-        _, kfirst, kraw = np.unique(kd, return_index=True, return_inverse=True)
-        by_first = np.argsort(kfirst, kind="stable")
-        rank = np.empty_like(by_first)
-        rank[by_first] = np.arange(by_first.size)
-        kr = rank[kraw]
+        kr, kfirst = first_appearance_codes(kd)
         sorted_pos = dpos[np.argsort(kr, kind="stable")]
-        bounds = np.cumsum(np.bincount(kr, minlength=by_first.size)).tolist()
         key_of_code = list(keys)
         start = 0
-        for j, end in enumerate(bounds):
-            dropped_pos[key_of_code[int(kd[kfirst[by_first[j]]])]] = [sorted_pos[start:end]]
+        for code, end in zip(kd[kfirst].tolist(), np.cumsum(np.bincount(kr)).tolist()):
+            dropped_pos[key_of_code[code]] = [sorted_pos[start:end]]
             start = end
     for model, why, pos in gang:
         dropped_pos.setdefault((model, why), []).append(pos)
@@ -365,7 +390,7 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
             continue
         hc = idx.host_code[pos]
         host = idx.hosts[hc[0]] if (hc == hc[0]).all() else "*"
-        dropped.append((model, reason, idx.device_ids[pos].tolist(), host))
+        dropped.append((model, reason, list(map(idx.device_ids.__getitem__, pos.tolist())), host))
     return _Partition(fits, total_ready, ready, dropped)
 
 

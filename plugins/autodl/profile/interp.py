@@ -819,6 +819,19 @@ class Interp:
         tr = self.trace
         args = [self.param_tensor(a) if isinstance(a, ParamObj) else a for a in args]
         x = args[0] if args else kwargs.get("x", kwargs.get("input"))
+        if name == "arange":
+            nums = [a for a in args if isinstance(a, (int, float))]
+            if not nums and "end" in kwargs:
+                nums = [kwargs.get("start", 0), kwargs["end"]]
+            if len(nums) == 1:
+                nums = [0, nums[0]]
+            if len(nums) >= 2 and all(isinstance(v, (int, float)) for v in nums):
+                step = nums[2] if len(nums) > 2 else kwargs.get("step", 1)
+                t = Tensor((max(0, math.ceil((nums[1] - nums[0]) / step)),), "int64", requires_grad=False)
+                if tr:
+                    tr.inputs.append(t)
+                return t
+            return Opaque("paddle.arange")
         if name in TENSOR_CREATORS or name in ("to_tensor", "triu", "tril", "full_like"):
             shape = args[0] if args else kwargs.get("shape")
             if name in ("randint",):

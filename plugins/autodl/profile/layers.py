@@ -161,8 +161,10 @@ def conv(tr: Trace, x: Tensor, a: dict, n: int, layer: str | None, transpose: bo
     if transpose:
         macs = x.numel * (cout // groups) * math.prod(k)
     pb = conv_params(a, n) * 4
-    outt = Tensor(out)
-    return tr.op(kind.lower(), [x], out, saves="x", param_bytes=pb, grad_scratch_bytes=outt.nbytes,
+    # conv2d_grad's scratch: 2 x output bytes, released before the input gradient is allocated
+    # (measured: peak of the backward = input + 3 x output per sample for 5 kernel/channel shapes)
+    scratch = max(0, 2 * Tensor(out).nbytes - (x.nbytes if x.requires_grad else 0))
+    return tr.op(kind.lower(), [x], out, saves="x", param_bytes=pb, grad_scratch_bytes=scratch,
                  flops=2.0 * macs, layer=layer)
 
 
@@ -253,11 +255,12 @@ def concat(tr: Trace, xs: list[Tensor], axis: int, layer: str | None = None) -> 
 
 
 def cross_entropy(tr: Trace, logits: Tensor, layer: str | None = None) -> Tensor:
-    """softmax_with_cross_entropy keeps the softmax (logits' size) and the labels for backward."""
+    """softmax_with_cross_entropy keeps the softmax (logits' size) and the labels for backward; its grad
+    kernel writes the logits gradient into that softmax buffer (backward.yaml ``inplace``)."""
     rows = logits.numel // max(1, logits.shape[-1])
     label = tr.input(logits.shape[:-1] + (1,), "int64")
     return tr.op("cross_entropy", [logits, label], (rows, 1), saves="", extra_saved_bytes=logits.nbytes,
-                 flops=5 * logits.numel, layer=layer)
+                 grad_into_saved=True, flops=5 * logits.numel, layer=layer)
 
 
 def embedding(tr: Trace, ids: Tensor, num: int, dim: int, layer: str | None) -> Tensor:

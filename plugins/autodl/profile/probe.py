@@ -197,6 +197,7 @@ def run_probe(
         ``shape-mismatch``), never as exceptions.
     """
     t0 = time.monotonic()
+    site_line = facts.model_site.node.lineno if facts.model_site is not None else None
     timeout = float(timeout_s or os.environ.get("AUTODL_PROBE_TIMEOUT_S") or PROBE_TIMEOUT_S)
     limit = int(os.environ.get("AUTODL_PROBE_MEMORY_BYTES") or PROBE_ADDRESS_SPACE_BYTES)
     res = ProbeResult(ok=False, seconds=0.0)
@@ -244,10 +245,10 @@ def run_probe(
                 pass
             proc.communicate()
             return fail("probe-timeout",
-                        f"{script}: the probe (building the model at line {facts.model_line} and running CPU steps at "
+                        f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
                         f"batch {b1} and {b2}) did not finish within {timeout:.0f} s and was killed; the estimate is "
                         "static. Check the model's __init__/forward for loops or downloads, or raise "
-                        "AUTODL_PROBE_TIMEOUT_S.", line=facts.model_line)
+                        "AUTODL_PROBE_TIMEOUT_S.", line=site_line)
     if prefix is None:
         res.findings.append(Finding(severity="info", code="probe-network",
                                     message="no network namespace available (unshare -n failed); the probe ran with "
@@ -271,9 +272,9 @@ def run_probe(
             msg = (f"layer '{layer['layer']}' ({layer['type']}) cannot take its input: input shape "
                    f"{shapes[0] if shapes else '?'}, weight shape {layer.get('weight_shape')}; Paddle said: "
                    f"{data['error']}. Fix the layer's size or the reshape before it.")
-            return fail("shape-mismatch", msg, "error", line=line or facts.model_line)
+            return fail("shape-mismatch", msg, "error", line=line or site_line)
         return fail("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
-                                    f"({data.get('error')}); the estimate is static.", line=facts.model_line)
+                                    f"({data.get('error')}); the estimate is static.", line=site_line)
     peaks = {int(k): int(v) for k, v in data["peaks"].items()}
     res.ok = True
     res.params, res.trainable = int(data["params"]), int(data["trainable"])

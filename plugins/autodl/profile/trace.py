@@ -75,6 +75,7 @@ class Op:
     grad_scratch_bytes: int = 0
     param_bytes: int = 0
     inplace_grad: bool = False
+    grad_into_saved: bool = False
     flops: float = 0.0
     layer: str | None = None
 
@@ -104,6 +105,7 @@ class Trace:
         grad_scratch_bytes: int = 0,
         param_bytes: int = 0,
         inplace_grad: bool = False,
+        grad_into_saved: bool = False,
         flops: float = 0.0,
         layer: str | None = None,
         differentiable: bool = True,
@@ -116,6 +118,8 @@ class Trace:
             stride kernels).
         :param param_bytes: bytes of this op's trainable parameters; backward allocates their
             gradient before accumulating it into ``.grad``.
+        :param grad_into_saved: backward writes the input gradient into the buffer it saved
+            (``cross_entropy_with_softmax_grad``: ``inplace: (softmax -> logits_grad)``).
         """
         single = bool(out_shapes) and isinstance(out_shapes[0], int) or out_shapes == ()
         shapes = [tuple(out_shapes)] if single else [tuple(s) for s in out_shapes]
@@ -131,7 +135,7 @@ class Trace:
             saved.extend(outs)
         self.ops.append(
             Op(kind, list(inputs), outs, saved, extra_saved_bytes, grad_scratch_bytes, param_bytes,
-               inplace_grad, flops, layer)
+               inplace_grad, grad_into_saved, flops, layer)
         )
         return outs[0] if single else outs
 
@@ -198,6 +202,8 @@ def simulate_peak(trace: Trace, held: list[Tensor] | None = None) -> int:
             freed = sum(grads[t.id] for t in flowing)
             if op.inplace_grad:
                 new = max(0, new - freed)
+            if op.grad_into_saved:
+                new = max(0, new - op.extra_saved_bytes)
             peak = max(peak, retained + grad_total + new + op.grad_scratch_bytes + op.param_bytes)
             for t in flowing:
                 grad_total -= grads.pop(t.id)
