@@ -223,9 +223,10 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
 
     Same result as :func:`_partition_reference` (``tests/policy/test_place_index.py`` checks it on
     random pools), which it falls back to when the inventory cannot be indexed exactly. Per call it
-    looks up each distinct model spelling in the catalog once, decides vendor and never-fits per
-    distinct (model, vendor, memory) kind once, tests health, leases, load and free memory on arrays,
-    and touches :class:`Device` objects only for the groups it keeps for scoring.
+    looks up each distinct model spelling in the catalog once, decides vendor and never-fits once per
+    distinct (model, memory) kind (split by the devices' own vendor for models the catalog lacks),
+    tests health, leases, load and free memory on arrays, and touches :class:`Device` objects only for
+    the groups it keeps for scoring.
     """
     idx = inventory_index(inventory)
     if idx is None or not -INT_LIMIT < need < INT_LIMIT:
