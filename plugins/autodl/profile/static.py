@@ -80,6 +80,36 @@ def _trace(facts: ScriptFacts, model, batch: int, shape: list[int], dtype: str) 
         interp.trace = None
 
 
+COMMON_IMAGE_SIZES = (224, 32, 28, 64, 96, 112, 128, 160, 192, 256, 299, 320, 384, 448, 512)
+"""Square image sizes tried, in this order, when the input shape is unknown: ImageNet's 224 first, then
+CIFAR (32), MNIST (28) and the usual crop sizes of torchvision/paddle.vision reference recipes."""
+
+
+def _infer_image_size(facts: ScriptFacts, model, batch: int, shape: list[int], dtype: str,
+                      assumed: str) -> tuple[list[int], str]:
+    """With the image size unknown, keep the first common size at which every layer accepts its input.
+
+    A Linear after a flatten pins the spatial size: a model built for 32x32 inputs is not a shape error
+    just because 224x224 was assumed. Returns the shape and the finding text; when no size works the
+    assumed shape stays, and tracing it reports the mismatch.
+    """
+    for size in COMMON_IMAGE_SIZES:
+        candidate = [shape[0], size, size]
+        try:
+            _trace(facts, model, 1, candidate, dtype)
+        except L.ShapeMismatch:
+            continue
+        except Exception:  # noqa: BLE001 - anything else is for the real trace to report
+            return candidate, assumed if size == 224 else _inferred(candidate)
+        return candidate, assumed if size == 224 else _inferred(candidate)
+    return shape, assumed
+
+
+def _inferred(shape: list[int]) -> str:
+    return (f"input shape unknown; inferred {shape}: the first common image size at which every layer's shapes "
+            "agree (set task.input_shape to be sure)")
+
+
 def estimate(facts: ScriptFacts, batch: int, input_shape: list[int] | None, seq_len: int | None) -> StaticEstimate:
     """Trace ``facts.model`` at ``batch`` and ``2 * batch``; the difference is the per-sample activation.
 
@@ -108,6 +138,8 @@ def estimate(facts: ScriptFacts, batch: int, input_shape: list[int] | None, seq_
     except L.Unsupported as exc:
         res.why_not = str(exc)
         return res
+    if assumed and len(shape) == 3 and shape[1:] == [224, 224] and not input_shape:
+        shape, assumed = _infer_image_size(facts, model, batch, shape, dtype, assumed)
     if assumed:
         res.findings.append(Finding(severity="warning", code="assumed-input", message=assumed))
     facts.input_shape = facts.input_shape or shape

@@ -1,0 +1,52 @@
+"""Unknown input shape: the image size is inferred from the layers instead of reported as a shape error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autodl.profile import profile_script
+
+REPO = Path(__file__).resolve().parents[2]
+
+CNN = """
+import paddle
+import paddle.nn as nn
+
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2D(1, 8, 3, padding=1)
+        self.pool = nn.MaxPool2D(2, 2)
+        self.fc = nn.Linear({fc_in}, 10)
+
+    def forward(self, x):
+        x = self.pool(self.conv(x))
+        return self.fc(paddle.flatten(x, 1))
+
+model = Net()
+"""
+
+
+def test_example_cnn_without_spec_is_not_a_shape_error():
+    """The example CNN is built for 32x32 images; with no spec, assuming 224x224 must not turn it into
+    an error that refuses the run (it did before inference existed: 'expects in_features=4096 but its
+    input has shape [64, 200704]')."""
+    p = profile_script(REPO / "include" / "scripts" / "simple_cnn.py", probe=False)
+    assert p.errors == []
+    assert p.input_shape == [3, 32, 32] and p.method == "static"
+    assert any(f.code == "assumed-input" and "inferred [3, 32, 32]" in f.message for f in p.findings)
+
+
+def test_mnist_sized_model_is_inferred_as_28(tmp_path):
+    script = tmp_path / "mnist.py"
+    script.write_text(CNN.format(fc_in=8 * 14 * 14))
+    p = profile_script(script, probe=False)
+    assert p.errors == [] and p.input_shape == [1, 28, 28]
+
+
+def test_no_common_size_fits_is_still_an_error(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text(CNN.format(fc_in=1234))
+    p = profile_script(script, probe=False)
+    assert [f.code for f in p.errors] == ["shape-mismatch"]
+    assert "1234" in p.errors[0].message
