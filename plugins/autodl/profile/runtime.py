@@ -1,30 +1,51 @@
-"""Step-time estimate of a profiled run on a catalog device model: a roofline over FLOPs and bytes moved."""
+"""Step-time estimate of a profiled run on a catalog device model: compute time plus memory-traffic time.
+
+The form is an additive roofline — kernels of a training step alternate between compute-bound
+(convolutions, GEMMs) and memory-bound (normalisation, activation functions, optimizer updates), so
+their times add rather than overlap:
+
+    step time = FLOPs / (peak TFLOPS x 1e12 x COMPUTE_EFFICIENCY)
+              + (3 x (weights + gradients) + 2 x optimizer state + ACTIVATION_TRAFFIC x activations) / bandwidth
+
+The two constants are fitted, not assumed: ``benchmarks/step_time_calibration.py`` fits them to the
+measured single-GPU training throughputs of ``../shared/data/gpu-relative-throughput.csv`` (Sia/Pollux
+artifacts: T4, RTX 2080 Ti, Quadro RTX 6000, A100 relative to V100 for ResNet-18/CIFAR-10, ResNet-50/
+ImageNet and BERT fine-tuning) by minimising the mean |log(predicted ratio / measured ratio)|. On those
+12 (model, GPU) pairs the fit's mean |log error| is 0.115 (about 12%, worst 0.265, about 30%); the
+pure-FLOPS roofline it replaced was off by 0.333 (about 40%, worst 69%), ranking a T4 at 0.58 x V100
+where 0.34-0.41 x was measured. The
+data says what practitioners see: fp32 training throughput tracks memory bandwidth more than peak FLOPS.
+"""
 
 from __future__ import annotations
 
 from autodl.catalog import GPUModel
 from autodl.types import ResourceProfile
 
-DEFAULT_EFFICIENCY = 0.35
-"""Fraction of peak TFLOPS a training step reaches; 0.3-0.5 is typical for CNN/Transformer training
-in fp32/AMP (MLPerf Training v3.0 results on A100 reach ~0.4-0.5 of dense peak for BERT). Records
-calibrate it per device model."""
+COMPUTE_EFFICIENCY = 0.7
+"""Fraction of dense peak TFLOPS the compute-bound kernels reach (fitted; see the module docstring)."""
+
+ACTIVATION_TRAFFIC = 150.0
+"""Bytes moved through device memory per step per byte of activations kept for backward (fitted; see
+the module docstring). It lumps every re-read and re-write of a step: forward writes, backward reads of
+inputs and outputs, gradient writes, cuDNN workspaces, normalisation passes."""
+
+DEFAULT_EFFICIENCY = COMPUTE_EFFICIENCY  # kept for callers that pass ``efficiency=`` explicitly
 
 
 def estimate_step_time_s(profile: ResourceProfile, gpu: GPUModel, *, efficiency: float | None = None) -> float:
-    """Seconds per training step on one ``gpu``: max(compute time, memory time).
+    """Seconds per training step on one ``gpu`` (see the module docstring for the form and its fit).
 
-    compute = flops_per_step / (peak TFLOPS at the run's precision x 1e12 x efficiency);
-    memory  = (weights + gradients + optimizer state + 2 x activations) bytes / bandwidth.
-
-    :param profile: the run's profile (FLOPs per step, breakdown, AMP).
-    :param gpu: the device model (TFLOPS, GB/s).
-    :param efficiency: fraction of peak reached; default :data:`DEFAULT_EFFICIENCY`.
+    :param profile: the run's profile (FLOPs per step, memory breakdown, AMP).
+    :param gpu: the device model (TFLOPS at the run's precision, memory bandwidth in GB/s).
+    :param efficiency: fraction of peak TFLOPS reached; default :data:`COMPUTE_EFFICIENCY`. Records
+        may calibrate it per device model.
+    :raises CatalogError: when the device model has no TFLOPS figure at all.
     """
-    eff = efficiency or DEFAULT_EFFICIENCY
+    eff = efficiency or COMPUTE_EFFICIENCY
     precision = "fp16" if profile.amp else "fp32"
     compute = profile.flops_per_step / (gpu.peak_tflops(precision) * 1e12 * eff)
     b = profile.breakdown
-    moved = b.weights_bytes + b.gradients_bytes + b.optimizer_state_bytes + 2 * b.activations_bytes
+    moved = 3 * (b.weights_bytes + b.gradients_bytes) + 2 * b.optimizer_state_bytes + ACTIVATION_TRAFFIC * b.activations_bytes
     memory = moved / (gpu.memory_bandwidth_gbps * 1e9)
-    return max(compute, memory)
+    return compute + memory
