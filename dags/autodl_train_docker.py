@@ -32,7 +32,7 @@ with DAG(
     max_active_runs=1,
     tags=["autodl", "paddle", "docker", "example"],
     params={
-        "script": Param(str(INCLUDE / "scripts" / "simple_cnn.py"), type="string", description="Training script"),
+        "script": Param("", type="string", description="Training script; empty: the spec's task.script"),
         "spec": Param(str(INCLUDE / "specs" / "simple_cnn_docker.yaml"), type="string", description="Task spec YAML"),
         "pool": Param("auto", type="string", description="auto (NVML, else the demo pool), nvml, or a pool file"),
     },

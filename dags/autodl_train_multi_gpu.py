@@ -34,7 +34,7 @@ with DAG(
     max_active_runs=1,
     tags=["autodl", "paddle", "distributed", "example"],
     params={
-        "script": Param(str(INCLUDE / "scripts" / "simple_cnn_dp.py"), type="string", description="Training script"),
+        "script": Param("", type="string", description="Training script; empty: the spec's task.script"),
         "spec": Param(str(INCLUDE / "specs" / "simple_cnn_multi_gpu.yaml"), type="string",
                       description="Task spec YAML (num_gpus_estimate: 2)"),
         "pool": Param(str(INCLUDE / "pools" / "gpu_node_2xa100.yaml"), type="string",

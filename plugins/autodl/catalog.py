@@ -150,6 +150,9 @@ def load_catalog(path: str | Path | None = None, vendors_path: str | Path | None
 @lru_cache(maxsize=8)
 def _load_cached(gpus: str, vend: str) -> Catalog:
     raw = _load_yaml(Path(gpus))
+    if not isinstance(raw, dict) or not isinstance(raw.get("models"), list) or not raw["models"]:
+        raise CatalogError(f"{gpus}: a GPU catalog is a mapping with a non-empty 'models:' list; "
+                           "fix AUTODL_CATALOG or restore include/catalog/gpus.yaml.")
     models = []
     for i, entry in enumerate(raw.get("models") or []):
         try:
@@ -159,7 +162,10 @@ def _load_cached(gpus: str, vend: str) -> Catalog:
             field = ".".join(str(p) for p in err["loc"])
             name = entry.get("name", f"#{i}") if isinstance(entry, dict) else f"#{i}"
             raise CatalogError(f"{gpus}: model {name}: field '{field}': {err['msg']}.") from None
-    raw_v = _load_yaml(Path(vend)).get("vendors") or {}
+    if not Path(vend).is_file():
+        raise CatalogError(f"{vend}: the vendor table is missing; it must sit beside the GPU catalog {gpus} "
+                           "(copy include/catalog/vendors.yaml there).")
+    raw_v = (_load_yaml(Path(vend)) or {}).get("vendors") or {}
     vendors = {}
     for name, entry in raw_v.items():
         try:

@@ -169,9 +169,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
 
     ledger = Ledger()
     if args.release:
-        lease = ledger.release(args.release)
-        print(f"released {lease.lease_id} ({', '.join(lease.device_ids)})" if lease else f"{args.release} holds no lease")
-        return 0
+        return _release_by_hand(ledger, args.release)
     leases = ledger.leases()
     if args.json:
         _print_json([le.to_json() for le in leases])
@@ -187,6 +185,30 @@ def cmd_leases(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release_by_hand(ledger, run_key: str) -> int:
+    """Free a lease left behind (e.g. the Airflow process was killed): stop its training first, so the
+    device is not handed to another run while the old one still computes on it."""
+    from autodl.config import autodl_home
+    from autodl.errors import LeaseError
+    from autodl.launch import get_launcher
+    from autodl.launch.local import run_dir_name
+    from autodl.types import LaunchHandle
+
+    lease = ledger.get(run_key)
+    if lease is None:
+        raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
+    handle_file = autodl_home() / "runs" / run_dir_name(run_key) / "handle-latest.json"
+    if handle_file.is_file():
+        handle = LaunchHandle.model_validate_json(handle_file.read_text())
+        launcher = get_launcher(handle.launcher)
+        if launcher.poll(handle) is None:
+            print(f"stopping the training of {run_key} (pid={handle.pid} container={handle.container_name} pod={handle.pod_name})")
+            launcher.stop(handle)
+    ledger.release(run_key)
+    print(f"released {lease.lease_id} ({', '.join(lease.device_ids)})")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from autodl.records import RecordStore
 
@@ -197,12 +219,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title="run records (newest first)")
-    for col in ("run key", "outcome", "device", "declared", "est GiB", "actual GiB", "exit", "s"):
+    for col in ("run key", "outcome", "device", "declared", "est GiB", "actual GiB", "exit", "s", "why"):
         t.add_column(col)
     for r in records:
         m = r.metrics or {}
+        why = (r.error or "").splitlines()[0][:80] if r.error else ""
         t.add_row(r.run_key, r.outcome, r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes),
-                  _gib(r.actual_peak_bytes), str(m.get("exit_code", "-")), str(m.get("duration_s", "-")))
+                  _gib(r.actual_peak_bytes), str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), why)
     _console().print(t)
     return 0
 
@@ -266,6 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     except AutoDLError as exc:
         print(f"autodl: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print("autodl: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `autodl runs --json | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

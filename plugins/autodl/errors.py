@@ -57,3 +57,9 @@ class CatalogError(AutoDLError):
     """The GPU catalog is invalid or lacks a device model."""
 
     exit_code = 8
+
+
+class StoreError(AutoDLError):
+    """autodl's own store (AUTODL_STORE_URL) cannot be reached or used."""
+
+    exit_code = 9

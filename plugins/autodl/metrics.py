@@ -186,10 +186,13 @@ def follow(
     log_sink: Callable[[str], None] = print,
     interval_s: float = 1.0,
     samples_path: str | Path | None = None,
+    partial_sink: Callable[[RunMetrics], None] | None = None,
 ) -> RunMetrics:
     """Follow a launched training until it exits: stream its log lines to ``log_sink``, sample metrics
     every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise.
 
+    :param partial_sink: called with the metrics gathered so far (exit code None) when following is
+        interrupted (the task killed, Ctrl-C), before the interruption propagates.
     :returns: :class:`RunMetrics` with the exit code; duration counts from the handle's start.
     """
     offset = 0
@@ -221,6 +224,13 @@ def follow(
                         log_sink(line)
                 break
             time.sleep(interval_s)
+    except BaseException:
+        if partial_sink is not None:
+            partial_sink(summarise(samples, source=sampler.source if sampler else "none",
+                                   duration_s=time.time() - handle.started_at.timestamp(), exit_code=None,
+                                   samples_path=str(samples_path) if samples_path else None,
+                                   steps_path=handle.steps_path))
+        raise
     finally:
         if out:
             out.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
 from autodl.config import autodl_home
-from autodl.errors import AutoDLError, LaunchError, LeaseError, NoFitError, ProfileError
+from autodl.errors import AutoDLError, LaunchError, LeaseError, NoFitError, ProfileError, SpecError
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
 from autodl.launch.local import run_dir_name
@@ -40,6 +40,11 @@ DEFAULT_SHM_BYTES = 8 * GiB
 """/dev/shm given to a run whose DataLoader uses worker processes: 8 GiB, the design card's
 ``docker run --shm-size=8g`` (Docker's own default of 64 MiB makes Paddle's DataLoader workers fail
 with 'bus error' / 'DataLoader worker exited unexpectedly')."""
+
+
+BATCH_SIZE_ENV = "AUTODL_BATCH_SIZE_PER_GPU"
+"""Set for the training when the spec gives ``task.batch_size_per_gpu``: the per-device batch the memory
+estimate was made for. A script that reads it (the examples do) trains with the planned batch."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,22 @@ def _place_fn():
     return place
 
 
+def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
+    """Device models and vendors the spec names must exist; a typo would otherwise be ignored silently.
+
+    :raises SpecError: naming the field, the unknown name and the known ones.
+    """
+    where = spec.source_path or "<spec>"
+    for i, name in enumerate(spec.resource_policy.preferred_devices):
+        if catalog.find(name) is None:
+            raise SpecError(f"{where}: resource_policy.preferred_devices[{i}]: {name!r} is not in the GPU catalog; "
+                            f"use one of: {', '.join(sorted(catalog.models))}.")
+    for i, vendor in enumerate(spec.resource_policy.allowed_vendors or []):
+        if vendor not in catalog.vendors:
+            raise SpecError(f"{where}: resource_policy.allowed_vendors[{i}]: unknown vendor {vendor!r}; "
+                            f"use one of: {', '.join(sorted(catalog.vendors))}.")
+
+
 def profile_run(script: str | Path | None, spec_path: str | Path | None, *, probe: bool | None = None,
                 catalog: Catalog | None = None) -> tuple[TaskSpec, ResourceProfile]:
     """Profile the script (static analysis, optional sandboxed probe); never runs it here.
@@ -119,6 +140,7 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     """
     spec, script_path = load_inputs(script, spec_path)
     catalog = catalog or load_catalog()
+    check_spec_against_catalog(spec, catalog)
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
@@ -138,15 +160,32 @@ def plan(profile: ResourceProfile, spec: TaskSpec, *, inventory: Inventory | Non
                        store_url=store_url)
 
 
-def no_fit_error(profile: ResourceProfile, decision: PlacementDecision, inventory: Inventory) -> NoFitError:
-    """The message for a run nothing in the pool can ever hold: needed memory, largest device, advice."""
+def no_fit_error(profile: ResourceProfile, decision: PlacementDecision, inventory: Inventory,
+                 threshold: float = 0.85) -> NoFitError:
+    """The message for a run nothing in the pool can ever hold: what it needs, what the pool has, advice.
+
+    Says whether memory is the problem (needed GiB vs the largest device) or the gang size (N devices
+    of one model on one host, vs the largest such group whose devices would each hold the run).
+    """
+    need = profile.peak_memory_bytes
     largest = max(inventory.devices, key=lambda d: d.memory_total_bytes, default=None)
-    biggest = (f"the largest device is {largest.model} with {largest.memory_total_bytes / GiB:.1f} GiB"
-               if largest else "the pool has no devices")
-    msg = (f"no device in the pool ({inventory.source}) can hold this run: it needs "
-           f"{profile.peak_memory_bytes / GiB:.2f} GiB per device x {profile.num_gpus}; {biggest}.")
+    fitting = [d for d in inventory.devices if need <= threshold * d.memory_total_bytes]
+    if not inventory.devices:
+        msg = f"the pool ({inventory.source}) has no devices."
+    elif profile.num_gpus > 1 and fitting:
+        groups: dict[tuple[str, str], int] = {}
+        for d in fitting:
+            groups[(d.host, d.model)] = groups.get((d.host, d.model), 0) + 1
+        (host, model), size = max(groups.items(), key=lambda kv: kv[1])
+        msg = (f"no host in the pool ({inventory.source}) has {profile.num_gpus} devices of one model for this "
+               f"data-parallel run ({need / GiB:.2f} GiB each would fit); the largest group is {size} x {model} on "
+               f"{host}. Lower task.num_gpus_estimate to {size} or add devices.")
+    else:
+        biggest = f"the largest device is {largest.model} with {largest.memory_total_bytes / GiB:.1f} GiB"
+        msg = (f"no device in the pool ({inventory.source}) can hold this run: it needs {need / GiB:.2f} GiB per "
+               f"device x {profile.num_gpus} under the memory threshold {threshold:g}; {biggest}.")
     if decision.suggestions:
-        msg += "\nWhat would fit:\n" + "\n".join(f"  - {s}" for s in decision.suggestions)
+        msg += "\nSuggestions:\n" + "\n".join(f"  - {s}" for s in decision.suggestions)
     return NoFitError(msg, decision.suggestions)
 
 
@@ -168,10 +207,12 @@ def format_candidates(decision: PlacementDecision) -> list[str]:
 
 # ----------------------------------------------------------------------------------- the steps
 def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
-                 log: Callable[[str], None] = print) -> dict[str, Any]:
+                 log: Callable[[str], None] = print, run_key: str | None = None) -> dict[str, Any]:
     """Step 1: profile and pre-check. Refuses at once when nothing in the pool can ever fit.
 
-    :returns: ``{"profile", "script", "spec_path", "fits", "pool_source", "declared_pool"}``.
+    :param run_key: when given, the result is also kept in the run's state folder, so that the record
+        of a refused run still holds what the profile found.
+    :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool"}``.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
     catalog = load_catalog()
@@ -181,16 +222,19 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     log(f"profile ({profile.method}): {profile.params:,} params, peak {profile.peak_memory_bytes / GiB:.3f} GiB per device, "
         f"{profile.flops_per_step:.3g} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
     inventory = read_inventory(pool, catalog=catalog)
-    decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
-    if not decision.fits:
-        raise no_fit_error(profile, decision, inventory)
-    return {
+    out = {
         "profile": profile.to_json(),
         "script": profile.script,
         "spec_path": spec.source_path,
         "pool_source": inventory.source,
         "declared_pool": inventory.declared,
     }
+    if run_key:
+        (state_dir(run_key) / "profile.json").write_text(json.dumps(out))
+    decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
+    if not decision.fits:
+        raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
+    return out
 
 
 def step_wait(profile_out: dict[str, Any], *, pool: str | None = None, log: Callable[[str], None] = print) -> bool:
@@ -204,7 +248,7 @@ def step_wait(profile_out: dict[str, Any], *, pool: str | None = None, log: Call
     inventory = read_inventory(pool, catalog=catalog)
     decision = plan(profile, spec, inventory=inventory, catalog=catalog)
     if not decision.fits:
-        raise no_fit_error(profile, decision, inventory)
+        raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
     if not decision.available:
         log("no fitting device is free yet:")
         for line in format_candidates(decision):
@@ -239,7 +283,7 @@ def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | Non
         for line in format_candidates(decision):
             log(line)
         if not decision.fits:
-            raise no_fit_error(profile, decision, inventory)
+            raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
         if decision.chosen is None:
             raise LeaseError(f"run {ctx.run_key}: every fitting device is busy now; the task will retry.")
         chosen = decision.chosen
@@ -277,10 +321,15 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
     vendor = catalog.vendor(devices[0].vendor if devices else "nvidia")
     lease_id = selection["lease"]["lease_id"]
     options = spec.launcher.model_dump(exclude={"type"})
+    env = {}
+    if spec.task.batch_size_per_gpu:
+        # the batch the estimate was made for; scripts that read it train with what was planned
+        env[BATCH_SIZE_ENV] = str(spec.task.batch_size_per_gpu)
     request = LaunchRequest(
         run_key=ctx.run_key,
         script=profile_out["script"],
         args=list(spec.task.args),
+        env=env,
         devices=devices,
         vendor=vendor,
         on_cpu=bool(selection.get("declared_pool")),
@@ -328,9 +377,12 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
     folder = state_dir(ctx.run_key)
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
+    def keep(m: RunMetrics) -> None:
+        (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
+
     metrics = follow(launcher, handle, sampler=make_sampler(handle, uuids), log_sink=lambda line: log(f"[train] {line}"),
-                     interval_s=interval_s, samples_path=folder / "samples.jsonl")
-    (folder / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
+                     interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep)
+    keep(metrics)
     log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, peak memory "
         f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} samples")
     if metrics.exit_code != 0:
@@ -354,6 +406,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         handle_json = json.loads((folder / "handle-latest.json").read_text())
     if metrics_json is None and (folder / "metrics.json").exists():
         metrics_json = json.loads((folder / "metrics.json").read_text())
+    if profile_out is None and (folder / "profile.json").exists():
+        profile_out = json.loads((folder / "profile.json").read_text())
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
     if handle is not None:
         try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator, model_validator
 
 from autodl.errors import SpecError
 
@@ -40,6 +40,16 @@ estimate's error (the design card's default; issue 2)."""
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # YAML's `true` must not pass as 1 (a batch of one) or 1.0 (a threshold of 100%)
+        if isinstance(value, bool):
+            annotation = str(cls.model_fields[info.field_name].annotation)
+            if "bool" not in annotation:
+                raise ValueError("expected a number or a string, not true/false")
+        return value
+
 
 class TaskSection(_Section):
     type: str = "training"
@@ -49,7 +59,7 @@ class TaskSection(_Section):
     args: list[str] = Field(default_factory=list, description="Arguments passed to the script.")
     sequence_length: int | None = Field(None, gt=0)
     batch_size_per_gpu: int | None = Field(None, gt=0)
-    input_shape: list[int] | None = Field(None, description="Per-sample input shape, e.g. [3, 32, 32].")
+    input_shape: list[PositiveInt] | None = Field(None, min_length=1, description="Per-sample input shape, e.g. [3, 32, 32].")
     num_gpus_estimate: int | Literal["auto"] = "auto"
 
     @field_validator("num_gpus_estimate")
@@ -245,8 +255,10 @@ class TaskSpec(_Section):
             )
         path = path.resolve()
         if not path.is_file():
-            field = "--script" if override is not None else "task.script"
-            raise SpecError(f"{where}: {field} names {path}, which does not exist; fix the path.")
+            what = "is a folder, not a script" if path.is_dir() else "does not exist"
+            if override is not None:
+                raise SpecError(f"training script {path} {what}; pass the path of a Python training script.")
+            raise SpecError(f"{where}: task.script names {path}, which {what}; fix the path (relative to the spec file).")
         return path
 
 

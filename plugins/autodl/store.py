@@ -7,13 +7,16 @@ Airflow 3 tasks may not touch Airflow's metadata database, so autodl keeps its t
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from sqlalchemy import create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from autodl.config import store_url
+from autodl.errors import StoreError
 
 
 class Base(DeclarativeBase):
@@ -31,8 +34,20 @@ def get_engine(url: str | None = None) -> Engine:
     """Engine for ``url`` (default :func:`autodl.config.store_url`, read at each call), tables created.
 
     SQLite gets WAL and a 30 s busy timeout so concurrent tasks serialise instead of failing.
+
+    :raises StoreError: when the URL is malformed, its driver is missing, or the database cannot be
+        reached or written (the message names AUTODL_STORE_URL, with any password hidden).
     """
-    return _engine(url or store_url())
+    url = url or store_url()
+    try:
+        return _engine(url)
+    except (SQLAlchemyError, ImportError, OSError) as exc:
+        shown = re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)
+        reason = str(exc).splitlines()[0]
+        raise StoreError(
+            f"autodl's store {shown} (AUTODL_STORE_URL) cannot be used: {reason}. Set AUTODL_STORE_URL to "
+            "sqlite:///PATH (a writable file) or postgresql+psycopg2://USER:PASSWORD@HOST/DB."
+        ) from None
 
 
 @lru_cache(maxsize=32)

@@ -62,3 +62,15 @@ def test_bad_entry_names_model_and_field(tmp_path):
     shutil.copy(include_dir() / "catalog" / "vendors.yaml", tmp_path / "vendors.yaml")
     with pytest.raises(CatalogError, match="model X: field 'memory_bytes'"):
         load_catalog(gpus)
+
+
+def test_empty_catalog_and_missing_vendor_table(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(CatalogError, match="non-empty 'models:' list"):
+        load_catalog(empty)
+    lonely = tmp_path / "lonely" / "gpus.yaml"
+    lonely.parent.mkdir()
+    shutil.copy(include_dir() / "catalog" / "gpus.yaml", lonely)
+    with pytest.raises(CatalogError, match=r"vendor table is missing.*beside the GPU catalog"):
+        load_catalog(lonely)

@@ -145,3 +145,17 @@ def test_nvml_mapping_to_devices(catalog):
     assert other.model == "Mystery GPU"  # unknown to the catalog: kept by name, the policy drops it
     assert a100.memory_used_bytes == 2**30 and other.utilization_pct == 20
     assert fake.shutdown
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", "holds nothing"),
+    ("- a\n- b\n", "holds list"),
+    ("devices: []\n", "declares no devices"),
+    ("devices:\n  - {index: -1, model: T4}\n  - {index: 0, model: T4, utilization_pct: 300}\n",
+     r"devices.0.index(.|\n)*devices.1.utilization_pct"),
+])
+def test_empty_or_malformed_pool_files(tmp_path, catalog, text, match):
+    pool = tmp_path / "p.yaml"
+    pool.write_text(text)
+    with pytest.raises(InventoryError, match=match):
+        read_pool_file(pool, catalog)

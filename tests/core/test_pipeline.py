@@ -135,3 +135,53 @@ def test_retried_launch_reattaches(tmp_path):
     assert second["reattached"] and second["pid"] == first["pid"]
     pipeline.step_release_and_record(ctx(), script=None, spec_path=None, profile_out=out, selection=sel,
                                      handle_json=second, metrics_json=None, log=lambda _l: None)
+
+
+def test_spec_batch_size_reaches_the_training(tmp_path):
+    """The estimate is made for the spec's batch; the training is told it (it trained with its own
+    default before, so the plan and the run disagreed)."""
+    script = tmp_path / "train.py"
+    script.write_text("import os\nprint('batch', os.environ.get('AUTODL_BATCH_SIZE_PER_GPU'), flush=True)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("task:\n  script: train.py\n  batch_size_per_gpu: 32\n")
+    out = profile_out(tmp_path, body=script.read_text())
+    out["spec_path"] = str(spec)
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    lines: list[str] = []
+    pipeline.step_collect(ctx(), handle, log=lines.append, interval_s=0.05)
+    assert "[train] batch 32" in lines
+
+
+def test_refused_run_keeps_its_profile_for_the_record(tmp_path):
+    from autodl.config import include_dir
+
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(f"task:\n  script: {include_dir() / 'scripts/simple_cnn.py'}\n  input_shape: [3, 32, 32]\n"
+                    "  batch_size_per_gpu: 5000000\n")
+    with pytest.raises(NoFitError):
+        pipeline.step_profile(None, str(spec), probe=False, log=lambda _l: None, run_key=ctx().run_key)
+    pipeline.step_release_and_record(ctx(), script=None, spec_path=str(spec), profile_out=None, selection=None,
+                                     handle_json=None, metrics_json=None, log=lambda _l: None)
+    rec = RecordStore().get(ctx().run_key)
+    assert rec.outcome == "not_started" and rec.declared_pool
+    assert rec.profile["batch_size"] == 5000000 and rec.estimated_peak_bytes > 100 * 2**30
+
+
+def test_too_many_devices_is_a_gang_message_not_a_memory_one(tmp_path):
+    out = profile_out(tmp_path, peak_gib=1.0, num_gpus=8)
+    with pytest.raises(NoFitError) as exc:
+        pipeline.step_select(ctx(), out, log=lambda _l: None)
+    msg = str(exc.value)
+    assert "has 8 devices of one model" in msg and "largest group is 1 x" in msg
+    assert "num_gpus_estimate" in msg and "can hold this run" not in msg
+
+
+def test_unknown_preferred_device_is_a_spec_error(tmp_path):
+    from autodl.errors import SpecError
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("task: {script: train.py}\nresource_policy:\n  preferred_devices: [A100-SXM4-40GB, Z9000]\n")
+    with pytest.raises(SpecError, match=r"preferred_devices\[1\]: 'Z9000' is not in the GPU catalog"):
+        pipeline.profile_run(None, spec, probe=False)

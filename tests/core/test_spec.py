@@ -100,3 +100,23 @@ def test_launcher_shorthand():
 def test_launcher_typo_is_rejected():
     with pytest.raises(SpecError, match="unknown key 'launcher.shm_sise'"):
         parse_spec({"launcher": {"type": "docker", "shm_sise": "8g"}})
+
+
+@pytest.mark.parametrize("text,field", [
+    ("task: {batch_size_per_gpu: true}\n", "task.batch_size_per_gpu"),
+    ("resource_policy: {memory_threshold: true}\n", "resource_policy.memory_threshold"),
+    ("task: {input_shape: [3, 0, 32]}\n", "task.input_shape.1"),
+    ("task: {input_shape: []}\n", "task.input_shape"),
+])
+def test_yaml_booleans_and_bad_shapes_are_spec_errors(tmp_path, text, field):
+    with pytest.raises(SpecError, match=field.replace(".", r"\.")):
+        load_spec(write(tmp_path, text))
+
+
+def test_script_that_is_a_folder(tmp_path):
+    (tmp_path / "code").mkdir()
+    spec = load_spec(write(tmp_path, "task: {script: code}\n"))
+    with pytest.raises(SpecError, match="is a folder, not a script"):
+        spec.script_path()
+    with pytest.raises(SpecError, match=r"^training script .* does not exist"):
+        spec.script_path(tmp_path / "absent.py")

@@ -67,12 +67,16 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise InventoryError(f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{p}: a pool file is a mapping with a 'devices:' list (see include/pools/demo.yaml); "
+                             f"this one holds {type(raw).__name__ if raw is not None else 'nothing'}.")
     try:
         pool = _PoolFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise InventoryError(f"{p}: field '{loc}': {err['msg']}; fix the pool file.") from None
+        lines = [f"{p}: field '{'.'.join(str(x) for x in err['loc'])}': {err['msg']}" for err in exc.errors()]
+        raise InventoryError("\n".join(lines) + "\nfix the pool file (see include/pools/demo.yaml).") from None
+    if not pool.devices:
+        raise InventoryError(f"{p}: the pool declares no devices; list at least one under 'devices:'.")
     devices: list[Device] = []
     seen: set[str] = set()
     for i, d in enumerate(pool.devices):

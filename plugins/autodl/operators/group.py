@@ -76,5 +76,11 @@ class AutoDLTrainOperator(TaskGroup):
                                              **common, retries=0)
         self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
         self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
-        # release also runs when anything before launch failed (all_done waits for every upstream).
+        # release also runs when anything before launch failed (it waits for every upstream to be done).
         [self.profile, self.wait, self.select, self.launch] >> self.release
+        # A teardown: it runs whatever happened upstream, and the DAG run's state comes from the work, so
+        # a failed or never-started training fails the run. (on_failure_fail_dagrun=True would make the
+        # release a leaf again and let its success mask a failed training; a failed release shows as a
+        # failed, retried task instead.) `group >> downstream` attaches to collect_metrics, so downstream
+        # tasks run only after a good training.
+        self.release.as_teardown()

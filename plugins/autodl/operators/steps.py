@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator, TriggerRule
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from autodl import pipeline
 from autodl.errors import AutoDLError, NoFitError, ProfileError, SpecError, CatalogError, InventoryError
@@ -80,6 +80,9 @@ class _AutoDLStep(BaseOperator):
             if isinstance(exc, PERMANENT_ERRORS):
                 raise AirflowFailException(str(exc)) from exc
             raise
+        except BaseException as exc:  # killed, interrupted, or a bug: the record says so
+            pipeline.note_failure(ctx.run_key, self.step, f"{type(exc).__name__}: {exc}".rstrip(": "))
+            raise
 
     def run_step(self, ctx: pipeline.RunContext, context) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -96,7 +99,7 @@ class AutoDLProfileOperator(_AutoDLStep):
 
     def run_step(self, ctx, context):
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool_source),
-                                     probe=self.probe, log=self.log.info)
+                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key)
 
 
 class AutoDLPoolSensor(BaseSensorOperator):
@@ -135,11 +138,24 @@ class AutoDLPoolSensor(BaseSensorOperator):
 
     _sibling = _AutoDLStep._sibling
     _pull = _AutoDLStep._pull
+    _ctx = _AutoDLStep._ctx
 
     def _src(self) -> str | None:
         return None if self.pool_source in ("", "None", None) else self.pool_source
 
     def execute(self, context) -> Any:
+        try:
+            return self._wait(context)
+        except AirflowSensorTimeout as exc:
+            pipeline.note_failure(self._ctx(context).run_key, "wait",
+                                  f"no fitting device became free within {self.timeout:g} s (scheduler.timeout)")
+            self.log.error("no fitting device became free within %s s (scheduler.timeout): %s", self.timeout, exc)
+            raise
+        except AirflowFailException as exc:
+            pipeline.note_failure(self._ctx(context).run_key, "wait", str(exc))
+            raise
+
+    def _wait(self, context) -> Any:
         self._apply_spec_scheduler(context)
         if self.deferrable and not self._ready(context):
             from autodl.triggers.pool import PoolTrigger
@@ -219,7 +235,7 @@ class AutoDLReleaseOperator(_AutoDLStep):
     step = "release"
 
     def __init__(self, **kwargs: Any):
-        kwargs["trigger_rule"] = TriggerRule.ALL_DONE
+        kwargs["trigger_rule"] = TriggerRule.ALL_DONE  # as_teardown() (group.py) keeps its run-always meaning
         super().__init__(**kwargs)
 
     def run_step(self, ctx, context):

@@ -9,6 +9,26 @@ import sys
 from autodl.errors import AutoDLError
 
 
+def _count(minimum: int):
+    """argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a relative error in [0, 1)."""
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``simulate`` subcommand to an argparse ``subparsers`` object.
 
@@ -26,10 +46,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--trace", default=None, help="job CSV (default ../shared/data/philly-jobs.csv)")
     p.add_argument("--pool", default=None, help="simulated pool YAML (default include/pools/sim-pai-hetero.yaml)")
     p.add_argument("--throughput", default=None, help="heterogeneity matrix CSV")
-    p.add_argument("--start", type=int, default=0, help="first job of the slice after sorting by submit time")
-    p.add_argument("--jobs", type=int, default=None, help="number of jobs in the slice (default: to the end)")
+    p.add_argument("--start", type=_count(0), default=0, help="first job of the slice after sorting by submit time")
+    p.add_argument("--jobs", type=_count(1), default=None, help="number of jobs in the slice (default: to the end)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--error", type=float, default=0.15, help="relative error of memory estimates (0.15 = +-15%%)")
+    p.add_argument("--error", type=_fraction, default=0.15, help="relative error of memory estimates (0.15 = +-15%%)")
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
     p.add_argument("--plot", default=None, help="write a PNG of JCT CDFs and utilization over time here")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of the table")
