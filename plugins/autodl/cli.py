@@ -1,6 +1,6 @@
 """The ``autodl`` command: profile, plan, inventory, leases, runs, simulate — JSON with ``--json``, tables without.
 
-Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog (see
+Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 130 interrupted (see
 :mod:`autodl.errors`).
 """
 
