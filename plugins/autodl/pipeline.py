@@ -456,11 +456,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         except Exception as exc:  # noqa: BLE001 - learning must never lose the record or keep the lease
             log(f"the learning policy could not learn from this run: {exc}")
     from autodl.config import store_url
+    from autodl.store import redact_url
 
-    log(f"run record written: {ctx.run_key} outcome={outcome} store={_redact(store_url())}")
-    return {"run_key": ctx.run_key, "outcome": outcome, "record_store": _redact(store_url()),
+    log(f"run record written: {ctx.run_key} outcome={outcome} store={redact_url(store_url())}")
+    return {"run_key": ctx.run_key, "outcome": outcome, "record_store": redact_url(store_url()),
             "lease_released": bool(released), "declared_pool": declared}
-
-
-def _redact(url: str) -> str:
-    return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)

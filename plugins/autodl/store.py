@@ -19,6 +19,11 @@ from autodl.config import store_url
 from autodl.errors import StoreError
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for logs and messages."""
+    return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)
+
+
 class Base(DeclarativeBase):
     """Declarative base of every autodl table."""
 
@@ -42,7 +47,7 @@ def get_engine(url: str | None = None) -> Engine:
     try:
         return _engine(url)
     except (SQLAlchemyError, ImportError, OSError) as exc:
-        shown = re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)
+        shown = redact_url(url)
         reason = str(exc).splitlines()[0]
         raise StoreError(
             f"autodl's store {shown} (AUTODL_STORE_URL) cannot be used: {reason}. Set AUTODL_STORE_URL to "

@@ -36,7 +36,10 @@ def _launcher_kwargs(launcher_type: str) -> dict[str, Any]:
 
 
 class _AutoDLStep(BaseOperator):
-    """Common shell of the steps: run key, sibling XComs, errors as the task's last log line."""
+    """Common shell of the steps: run key, sibling XComs, errors as the task's last log line.
+
+    Each subclass defines ``run_step(ctx, context)``, which calls one function of :mod:`autodl.pipeline`.
+    """
 
     template_fields: Sequence[str] = ("script", "spec", "pool_source")
     ui_color = "#e8f0fe"
@@ -84,8 +87,6 @@ class _AutoDLStep(BaseOperator):
             pipeline.note_failure(ctx.run_key, self.step, f"{type(exc).__name__}: {exc}".rstrip(": "))
             raise
 
-    def run_step(self, ctx: pipeline.RunContext, context) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
 
 
 class AutoDLProfileOperator(_AutoDLStep):
