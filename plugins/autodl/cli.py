@@ -73,7 +73,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from autodl.catalog import load_catalog
     from autodl.inventory import read_inventory
     from autodl.launch import get_launcher
-    from autodl.spec import load_spec
     from autodl.types import Device
 
     catalog = load_catalog()

@@ -10,7 +10,6 @@ training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -13,7 +13,7 @@ import importlib.util
 import math
 from pathlib import Path
 
-from autodl.catalog import Catalog, GPUModel, load_catalog
+from autodl.catalog import Catalog, load_catalog
 from autodl.errors import ProfileError
 from autodl.profile import memory as E
 from autodl.profile import layers as L
@@ -22,7 +22,7 @@ from autodl.profile.analysis import ScriptFacts, scan
 from autodl.profile.runtime import estimate_step_time_s
 from autodl.profile.static import StaticEstimate, estimate, layer_line
 from autodl.spec import DEFAULT_MEMORY_THRESHOLD, TaskSpec
-from autodl.types import Finding, MemoryBreakdown, ResourceProfile
+from autodl.types import Finding, ResourceProfile
 
 __all__ = ["profile_script", "advice", "estimate_step_time_s", "paddle_available"]
 

@@ -5,7 +5,6 @@ nothing from autodl. The last stdout line is ``AUTODL_PROBE {json}``.
 """
 
 import json
-import math
 import os
 import sys
 import time

@@ -10,10 +10,10 @@ sizes were measured on Paddle 3.3.1 CPU (``benchmarks/estimate_accuracy.py --ops
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from autodl.profile.trace import DTYPE_BYTES, Tensor, Trace
+from autodl.profile.trace import Tensor, Trace
 
 REQUIRED = object()
 
