@@ -137,6 +137,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
             con.print(f"  suggestion: {s}")
         if launch and launch.get("shell"):
             con.print(f"on {decision.chosen.model} it would run: {launch['shell']}")
+        elif launch and launch.get("pod"):
+            import yaml
+
+            con.print(f"on {decision.chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
+            print(yaml.safe_dump(launch["pod"], sort_keys=False))
         if launch_here and launch_here.get("shell"):
             con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
     return 0 if decision.fits else 4

@@ -84,3 +84,11 @@ def test_inventory_and_runs_and_leases_json():
     assert len(inv["devices"]) == 4 and inv["leased"] == {}
     assert json.loads(autodl("runs", "--json").stdout) == []
     assert json.loads(autodl("leases", "--json").stdout) == []
+
+
+def test_plan_text_shows_the_pod_for_kubernetes(tmp_path):
+    spec = tmp_path / "k8s.yaml"
+    spec.write_text(f"task:\n  script: {SCRIPT}\n  input_shape: [3, 32, 32]\nlauncher:\n  type: kubernetes\n  namespace: training\n")
+    out = autodl("plan", str(spec), "--no-probe").stdout
+    assert "create this pod in namespace training" in out
+    assert "nvidia.com/gpu: '1'" in out and "nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB" in out
