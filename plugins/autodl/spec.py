@@ -61,6 +61,8 @@ class TaskSection(_Section):
     batch_size_per_gpu: int | None = Field(None, gt=0)
     input_shape: list[PositiveInt] | None = Field(None, min_length=1, description="Per-sample input shape, e.g. [3, 32, 32].")
     num_gpus_estimate: int | Literal["auto"] = "auto"
+    probe: bool | None = Field(None, description="Measure the model in the sandboxed CPU probe; "
+                                                 "default: when Paddle is importable. The CLI's --probe/--no-probe wins.")
 
     @field_validator("num_gpus_estimate")
     @classmethod

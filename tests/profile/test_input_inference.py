@@ -50,3 +50,11 @@ def test_no_common_size_fits_is_still_an_error(tmp_path):
     p = profile_script(script, probe=False)
     assert [f.code for f in p.errors] == ["shape-mismatch"]
     assert "1234" in p.errors[0].message
+
+
+def test_spec_can_turn_the_probe_off(tmp_path):
+    from autodl.spec import parse_spec
+
+    spec = parse_spec({"task": {"probe": False, "input_shape": [3, 32, 32]}})
+    p = profile_script(REPO / "include" / "scripts" / "simple_cnn.py", spec)
+    assert p.method == "static" and p.probe_seconds is None

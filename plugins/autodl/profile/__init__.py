@@ -174,6 +174,8 @@ def profile_script(
     w, g, o = E.model_states(params or 0, trainable or 0, facts.optimizer, None)
     if method != "cold_start" or params:
         estimates[method] = int(w + g + o + act_per_sample * batch + fixed)
+    if probe is None and task is not None:
+        probe = task.probe  # the spec's task.probe, unless the caller (CLI flag, operator) decided
     do_probe = paddle_available() if probe is None else probe
     probe_seconds = None
     probe_batches = None
