@@ -173,7 +173,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
 
     ledger = Ledger()
     if args.release:
-        return _release_by_hand(ledger, args.release)
+        return _release_by_hand(args.release)
     leases = ledger.leases()
     if args.json:
         _print_json([le.to_json() for le in leases])
@@ -189,27 +189,13 @@ def cmd_leases(args: argparse.Namespace) -> int:
     return 0
 
 
-def _release_by_hand(ledger, run_key: str) -> int:
-    """Free a lease left behind (e.g. the Airflow process was killed): stop its training first, so the
-    device is not handed to another run while the old one still computes on it."""
-    from autodl.config import autodl_home
-    from autodl.errors import LeaseError
-    from autodl.launch import get_launcher
-    from autodl.launch.local import run_dir_name
-    from autodl.types import LaunchHandle
+def _release_by_hand(run_key: str) -> int:
+    """Free a lease left behind (e.g. the Airflow process was killed): its training is stopped first, so
+    the device is not handed to another run while the old one still computes on it; a record is written."""
+    from autodl.pipeline import release_by_hand
 
-    lease = ledger.get(run_key)
-    if lease is None:
-        raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
-    handle_file = autodl_home() / "runs" / run_dir_name(run_key) / "handle-latest.json"
-    if handle_file.is_file():
-        handle = LaunchHandle.model_validate_json(handle_file.read_text())
-        launcher = get_launcher(handle.launcher)
-        if launcher.poll(handle) is None:
-            print(f"stopping the training of {run_key} (pid={handle.pid} container={handle.container_name} pod={handle.pod_name})")
-            launcher.stop(handle)
-    ledger.release(run_key)
-    print(f"released {lease.lease_id} ({', '.join(lease.device_ids)})")
+    result = release_by_hand(run_key)
+    print(f"released the lease of {run_key}; recorded outcome={result['outcome']}")
     return 0
 
 
@@ -223,13 +209,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title="run records (newest first)")
-    for col in ("run key", "outcome", "device", "declared", "est GiB", "actual GiB", "exit", "s", "why"):
-        t.add_column(col)
+    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "est GiB", "actual GiB", "exit", "s", "why"):
+        t.add_column(col, overflow="fold")
     for r in records:
         m = r.metrics or {}
         why = (r.error or "").splitlines()[0][:80] if r.error else ""
-        t.add_row(r.run_key, r.outcome, r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes),
-                  _gib(r.actual_peak_bytes), str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), why)
+        # estimate: per-device GPU peak incl. CUDA workspaces; actual: NVML device memory, or RSS on a CPU run
+        actual = f"{_gib(r.actual_peak_bytes)} ({m.get('source', '-')})" if r.actual_peak_bytes else "-"
+        t.add_row(r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), r.script.rsplit("/", 1)[-1], r.outcome,
+                  r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes), actual,
+                  str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), why)
+    t.caption = "run keys and full records: autodl runs --json"
     _console().print(t)
     return 0
 
@@ -285,9 +275,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(_signum, _frame):
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C, so the probe sandbox and temporary files are cleaned up
+    raise SystemExit(143)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except AutoDLError as exc:

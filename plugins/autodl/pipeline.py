@@ -22,6 +22,7 @@ from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
 from autodl.launch.local import run_dir_name
 from autodl.ledger import Ledger
+from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
 from autodl.spec import TaskSpec, load_spec
 from autodl.types import (
@@ -39,11 +40,6 @@ DEFAULT_SHM_BYTES = 8 * GiB
 """/dev/shm given to a run whose DataLoader uses worker processes: 8 GiB, the design card's
 ``docker run --shm-size=8g`` (Docker's own default of 64 MiB makes Paddle's DataLoader workers fail
 with 'bus error' / 'DataLoader worker exited unexpectedly')."""
-
-
-BATCH_SIZE_ENV = "AUTODL_BATCH_SIZE_PER_GPU"
-"""Set for the training when the spec gives ``task.batch_size_per_gpu``: the per-device batch the memory
-estimate was made for. A script that reads it (the examples do) trains with the planned batch."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +139,9 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
+        if spec.task.input_shape and any(f.code == "shape-mismatch" for f in profile.errors):
+            lines.append(f"note: the input shape {spec.task.input_shape} comes from task.input_shape in "
+                         f"{spec.source_path}; if that is not this script's input, fix or remove it there.")
         raise ProfileError("the script cannot run as written; fix it before booking a device:\n" + "\n".join(lines))
     return spec, profile
 
@@ -383,10 +382,41 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
                      interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep)
     keep(metrics)
     log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, peak memory "
-        f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} samples")
+        f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} metric samples"
+        + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
         raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
     return metrics.to_json()
+
+
+def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None,
+                  log: Callable[[str], None] = print, why: str = "stopping it") -> bool:
+    """Stop the training behind ``handle_json`` if it still runs. Never raises for a launcher error.
+
+    :returns: True when a running training was stopped.
+    """
+    handle = LaunchHandle.model_validate(handle_json)
+    try:
+        launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
+        if launcher.poll(handle) is None:
+            log(f"training {handle.run_key} {why}")
+            launcher.stop(handle)
+            return True
+    except AutoDLError as exc:
+        log(f"could not stop the training {handle.run_key}: {exc}")
+    return False
+
+
+def release_by_hand(run_key: str, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Free a lease left behind by a run whose Airflow process died: stop its training, release, record.
+
+    :raises LeaseError: when ``run_key`` holds no lease.
+    """
+    if Ledger().get(run_key) is None:
+        raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
+    note_failure(run_key, "release", "released by hand (autodl leases --release) after its Airflow run was lost")
+    return step_release_and_record(RunContext(run_key=run_key), script=None, spec_path=None, profile_out=None,
+                                   selection=None, handle_json=None, metrics_json=None, log=log)
 
 
 def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
@@ -409,13 +439,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         profile_out = json.loads((folder / "profile.json").read_text())
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
     if handle is not None:
-        try:
-            launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
-            if launcher.poll(handle) is None:
-                log(f"training {ctx.run_key} still running after collect ended: stopping it before releasing its devices")
-                launcher.stop(handle)
-        except AutoDLError as exc:
-            log(f"could not stop the training: {exc}")
+        stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
+                      why="still running after collect ended: stopping it before releasing its devices")
     released = Ledger().release(ctx.run_key)
     log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
 

@@ -159,3 +159,10 @@ def test_empty_or_malformed_pool_files(tmp_path, catalog, text, match):
     pool.write_text(text)
     with pytest.raises(InventoryError, match=match):
         read_pool_file(pool, catalog)
+
+
+def test_vendor_that_contradicts_the_catalog(tmp_path, catalog):
+    pool = tmp_path / "p.yaml"
+    pool.write_text("devices:\n  - {index: 0, model: T4, vendor: ascend}\n")
+    with pytest.raises(InventoryError, match=r"devices\[0\].vendor is 'ascend'.*'nvidia' device"):
+        read_pool_file(pool, catalog)

@@ -185,3 +185,37 @@ def test_unknown_preferred_device_is_a_spec_error(tmp_path):
     spec.write_text("task: {script: train.py}\nresource_policy:\n  preferred_devices: [A100-SXM4-40GB, Z9000]\n")
     with pytest.raises(SpecError, match=r"preferred_devices\[1\]: 'Z9000' is not in the GPU catalog"):
         pipeline.profile_run(None, spec, probe=False)
+
+
+def test_release_by_hand_stops_the_training_and_records_it(tmp_path):
+    """The Airflow process died mid-training (kill -9): `autodl leases --release` must not free a device
+    that is still computing, and the run must not vanish from the records."""
+    out = profile_out(tmp_path, body="import time\ntime.sleep(120)\n")
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    result = pipeline.release_by_hand(ctx().run_key, log=lambda _l: None)
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
+    assert Ledger().leases() == [] and result["outcome"] == "failed"
+    rec = RecordStore().get(ctx().run_key)
+    assert "released by hand" in rec.error and rec.launch["pid"] == handle["pid"]
+    with pytest.raises(LeaseError, match="holds no lease"):
+        pipeline.release_by_hand(ctx().run_key)
+
+
+def test_collect_on_kill_stops_the_training(tmp_path):
+    from autodl.operators.steps import AutoDLCollectOperator
+
+    out = profile_out(tmp_path, body="import time\ntime.sleep(120)\n")
+    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
+    op = AutoDLCollectOperator(task_id="collect_metrics", group_id="group")
+    op._following = (handle, ctx())
+    op.on_kill()
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
+    assert "stopped by Airflow" in pipeline.read_failures(ctx().run_key)["collect"]

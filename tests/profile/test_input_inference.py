@@ -58,3 +58,20 @@ def test_spec_can_turn_the_probe_off(tmp_path):
     spec = parse_spec({"task": {"probe": False, "input_shape": [3, 32, 32]}})
     p = profile_script(REPO / "include" / "scripts" / "simple_cnn.py", spec)
     assert p.method == "static" and p.probe_seconds is None
+
+
+def test_spec_batch_the_script_never_uses_is_flagged(tmp_path):
+    from autodl.spec import parse_spec
+
+    script = tmp_path / "mlp.py"
+    script.write_text("import paddle\nimport paddle.nn as nn\n\nBATCH_SIZE = 32\n\n"
+                      "class MLP(nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
+                      "        self.fc = nn.Linear(784, 10)\n\n    def forward(self, x):\n        return self.fc(x)\n\n"
+                      "model = MLP()\n")
+    p = profile_script(script, parse_spec({"task": {"batch_size_per_gpu": 4096}}), probe=False)
+    assert p.batch_size == 4096
+    flagged = [f for f in p.findings if f.code == "spec-batch-not-used"]
+    assert flagged and "uses batch 32" in flagged[0].message
+    ok = profile_script(REPO / "include" / "scripts" / "simple_cnn.py", parse_spec({"task": {"batch_size_per_gpu": 16}}),
+                        probe=False)
+    assert not [f for f in ok.findings if f.code == "spec-batch-not-used"]  # it reads AUTODL_BATCH_SIZE_PER_GPU

@@ -84,6 +84,9 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
             model = catalog.get(d.model)
         except CatalogError as exc:
             raise InventoryError(f"{p}: devices[{i}].model: {exc}") from None
+        if d.vendor and d.vendor != model.vendor:
+            raise InventoryError(f"{p}: devices[{i}].vendor is {d.vendor!r} but the catalog's {model.name} is a "
+                                 f"{model.vendor!r} device; remove the vendor or fix the model.")
         host = d.host or pool.host
         device_id = d.uuid or f"{host}:{d.index}"
         if device_id in seen:

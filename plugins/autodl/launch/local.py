@@ -109,6 +109,7 @@ class LocalLauncher:
                                         stdin=open(os.devnull), start_new_session=True)
             except OSError as exc:
                 raise LaunchError(f"could not start {argv[0]}: {exc}; check the Python interpreter and workdir {workdir}.") from exc
+            self._reaped.pop(proc.pid, None)  # a reused pid is a new process
             visible = added.get(request.vendor.visible_devices_env) if request.vendor else None
             handle = LaunchHandle(
                 launcher=self.name, run_key=request.run_key, lease_id=request.labels.get("lease_id"),
@@ -121,11 +122,21 @@ class LocalLauncher:
             os.replace(tmp, handle_file)
             return handle
 
+    _reaped: dict[int, int] = {}
+    """Exit codes of runner processes this process reaped itself (pid -> code): when the launching process
+    is also the one that polls (tests, ``airflow dags test``), the runner's own exit status is known even
+    if its exit file could not be written."""
+
     def _alive(self, handle: LaunchHandle) -> bool:
         if handle.pid is None:
             return False
+        if handle.pid in self._reaped:
+            return False
         try:
-            os.waitpid(handle.pid, os.WNOHANG)  # reap if it is our own child
+            pid, status = os.waitpid(handle.pid, os.WNOHANG)  # reap if it is our own child
+            if pid == handle.pid:
+                self._reaped[pid] = os.waitstatus_to_exitcode(status)
+                return False
         except ChildProcessError:
             pass
         try:
@@ -146,6 +157,9 @@ class LocalLauncher:
             return None
         if exit_path.is_file():  # ended between the two checks
             return int(exit_path.read_text().strip() or 255)
+        if handle.pid in self._reaped:  # our own child, and its exit file is missing: its status says why
+            code = self._reaped[handle.pid]
+            return 128 - code if code < 0 else code
         return 137
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:

@@ -222,9 +222,21 @@ class AutoDLCollectOperator(_AutoDLStep):
         super().__init__(**kwargs)
         self.sample_interval_s = sample_interval_s
 
+    def on_kill(self) -> None:
+        """Airflow stops this task (SIGTERM: marked failed, timed out, worker shutdown): stop the training
+        too, so it never computes on devices whose lease the release step is about to free."""
+        handle, ctx = getattr(self, "_following", (None, None))
+        if handle is None:
+            return
+        pipeline.note_failure(ctx.run_key, self.step, "the collect task was stopped by Airflow (SIGTERM); "
+                                                      "the training was stopped with it")
+        pipeline.stop_training(handle, launcher_kwargs=_launcher_kwargs(handle.get("launcher", "local")),
+                               log=self.log.warning)
+
     def run_step(self, ctx, context):
         handle = self._pull(context, "launch")
         launcher_type = handle.get("launcher", "local")
+        self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
                                      launcher_kwargs=_launcher_kwargs(launcher_type), log=self.log.info,
                                      interval_s=self.sample_interval_s)

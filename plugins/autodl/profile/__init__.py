@@ -26,6 +26,9 @@ from autodl.types import Finding, ResourceProfile
 
 __all__ = ["profile_script", "advice", "estimate_step_time_s", "paddle_available"]
 
+BATCH_SIZE_ENV = "AUTODL_BATCH_SIZE_PER_GPU"
+"""Where the launchers pass the spec's per-device batch (see :data:`autodl.pipeline.BATCH_SIZE_ENV`)."""
+
 DEFAULT_BATCH_SIZE = 32
 """Batch size assumed when neither the spec nor the script gives one (a warning finding says so)."""
 
@@ -97,6 +100,13 @@ def profile_script(
     findings: list[Finding] = list(facts.findings)
 
     batch = (task.batch_size_per_gpu if task and task.batch_size_per_gpu else None) or facts.batch_size
+    if (task and task.batch_size_per_gpu and facts.batch_size and facts.batch_size != task.batch_size_per_gpu
+            and BATCH_SIZE_ENV not in source):
+        findings.append(Finding(
+            severity="warning", code="spec-batch-not-used",
+            message=f"the spec's task.batch_size_per_gpu={task.batch_size_per_gpu} is what this estimate is for, but "
+                    f"the script uses batch {facts.batch_size} and never reads {BATCH_SIZE_ENV}; make the script read "
+                    f"it (as include/scripts/simple_cnn.py does) or set the spec to {facts.batch_size}."))
     if not batch:
         batch = DEFAULT_BATCH_SIZE
         findings.append(Finding(severity="warning", code="assumed-batch-size",

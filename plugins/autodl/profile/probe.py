@@ -238,7 +238,14 @@ def run_probe(
                                 preexec_fn=_limits(limit), start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as exc:  # timeout, Ctrl-C, SIGTERM: never leave the sandbox running
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

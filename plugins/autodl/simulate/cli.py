@@ -74,14 +74,14 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed, error=args.error, policies=policies,
         )
     except AutoDLError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"autodl: error: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.plot:
         try:
             write_plot(results, args.plot, f"slice start={args.start} jobs={args.jobs} seed={args.seed} error={args.error}")
         except ImportError:
-            print("error: --plot needs matplotlib; pip install matplotlib.", file=sys.stderr)
-            return 1
+            print("autodl: error: --plot needs matplotlib; pip install -r requirements.txt.", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({"sources": SOURCES, "results": [r.summary() for r in results]}, indent=2))
     else:
