@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autodl.config import include_dir
+from autodl.config import include_dir, read_yaml
 from autodl.errors import CatalogError
 
 
@@ -124,13 +124,8 @@ class Catalog:
             ) from None
 
 
-def _load_yaml(path: Path) -> dict:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise CatalogError(f"{path}: catalog file not found; set AUTODL_CATALOG or restore include/catalog.") from None
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{path}: not valid YAML: {exc}") from None
+def _load_yaml(path: Path) -> Any:
+    return read_yaml(path, CatalogError, "catalog file not found; set AUTODL_CATALOG or restore include/catalog.")
 
 
 def load_catalog(path: str | Path | None = None, vendors_path: str | Path | None = None) -> Catalog:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,3 +44,20 @@ def store_url() -> str:
 def default_pool_file() -> Path:
     """The declared pool used when no NVML driver answers."""
     return include_dir() / "pools" / "demo.yaml"
+
+
+def read_yaml(path: str | Path, error: type[Exception], missing: str) -> Any:
+    """Parse a YAML file, turning a missing file or bad YAML into ``error`` naming the file.
+
+    :param missing: what to say (after the path) when the file does not exist.
+    :raises error: ``"<path>: <missing>"`` or ``"<path>: not valid YAML: ..."``.
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{p}: {missing}")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise error(f"{p}: not valid YAML: {exc}") from None

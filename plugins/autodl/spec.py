@@ -27,9 +27,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator, model_validator
 
+from autodl.config import read_yaml
 from autodl.errors import SpecError
 
 DEFAULT_MEMORY_THRESHOLD = 0.85
@@ -305,11 +305,5 @@ def load_spec(path: str | Path) -> TaskSpec:
     :returns: the validated :class:`TaskSpec` with ``source_path`` set.
     :raises SpecError: when the file is missing, is not YAML, or fails validation.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{p}: spec file not found; pass the path of a task spec YAML.")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML: {exc}") from None
-    return parse_spec(data, p)
+    data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML.")
+    return parse_spec(data, Path(path))

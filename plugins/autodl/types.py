@@ -100,20 +100,24 @@ class ResourceProfile(_Frozen):
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
 
+    def _split(self) -> tuple[int, int]:
+        """(bytes that do not scale with the batch, activation bytes per sample)."""
+        fixed = self.peak_memory_bytes - self.breakdown.activations_bytes
+        per_sample = self.activation_bytes_per_sample or (self.breakdown.activations_bytes // max(1, self.batch_size))
+        return fixed, per_sample
+
     def peak_at_batch(self, batch_size: int) -> int:
         """Per-device peak memory in bytes at another per-device ``batch_size``.
 
         Model states and workspace stay; activations scale linearly with the batch.
         """
-        fixed = self.peak_memory_bytes - self.breakdown.activations_bytes
-        per_sample = self.activation_bytes_per_sample or (self.breakdown.activations_bytes // max(1, self.batch_size))
+        fixed, per_sample = self._split()
         return int(fixed + batch_size * per_sample)
 
     def max_batch_size(self, memory_bytes: int, threshold: float) -> int:
         """Largest per-device batch whose peak stays within ``threshold * memory_bytes`` (0 if none)."""
         budget = threshold * memory_bytes
-        fixed = self.peak_memory_bytes - self.breakdown.activations_bytes
-        per_sample = self.activation_bytes_per_sample or (self.breakdown.activations_bytes // max(1, self.batch_size))
+        fixed, per_sample = self._split()
         if fixed > budget:
             return 0
         if per_sample <= 0:

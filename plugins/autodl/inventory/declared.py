@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autodl.catalog import Catalog
+from autodl.config import read_yaml
 from autodl.errors import CatalogError, InventoryError
 from autodl.types import Device, Inventory
 
@@ -61,12 +61,7 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
     :raises InventoryError: missing file, bad YAML, unknown field, unknown model, duplicate device.
     """
     p = Path(path)
-    if not p.is_file():
-        raise InventoryError(f"{p}: pool file not found; pass an existing pool YAML (e.g. include/pools/demo.yaml).")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"{p}: not valid YAML: {exc}") from None
+    raw = read_yaml(p, InventoryError, "pool file not found; pass an existing pool YAML (e.g. include/pools/demo.yaml).")
     if not isinstance(raw, dict):
         raise InventoryError(f"{p}: a pool file is a mapping with a 'devices:' list (see include/pools/demo.yaml); "
                              f"this one holds {type(raw).__name__ if raw is not None else 'nothing'}.")
