@@ -1,7 +1,7 @@
 """Fit and check the step-time model against measured GPU throughput ratios (not a test; prints tables).
 
-Data: ../shared/data/gpu-relative-throughput.csv — single-GPU training throughput relative to a V100,
-from the Sia/Pollux artifacts (see ../shared/data/README.md). Models: autodl's static profiles of
+Data: include/data/gpu-relative-throughput.csv — single-GPU training throughput relative to a V100,
+from the Sia/Pollux artifacts (see include/data/README.md). Models: autodl's static profiles of
 benchmarks/models/{resnet18,resnet50,transformer_cls}.py standing in for the CSV's ResNet-18/CIFAR-10,
 ResNet-50/ImageNet and BERT fine-tuning classes.
 
@@ -23,7 +23,7 @@ from autodl.profile import profile_script  # noqa: E402
 from autodl.profile import runtime  # noqa: E402
 from autodl.spec import parse_spec  # noqa: E402
 
-CSV = ROOT.parent / "shared" / "data" / "gpu-relative-throughput.csv"
+CSV = ROOT / "include" / "data" / "gpu-relative-throughput.csv"
 COLUMNS = {"T4": "T4", "RTX2080Ti": "RTX-2080Ti", "QuadroRTX6000": "Quadro-RTX-6000", "A100-40GB": "A100-SXM4-40GB"}
 STAND_INS = {"cifar10_resnet18": ("resnet18", 128), "imagenet_resnet50": ("resnet50", 64), "bert_finetune": ("transformer_cls", 16)}
 

@@ -20,6 +20,14 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 from autodl.catalog import load_catalog
 
 
+def pytest_configure(config):
+    """A private base temp folder per pytest session: pytest's default (/tmp/pytest-of-USER) keeps the
+    last three sessions and deletes older ones, so two sessions at once would delete each other's run
+    folders (and the trainings in them)."""
+    if not config.option.basetemp and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="autodl-pytest-")
+
+
 @pytest.fixture(autouse=True)
 def autodl_home(tmp_path, monkeypatch):
     """Every test gets its own AUTODL_HOME and SQLite store."""

@@ -1,4 +1,4 @@
-"""Step-time model against the measured GPU throughput ratios of ../shared/data/gpu-relative-throughput.csv."""
+"""Step-time model against the measured GPU throughput ratios of include/data/gpu-relative-throughput.csv."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from autodl.profile.runtime import estimate_step_time_s
 from autodl.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-CSV = ROOT.parent / "shared" / "data" / "gpu-relative-throughput.csv"
+CSV = ROOT / "include" / "data" / "gpu-relative-throughput.csv"
 COLUMNS = {"T4": "T4", "RTX2080Ti": "RTX-2080Ti", "QuadroRTX6000": "Quadro-RTX-6000", "A100-40GB": "A100-SXM4-40GB"}
 STAND_INS = {"cifar10_resnet18": ("resnet18", 128), "imagenet_resnet50": ("resnet50", 64),
              "bert_finetune": ("transformer_cls", 16)}

@@ -8,7 +8,7 @@ their times add rather than overlap:
               + (3 x (weights + gradients) + 2 x optimizer state + ACTIVATION_TRAFFIC x activations) / bandwidth
 
 The two constants are fitted, not assumed: ``benchmarks/step_time_calibration.py`` fits them to the
-measured single-GPU training throughputs of ``../shared/data/gpu-relative-throughput.csv`` (Sia/Pollux
+measured single-GPU training throughputs of ``include/data/gpu-relative-throughput.csv`` (Sia/Pollux
 artifacts: T4, RTX 2080 Ti, Quadro RTX 6000, A100 relative to V100 for ResNet-18/CIFAR-10, ResNet-50/
 ImageNet and BERT fine-tuning) by minimising the mean |log(predicted ratio / measured ratio)|. On those
 12 (model, GPU) pairs the fit's mean |log error| is 0.115 (about 12%, worst 0.265, about 30%); the

@@ -32,9 +32,9 @@ def run_all(
 ) -> list[SimResult]:
     """Replay one trace slice under each policy, side by side.
 
-    :param trace: job CSV (default ``../shared/data/philly-jobs.csv``).
+    :param trace: job CSV (default ``include/data/philly-jobs.csv``).
     :param pool: simulated pool file (default ``include/pools/sim-pai-hetero.yaml``).
-    :param throughput: heterogeneity matrix CSV (default ``../shared/data/gpu-relative-throughput.csv``).
+    :param throughput: heterogeneity matrix CSV (default ``include/data/gpu-relative-throughput.csv``).
     :param start: first job of the slice, after sorting by submit time.
     :param jobs: slice length (``None`` = to the end).
     :param seed: seeds memory draws, estimate errors and policy randomness.

@@ -40,10 +40,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "simulate",
         help="replay the Philly job trace on a simulated heterogeneous pool under each placement policy",
-        description="Trace-driven simulation: Philly jobs (../shared/data/philly-jobs.csv) on a heterogeneous pool, "
+        description="Trace-driven simulation: Philly jobs (include/data/philly-jobs.csv) on a heterogeneous pool, "
         "speeds from gpu-relative-throughput.csv (Sia/Pollux artifacts).",
     )
-    p.add_argument("--trace", default=None, help="job CSV (default ../shared/data/philly-jobs.csv)")
+    p.add_argument("--trace", default=None, help="job CSV (default include/data/philly-jobs.csv)")
     p.add_argument("--pool", default=None, help="simulated pool YAML (default include/pools/sim-pai-hetero.yaml)")
     p.add_argument("--throughput", default=None, help="heterogeneity matrix CSV")
     p.add_argument("--start", type=_count(0), default=0, help="first job of the slice after sorting by submit time")

@@ -3,7 +3,7 @@
 Sources (cite them in any output): the job table ``philly-jobs.csv`` (Jeon et al., USENIX ATC 2019,
 as derived in the Sia SOSP 2023 artifacts, CC BY 4.0) and the heterogeneity matrix
 ``gpu-relative-throughput.csv`` (single-GPU throughput relative to a V100, from the Sia/Pollux
-artifacts). Both live in ``shared/data`` beside the repository: ``../shared/data/`` from its root.
+artifacts). Both ship with autodl in ``include/data/`` (sources and licences in its README).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from datetime import datetime
 from pathlib import Path
 
 from autodl.catalog import Catalog
-from autodl.config import REPO_ROOT
+from autodl.config import include_dir
 from autodl.errors import AutoDLError
 
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-"""``../shared/data`` relative to the repository root (CI clones the repo with ``shared/`` beside it)."""
+DATA_DIR = include_dir() / "data"
+"""``include/data``: the Philly trace and the measured throughput ratios, with their sources."""
 
-DEFAULT_TRACE = SHARED_DATA / "philly-jobs.csv"
-DEFAULT_THROUGHPUT = SHARED_DATA / "gpu-relative-throughput.csv"
+DEFAULT_TRACE = DATA_DIR / "philly-jobs.csv"
+DEFAULT_THROUGHPUT = DATA_DIR / "gpu-relative-throughput.csv"
 
 CLASS_BY_GPU_HOURS = ((1.0, "cifar10_resnet18"), (10.0, "bert_finetune"), (math.inf, "imagenet_resnet50"))
 """Model class of a job by its GPU-hours (upper bound, class), in the manner of Sia (Jayaram
@@ -85,13 +85,13 @@ def load_throughput(path: str | Path | None = None) -> dict[str, dict[str, float
     """Read the heterogeneity matrix.
 
     :param path: CSV with ``model_class`` and one column per GPU type; default
-        ``../shared/data/gpu-relative-throughput.csv``.
+        ``include/data/gpu-relative-throughput.csv``.
     :returns: ``{model_class: {matrix column: throughput relative to V100}}``.
     :raises AutoDLError: when the file is missing.
     """
     p = Path(path or DEFAULT_THROUGHPUT)
     if not p.is_file():
-        raise AutoDLError(f"{p}: heterogeneity matrix not found; pass --throughput or lay shared/data beside the repo.")
+        raise AutoDLError(f"{p}: heterogeneity matrix not found; pass --throughput or set AUTODL_INCLUDE to a folder with data/.")
     out: dict[str, dict[str, float]] = {}
     with p.open() as fh:
         for row in csv.DictReader(fh):
@@ -136,7 +136,7 @@ def load_trace(
     Draws (batch scale, estimate error) come from one ``random.Random(seed)`` over the whole
     sorted trace, so a job's draws do not depend on the slice.
 
-    :param path: CSV with ``timestamp,duration,num_gpus,gpu_time``; default ``../shared/data/philly-jobs.csv``.
+    :param path: CSV with ``timestamp,duration,num_gpus,gpu_time``; default ``include/data/philly-jobs.csv``.
     :param start: index of the first job of the slice (after sorting).
     :param jobs: number of jobs (``None`` = to the end).
     :param seed: seed of the draws.
@@ -146,7 +146,7 @@ def load_trace(
     """
     p = Path(path or DEFAULT_TRACE)
     if not p.is_file():
-        raise AutoDLError(f"{p}: job trace not found; pass --trace or lay shared/data beside the repository.")
+        raise AutoDLError(f"{p}: job trace not found; pass --trace or set AUTODL_INCLUDE to a folder with data/.")
     rows = []
     with p.open() as fh:
         for line, r in enumerate(csv.DictReader(fh), start=2):
