@@ -24,20 +24,16 @@ from __future__ import annotations
 import ast
 import json
 import os
-import resource
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from autodl.profile import memory as E
 from autodl.profile.analysis import ScriptFacts, contains
+from autodl.sandbox import SandboxLimits, run_sandboxed
 from autodl.types import Finding
 
 PROBE_TIMEOUT_S = 120.0
@@ -65,22 +61,6 @@ class ProbeResult:
     tensor_peak_bytes: int = 0
     forward_flops_per_sample: float | None = None
     findings: list[Finding] = field(default_factory=list)
-
-
-@lru_cache(maxsize=1)
-def network_isolation() -> list[str] | None:
-    """The command prefix that starts a process without network, or None when unavailable."""
-    exe = shutil.which("unshare")
-    if not exe:
-        return None
-    for flags in (["-n"], ["-rn"]):
-        try:
-            r = subprocess.run([exe, *flags, "true"], capture_output=True, timeout=10)
-            if r.returncode == 0:
-                return [exe, *flags]
-        except (OSError, subprocess.SubprocessError):
-            continue
-    return None
 
 
 def _literal(v: Any) -> bool:
@@ -165,13 +145,6 @@ def probe_batches(batch: int, act_per_sample: int | None, fwd_flops_per_sample: 
     return b1, b2
 
 
-def _limits(address_space: int):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
 def run_probe(
     script: Path,
     facts: ScriptFacts,
@@ -226,46 +199,30 @@ def run_probe(
     cfg = {"script": str(script), "source": source, "model_expr": expr, "argparse": argp,
            "optimizer": facts.optimizer, "input_shape": shape, "input_dtype": dtype, "vocab": vocab,
            "cross_entropy": facts.uses_cross_entropy, "batches": [b1, b2]}
-    prefix = network_isolation()
     with tempfile.TemporaryDirectory(prefix="autodl-probe-") as tmp:
         cfg_path = Path(tmp) / "probe.json"
         cfg_path.write_text(json.dumps(cfg))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "CUDA_VISIBLE_DEVICES": "",
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "",
                "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
                "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
-        cmd = [*(prefix or []), sys.executable, str(CHILD), str(cfg_path)]
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=_limits(limit), start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except BaseException as exc:  # timeout, Ctrl-C, SIGTERM: never leave the sandbox running
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            if not isinstance(exc, subprocess.TimeoutExpired):
-                raise
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            return fail("probe-timeout",
-                        f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
-                        f"batch {b1} and {b2}) did not finish within {timeout:.0f} s and was killed; the estimate is "
-                        "static. Check the model's __init__/forward for loops or downloads, or raise "
-                        "AUTODL_PROBE_TIMEOUT_S.", line=site_line)
-    if prefix is None:
-        res.findings.append(Finding(severity="info", code="probe-network",
-                                    message="no network namespace available (unshare -n failed); the probe ran with "
-                                            "network access."))
+        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
+                               limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
+                               read_only_paths=[script, CHILD])
+    if result.timed_out:
+        return fail("probe-timeout",
+                    f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
+                    f"batch {b1} and {b2}) did not finish within {timeout:.0f} s and was killed; the estimate is "
+                    "static. Check the model's __init__/forward for loops or downloads, or raise "
+                    "AUTODL_PROBE_TIMEOUT_S.", line=site_line)
+    for note in result.notes:
+        res.findings.append(Finding(severity="info", code="probe-isolation", message=f"probe sandbox: {note}"))
+    out, err, returncode = result.stdout, result.stderr, result.returncode
     lines = [l for l in out.splitlines() if l.startswith("AUTODL_PROBE ")]
     if not lines:
         tail = (err or "").strip().splitlines()[-3:]
-        why = "; ".join(tail) or f"exit code {proc.returncode}"
-        if proc.returncode and proc.returncode < 0:
-            why = f"killed by signal {-proc.returncode}"
+        why = "; ".join(tail) or f"exit code {returncode}"
+        if returncode and returncode < 0:
+            why = f"killed by signal {-returncode}"
         if "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
             why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
         return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is static.")
@@ -295,4 +252,4 @@ def run_probe(
     return res
 
 
-__all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches", "network_isolation"]
+__all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches"]
