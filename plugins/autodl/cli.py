@@ -57,6 +57,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
                         ("peak memory GiB / device", _gib(profile.peak_memory_bytes)),
                         ("training FLOPs / step", f"{profile.flops_per_step:.3g}")]:
         t.add_row(name, value)
+    for ph in profile.phases:
+        t.add_row(f"{ph.name} phase tensor peak GiB (batch {ph.batch_size})",
+                  _gib(ph.peak_bytes) + (" (extrapolated)" if ph.extrapolated else ""))
+    if profile.method_reason:
+        t.caption = f"path: {profile.method} ({profile.method_reason})"
     con.print(t)
     if profile.findings:
         ft = Table(title="findings")

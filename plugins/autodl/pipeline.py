@@ -332,7 +332,7 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
         vendor=vendor,
         on_cpu=bool(selection.get("declared_pool")),
         distributed=profile.num_gpus > 1 and len(devices) > 1,
-        shm_bytes=DEFAULT_SHM_BYTES if profile.num_workers > 0 else None,
+        shm_bytes=DEFAULT_SHM_BYTES if profile.num_workers is None or profile.num_workers > 0 else None,
         labels=ctx.labels(lease_id),
         options=options,
         log_dir=str(state_dir(ctx.run_key)),

@@ -58,6 +58,25 @@ class MemoryBreakdown(_Frozen):
         )
 
 
+class PhasePeak(_Frozen):
+    """The tensor peak of one phase of a run (a training step, an evaluation pass), per input shape met.
+
+    ``peak_bytes`` is at ``batch_size`` (the profile's per-device batch for training; the batch the script
+    evaluates with for evaluation); ``measured`` holds the ``(batch, bytes)`` points it was read from.
+    """
+
+    name: str = Field(description="'train' or 'eval'.")
+    batch_size: int | None = None
+    peak_bytes: int
+    extrapolated: bool = False
+    measured: list[tuple[int, int]] = Field(default_factory=list, description="(batch, allocator peak bytes) as run.")
+    input_shapes: list[list[int]] = Field(default_factory=list, description="Per-sample shapes of the model's inputs.")
+    input_dtypes: list[str] = Field(default_factory=list)
+    forward_flops_per_sample: float | None = None
+    slope_bytes_per_sample: int | None = None
+    grad: bool = Field(True, description="False for an evaluation pass under no_grad.")
+
+
 class ResourceProfile(_Frozen):
     """What one training run needs, per device, as estimated before anything is booked.
 
@@ -83,8 +102,12 @@ class ResourceProfile(_Frozen):
     dtype: str = "float32"
     recompute: bool = False
     distributed: str | None = Field(None, description="None, 'data_parallel' or 'fleet'.")
-    num_workers: int = 0
-    method: str = Field("static", description="'static', 'probe' or 'cold_start'.")
+    num_workers: int | None = Field(0, description="DataLoader worker processes; None when the script's value could "
+                                                   "not be read (acted on as > 0: the launcher gives /dev/shm).")
+    method: str = Field("static", description="'dry_run', 'probe', 'static' or 'cold_start'.")
+    method_reason: str | None = Field(None, description="Why this path was taken (and why the ones before it were not).")
+    phases: list[PhasePeak] = Field(default_factory=list, description="Tensor peak per phase; the profile's is their maximum.")
+    dry_run_seconds: float | None = None
     probe_seconds: float | None = None
     findings: list[Finding] = Field(default_factory=list)
     max_batch_size_by_device: dict[str, int] = Field(default_factory=dict)
@@ -93,7 +116,7 @@ class ResourceProfile(_Frozen):
     workspace_terms_bytes: dict[str, int] = Field(
         default_factory=dict, description="workspace_bytes by named term (cuda_context, cudnn_workspace, ...).")
     estimates_bytes: dict[str, int] = Field(
-        default_factory=dict, description="Tensor peak by method ('static', 'probe', 'cold_start') at batch_size.")
+        default_factory=dict, description="Tensor peak by method ('dry_run', 'static', 'probe', 'cold_start') at batch_size.")
     probe_batch_sizes: list[int] | None = Field(None, description="Batch sizes the probe ran to extrapolate from.")
 
     @property

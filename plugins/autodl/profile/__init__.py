@@ -1,9 +1,13 @@
 """The profile step: read a PaddlePaddle training script and estimate what one run needs per device.
 
-``profile_script`` parses the script (never imports or runs it in this process), builds the model
-symbolically, traces ``forward()`` and replays a training step's memory (static estimate); when Paddle
-is importable it also runs the model alone in a sandboxed subprocess at small batch sizes (probe) and
-extrapolates. The result is a :class:`~autodl.types.ResourceProfile`.
+``profile_script`` first reads the script (never importing or running it in this process): static analysis builds
+the model symbolically, traces ``forward()`` and replays a training step's memory; it also finds what must be
+known without running (hard-coded devices, distributed markers, data-loader workers). When Paddle is importable it
+then runs the script itself in the sandbox for a few optimizer steps (the dry run, :mod:`autodl.profile.dryrun`)
+and reads Paddle's allocator peak per phase. Where the script cannot run there (it downloads, its data is
+elsewhere, it times out), the model alone is probed (:mod:`autodl.profile.probe`) on the inputs the dry run saw,
+else the static estimate stands. The profile says which path it took and why (``method``, ``method_reason``, an
+``estimate-path`` finding). The result is a :class:`~autodl.types.ResourceProfile`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from autodl.profile.analysis import ScriptFacts, scan
 from autodl.profile.runtime import estimate_step_time_s
 from autodl.profile.static import StaticEstimate, estimate, layer_line
 from autodl.spec import DEFAULT_MEMORY_THRESHOLD, TaskSpec
-from autodl.types import Finding, ResourceProfile
+from autodl.sandbox import isolation
+from autodl.types import Finding, PhasePeak, ResourceProfile
 
 __all__ = ["profile_script", "advice", "estimate_step_time_s", "paddle_available"]
 
@@ -75,6 +80,7 @@ def profile_script(
     catalog: Catalog | None = None,
     probe: bool | None = None,
     threshold: float | None = None,
+    dry_run: bool | None = None,
 ) -> ResourceProfile:
     """Estimate the per-device training peak memory, FLOPs and risks of a PaddlePaddle script.
 
@@ -82,7 +88,9 @@ def profile_script(
     :param spec: the task spec; its ``task.batch_size_per_gpu``, ``sequence_length``, ``input_shape``,
         ``num_gpus_estimate`` and ``resource_policy.distributed_strategy`` override what the script says.
     :param catalog: GPU catalog for ``max_batch_size_by_device``; default :func:`load_catalog`.
-    :param probe: run the sandboxed probe; None means on when Paddle is importable.
+    :param probe: run the script in the sandbox (the dry run, then the model-only probe if the dry run cannot
+        measure); None means on when Paddle is importable (the spec's ``task.probe`` decides first).
+    :param dry_run: False skips the dry run (only the model-only probe runs); None follows ``probe``.
     :param threshold: fraction of device memory a run may plan to use; default the spec's
         ``resource_policy.memory_threshold``, else 0.85.
     :returns: the profile; ``peak_memory_bytes`` in bytes per device, ``flops_per_step`` training FLOPs of
@@ -99,7 +107,8 @@ def profile_script(
     facts: ScriptFacts = scan(tree, source)
     findings: list[Finding] = list(facts.findings)
 
-    batch = (task.batch_size_per_gpu if task and task.batch_size_per_gpu else None) or facts.batch_size
+    spec_batch = task.batch_size_per_gpu if task and task.batch_size_per_gpu else None
+    batch = spec_batch or facts.batch_size
     if (task and task.batch_size_per_gpu and facts.batch_size and facts.batch_size != task.batch_size_per_gpu
             and BATCH_SIZE_ENV not in source):
         findings.append(Finding(
@@ -107,12 +116,14 @@ def profile_script(
             message=f"the spec's task.batch_size_per_gpu={task.batch_size_per_gpu} is what this estimate is for, but "
                     f"the script uses batch {facts.batch_size} and never reads {BATCH_SIZE_ENV}; make the script read "
                     f"it (as include/scripts/simple_cnn.py does) or set the spec to {facts.batch_size}."))
+    # what only static analysis assumed: said only when the estimate rests on it (not after a dry run)
+    assumptions: list[Finding] = []
     if not batch:
         batch = DEFAULT_BATCH_SIZE
-        findings.append(Finding(severity="warning", code="assumed-batch-size",
-                                message=f"no batch size found in the script (DataLoader(batch_size=...), BATCH_SIZE, "
-                                        f"--batch-size) or the spec; assumed {DEFAULT_BATCH_SIZE}. Set "
-                                        "task.batch_size_per_gpu in the spec."))
+        assumptions.append(Finding(severity="warning", code="assumed-batch-size",
+                                   message=f"no batch size found in the script (DataLoader(batch_size=...), BATCH_SIZE, "
+                                           f"--batch-size) or the spec; assumed {DEFAULT_BATCH_SIZE}. Set "
+                                           "task.batch_size_per_gpu in the spec."))
     seq_len = (task.sequence_length if task and task.sequence_length else None) or facts.sequence_length
     input_shape = (list(task.input_shape) if task and task.input_shape else None) or facts.input_shape
     if input_shape and facts.input_dtype == "int64" and task and task.sequence_length:
@@ -121,6 +132,164 @@ def profile_script(
     distributed = facts.distributed
     if policy and policy.distributed_strategy != "none":
         distributed = policy.distributed_strategy
+
+    # ------------------------------------------------------------------------ static estimate (the pre-screen)
+    st = StaticEstimate()
+    static_shape: Finding | None = None
+    try:
+        st = estimate(facts, batch, input_shape, seq_len)
+    except L.ShapeMismatch as exc:
+        st.why_not = "a shape error stops the forward trace"
+        msg = str(exc)
+        line = None
+        for token in msg.split("'"):
+            line = line or layer_line(facts.model, token)
+        # static analysis is autodl's reading, not Paddle running the script: a warning (issue 8, kind 2)
+        static_shape = Finding(severity="warning", code="shape-mismatch", line=line or facts.model_line,
+                               message=(f"line {line}: " if line else "") + msg + " (found by reading the script, "
+                               "not by running it; the dry run did not confirm it).")
+        from autodl.profile.analysis import count_params
+        try:
+            t, nt = count_params(facts.model)
+            st.params, st.trainable = t + nt, t
+        except Exception:
+            pass
+    assumptions.extend(st.findings)
+    if facts.input_shape and not input_shape:
+        input_shape = facts.input_shape
+    if st.unknown_calls and st.traced:
+        names = ", ".join(sorted(st.unknown_calls)[:6])
+        assumptions.append(Finding(severity="info", code="unknown-calls",
+                                   message=f"calls the estimator does not model ({names}) were taken as shape-preserving."))
+
+    method = "static"
+    params, trainable = st.params, st.trainable
+    act_per_sample = st.act_bytes_per_sample
+    fixed = st.fixed_transient_bytes
+    flops_fwd = st.forward_flops_per_sample
+    cold: Finding | None = None
+    if not st.traced:
+        method = "cold_start"
+        hidden = st.hidden or 768
+        t = seq_len or (math.prod(input_shape) if input_shape else 512)
+        act_per_sample = int(t * hidden * 4 * COLD_START_FACTOR)
+        if params is None:
+            params = trainable = 0
+        flops_fwd = 2.0 * (params or 0) * (seq_len or 1)
+        cold = Finding(
+            severity="warning", code="cold-start",
+            message=f"static analysis could not pin the model down ({st.why_not}); activations use the cold-start "
+                    f"formula batch x seq_len({t}) x hidden({hidden}) x 4 B x {COLD_START_FACTOR}"
+                    + ("" if params else " and parameters are unknown")
+                    + ". Set task.input_shape/sequence_length in the spec or let the dry run run.")
+    reasons = [("static analysis traced the model" if st.traced else f"static analysis: {st.why_not}")]
+
+    estimates: dict[str, int] = {}
+    w, g, o = E.model_states(params or 0, trainable or 0, facts.optimizer, None)
+    if method != "cold_start" or params:
+        estimates[method] = int(w + g + o + act_per_sample * batch + fixed)
+
+    # --------------------------------------------------------------------------- dry run, then probe
+    if probe is None and task is not None:
+        probe = task.probe  # the spec's task.probe, unless the caller (CLI flag, operator) decided
+    do_probe = paddle_available() if probe is None else probe
+    do_dry = do_probe if dry_run is None else (dry_run and do_probe is not False)
+    if (do_probe or do_dry) and isolation() == "none":
+        findings.append(Finding(severity="warning", code="no-isolation", message=(
+            "this host offers no sandbox isolation (autodl.sandbox.isolation() is 'none'), so the script was not run "
+            "(no dry run, no probe): the estimate is static. Run the profile where a network namespace or "
+            "bubblewrap is available.")))
+        reasons.append("the script was not run: no sandbox isolation on this host")
+        do_probe = do_dry = False
+    probe_seconds = None
+    probe_batches = None
+    dry_seconds = None
+    phases: list[PhasePeak] = []
+    dr = None
+    measured_peak = None
+    user_error = False
+    if do_dry:
+        from autodl.profile.dryrun import run_dry_run
+
+        dr = run_dry_run(path, argv=list(task.args) if task else [], batch=spec_batch, script_batch=facts.batch_size,
+                         batch_from_spec=bool(spec_batch),
+                         hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
+                                "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
+                                "params": st.params, "fallback_batch": batch},
+                         eval_expected=_has_eval(source))
+        dry_seconds = dr.seconds
+        findings.extend(dr.findings)
+        if dr.ok:
+            method = "dry_run"
+            reasons.append(f"dry run: {dr.reason}")
+            batch = dr.batch or batch
+            params, trainable = dr.params or params, dr.trainable if dr.trainable is not None else trainable
+            act_per_sample = dr.act_bytes_per_sample
+            measured_peak = dr.tensor_peak_bytes
+            phases = list(dr.phases)
+            estimates["dry_run"] = int(dr.tensor_peak_bytes)
+            if dr.forward_flops_per_sample:
+                flops_fwd = dr.forward_flops_per_sample
+            if dr.inputs:
+                input_shape = list(dr.inputs[0]["shape"][1:])
+            if dr.num_workers is not None or dr.loaders:
+                facts.num_workers = dr.num_workers
+                findings[:] = [f for f in findings if f.code != "dataloader-workers-unknown"]
+                if dr.num_workers and not any(f.code == "dataloader-workers" for f in findings):
+                    findings.append(Finding(severity="warning", code="dataloader-workers", message=(
+                        f"the script's DataLoader runs with num_workers={dr.num_workers} (seen in the dry run): worker "
+                        "processes exchange batches through shared memory; autodl's Docker/Kubernetes launchers give "
+                        "the run a larger /dev/shm.")))
+            elif dr.num_workers is None and any(isinstance(n, str) for n in dr.raw.get("num_workers") or []):
+                facts.num_workers = None
+            _phase_findings(findings, phases, batch)
+        elif dr.outcome == "user-error":
+            user_error = True
+            reasons.append(f"dry run: the script raised an error: {dr.reason}")
+            findings.append(Finding(
+                severity="error", code="script-error", line=dr.error_line,
+                message=(f"line {dr.error_line}: " if dr.error_line else "") + "run as the launcher would run it "
+                        f"(its own arguments, data and batch; on CPU), the script raised {dr.reason}. The run would "
+                        "fail the same way; fix the script."))
+        else:
+            reasons.append(f"dry run not usable: {dr.reason}")
+            findings.append(Finding(severity="warning", code="dry-run-failed", message=(
+                f"the dry run (the script itself, run in the sandbox on CPU) could not measure a training step: "
+                f"{dr.reason}. " + ("Falling back to the model-only probe." if do_probe else "The estimate is static."))))
+    if do_probe and method != "dry_run" and not user_error:
+        from autodl.profile.probe import run_probe
+
+        pr = run_probe(path, facts, batch=batch, input_shape=input_shape, seq_len=seq_len,
+                       act_bytes_per_sample_hint=st.act_bytes_per_sample if st.traced else None,
+                       flops_per_sample_hint=st.forward_flops_per_sample if st.traced else None,
+                       inputs=_probe_inputs(dr))
+        probe_seconds = pr.seconds
+        findings.extend(pr.findings)
+        if pr.ok:
+            method = "probe"
+            reasons.append("the model-only probe measured the model alone"
+                           + (" on the inputs the script's Dataset yields" if pr.inputs_from else ""))
+            params, trainable = pr.params, pr.trainable
+            act_per_sample, fixed = pr.act_bytes_per_sample, pr.fixed_transient_bytes
+            probe_batches = pr.batch_sizes
+            estimates["probe"] = int(pr.tensor_peak_bytes)
+            if pr.forward_flops_per_sample and (not st.traced or not flops_fwd):
+                flops_fwd = pr.forward_flops_per_sample
+        else:
+            reasons.append("the probe could not run the model")
+    if method in ("static", "cold_start", "probe"):
+        findings.extend(assumptions if method != "probe" else
+                        [f for f in assumptions if f.code in ("assumed-batch-size", "assumed-input")])
+        if cold is not None and method == "cold_start":
+            findings.append(cold)
+        if static_shape is not None and method != "probe":
+            findings.append(static_shape)
+    if facts.optimizer is None and not (dr is not None and dr.ok and dr.optimizer):
+        findings.append(Finding(severity="info", code="assumed-optimizer",
+                                message="no paddle.optimizer construction found; optimizer state sized as Adam (2 fp32 "
+                                        "moments per parameter)."))
+    optimizer = facts.optimizer or (dr.optimizer if dr is not None and dr.ok else None)
+
     if task and isinstance(task.num_gpus_estimate, int):
         num_gpus = task.num_gpus_estimate
     elif distributed:
@@ -132,93 +301,28 @@ def profile_script(
                                             "task.num_gpus_estimate to change it."))
     else:
         num_gpus = 1
+    findings.append(Finding(severity="info", code="estimate-path",
+                            message=f"estimate by {method.replace('_', ' ')}: " + "; ".join(reasons) + "."))
 
-    # ------------------------------------------------------------------------ static estimate
-    st = StaticEstimate()
-    try:
-        st = estimate(facts, batch, input_shape, seq_len)
-    except L.ShapeMismatch as exc:
-        st.why_not = "a shape error stops the forward trace"
-        msg = str(exc)
-        line = None
-        for token in msg.split("'"):
-            line = line or layer_line(facts.model, token)
-        findings.append(Finding(severity="error", code="shape-mismatch", line=line or facts.model_line,
-                                message=(f"line {line}: " if line else "") + msg + "."))
-        from autodl.profile.analysis import count_params
-        try:
-            t, nt = count_params(facts.model)
-            st.params, st.trainable = t + nt, t
-        except Exception:
-            pass
-    findings.extend(st.findings)
-    if facts.input_shape and not input_shape:
-        input_shape = facts.input_shape
-    if st.unknown_calls and st.traced:
-        names = ", ".join(sorted(st.unknown_calls)[:6])
-        findings.append(Finding(severity="info", code="unknown-calls",
-                                message=f"calls the estimator does not model ({names}) were taken as shape-preserving."))
-
-    method = "static"
-    params, trainable = st.params, st.trainable
-    act_per_sample = st.act_bytes_per_sample
-    fixed = st.fixed_transient_bytes
-    flops_fwd = st.forward_flops_per_sample
-    if not st.traced:
-        method = "cold_start"
-        hidden = st.hidden or 768
-        t = seq_len or (math.prod(input_shape) if input_shape else 512)
-        act_per_sample = int(t * hidden * 4 * COLD_START_FACTOR)
-        if params is None:
-            params = trainable = 0
-        flops_fwd = 2.0 * (params or 0) * (seq_len or 1)
-        findings.append(Finding(
-            severity="warning", code="cold-start",
-            message=f"static analysis could not pin the model down ({st.why_not}); activations use the cold-start "
-                    f"formula batch x seq_len({t}) x hidden({hidden}) x 4 B x {COLD_START_FACTOR}"
-                    + ("" if params else " and parameters are unknown")
-                    + ". Set task.input_shape/sequence_length in the spec or let the probe run."))
-
-    # --------------------------------------------------------------------------------- probe
-    estimates: dict[str, int] = {}
-    w, g, o = E.model_states(params or 0, trainable or 0, facts.optimizer, None)
-    if method != "cold_start" or params:
-        estimates[method] = int(w + g + o + act_per_sample * batch + fixed)
-    if probe is None and task is not None:
-        probe = task.probe  # the spec's task.probe, unless the caller (CLI flag, operator) decided
-    do_probe = paddle_available() if probe is None else probe
-    probe_seconds = None
-    probe_batches = None
-    if do_probe and not any(f.severity == "error" for f in findings):
-        from autodl.profile.probe import run_probe
-
-        pr = run_probe(path, facts, batch=batch, input_shape=input_shape, seq_len=seq_len,
-                       act_bytes_per_sample_hint=st.act_bytes_per_sample if st.traced else None,
-                       flops_per_sample_hint=st.forward_flops_per_sample if st.traced else None)
-        probe_seconds = pr.seconds
-        findings.extend(pr.findings)
-        if pr.ok:
-            method = "probe"
-            params, trainable = pr.params, pr.trainable
-            act_per_sample, fixed = pr.act_bytes_per_sample, pr.fixed_transient_bytes
-            probe_batches = pr.batch_sizes
-            estimates["probe"] = int(pr.tensor_peak_bytes)
-            if not st.traced and pr.forward_flops_per_sample:
-                flops_fwd = pr.forward_flops_per_sample
-    if facts.optimizer is None:
-        findings.append(Finding(severity="info", code="assumed-optimizer",
-                                message="no paddle.optimizer construction found; optimizer state sized as Adam (2 fp32 "
-                                        "moments per parameter)."))
     amp = facts.amp
-    act_total = int(act_per_sample or 0) * batch
+    if measured_peak is not None:
+        # the dry run's peak at the run's batch is the tensor peak; split it into the breakdown's terms
+        w, g, o = E.model_states(params or 0, trainable or 0, optimizer, None)
+        act_total = min(int(act_per_sample or 0) * batch, max(0, measured_peak - (w + g + o)))
+        fixed = max(0, measured_peak - (w + g + o) - act_total)
+    else:
+        act_total = int(act_per_sample or 0) * batch
     if facts.recompute:
         act_total = int(act_total * E.RECOMPUTE_FACTOR)
         act_per_sample = int((act_per_sample or 0) * E.RECOMPUTE_FACTOR)
-    bd, terms, tensor_peak = E.breakdown(params or 0, trainable or 0, facts.optimizer, amp, act_total, fixed, st.has_conv)
+    bd, terms, tensor_peak = E.breakdown(params or 0, trainable or 0, optimizer, amp, act_total, fixed, st.has_conv)
+    if measured_peak is not None and not amp and not facts.recompute:
+        tensor_peak = measured_peak
     per_sample_scaled = int((act_per_sample or 0) * E.AMP_ACTIVATION_FACTOR.get(amp, 1.0))
     prof = ResourceProfile(
         script=str(path.resolve()),
-        model_name=(task.model_name if task and task.model_name else None) or facts.model_name,
+        model_name=(task.model_name if task and task.model_name else None) or facts.model_name
+        or ((dr.raw.get("model") or [None])[0] if dr is not None else None),
         params=int(params or 0),
         trainable_params=int(trainable or 0),
         peak_memory_bytes=bd.total_bytes,
@@ -229,13 +333,16 @@ def profile_script(
         sequence_length=seq_len,
         input_shape=list(input_shape) if input_shape else None,
         num_gpus=int(num_gpus),
-        optimizer=facts.optimizer,
+        optimizer=optimizer,
         amp=amp,
         dtype="float16" if amp == "O2" else "float32",
         recompute=facts.recompute,
         distributed=distributed,
         num_workers=facts.num_workers,
         method=method,
+        method_reason="; ".join(reasons),
+        phases=phases,
+        dry_run_seconds=dry_seconds,
         probe_seconds=probe_seconds,
         findings=findings,
         tensor_peak_bytes=int(tensor_peak),
@@ -244,3 +351,50 @@ def profile_script(
         probe_batch_sizes=probe_batches,
     )
     return prof.model_copy(update={"max_batch_size_by_device": _max_batches(prof, catalog, threshold)})
+
+
+_EVAL_MARKERS = ("no_grad", ".eval()", "evaluate(", "eval_data", "eval_loader", "val_loader", "valid_loader",
+                 "test_loader", "validate(", "inference_mode")
+
+
+def _has_eval(source: str) -> bool:
+    """Whether the script looks like it has an evaluation pass (then the dry run waits for it)."""
+    return any(m in source for m in _EVAL_MARKERS)
+
+
+def _probe_inputs(dr) -> list[list[dict]] | None:
+    """Candidate input lists for the model-only probe from what the dry run saw before it stopped: the model's own
+    inputs (shapes, dtypes, value ranges), else the Dataset's first sample (all fields but the label, then the
+    first field alone). Per-sample shapes (batch dimension dropped)."""
+    if dr is None:
+        return None
+    cands: list[list[dict]] = []
+    if dr.inputs:
+        cands.append([dict(d, shape=d["shape"][1:]) for d in dr.inputs if d.get("shape")])
+    for ld in dr.loaders:
+        fs = ld.get("first_sample") or []
+        if len(fs) >= 2:
+            cands.append(fs[:-1])
+        if fs:
+            cands.append(fs[:1])
+    return cands or None
+
+
+def _phase_findings(findings: list[Finding], phases: list[PhasePeak], batch: int) -> None:
+    """Say which phase needs what when there is more than one (issue 8, kind 8)."""
+    if len(phases) < 2:
+        return
+    mib = 1 << 20
+    top = max(phases, key=lambda p: p.peak_bytes)
+    train = next((p for p in phases if p.name == "train"), None)
+    parts = []
+    for p in phases:
+        shapes = ", ".join("x".join(str(d) for d in s) or "scalar" for s in p.input_shapes[:2])
+        parts.append(f"{p.name} at batch {p.batch_size}" + (f" [{shapes}]" if shapes else "")
+                     + f": {p.peak_bytes / mib:,.1f} MiB" + (" (extrapolated)" if p.extrapolated else ""))
+    sev = "warning" if train is not None and top is not train and top.peak_bytes > 1.1 * train.peak_bytes else "info"
+    msg = "tensor peak per phase: " + "; ".join(parts) + "."
+    if sev == "warning":
+        msg += (f" The {top.name} pass needs {top.peak_bytes / max(1, train.peak_bytes):.1f}x the training step; the "
+                "profile's peak is that pass's, so the device must hold it.")
+    findings.append(Finding(severity=sev, code="phase-peaks", message=msg))

@@ -16,6 +16,14 @@ def emit(obj):
     sys.stdout.flush()
 
 
+def _load_flops():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_autodl_flops", os.path.join(os.path.dirname(__file__), "_flops.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def main():
     cfg = json.load(open(sys.argv[1]))
     t0 = time.time()
@@ -75,18 +83,30 @@ def main():
     except TypeError:
         opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
 
-    shape, dtype, vocab = cfg["input_shape"], cfg["input_dtype"], int(cfg.get("vocab") or 2)
     ce = bool(cfg.get("cross_entropy"))
+    cands = cfg.get("input_candidates") or [[{"shape": cfg["input_shape"], "dtype": cfg["input_dtype"], "min": 0,
+                                              "max": int(cfg.get("vocab") or 2) - 1}]]
+    fl = _load_flops()
+    fl.install(paddle)
+    fl.attach(model)
 
-    def step(b):
-        if dtype == "int64":
-            x = paddle.randint(0, vocab, [b, *shape], dtype="int64")
-        else:
-            x = paddle.randn([b, *shape])
-        out = model(x)
+    def make(d, b):
+        shape, dt = [b, *d["shape"]], d["dtype"]
+        if "int" in dt:
+            lo, hi = int(d.get("min") or 0), int(d.get("max") if d.get("max") is not None else 1)
+            return paddle.randint(lo, max(lo + 1, hi + 1), shape, dtype=dt)
+        if dt == "bool":
+            return paddle.rand(shape) > 0.5
+        return paddle.randn(shape).astype(dt if "float" in dt else "float32")
+
+    def step(b, inputs):
+        xs = [make(d, b) for d in inputs]
+        out = model(*xs)
         while isinstance(out, (tuple, list)):
             out = out[0]
-        if ce and out.ndim >= 2:
+        if isinstance(out, dict):
+            out = next(iter(out.values()))
+        if ce and out.ndim >= 2 and "float" in str(out.dtype):
             y = paddle.randint(0, int(out.shape[-1]), out.shape[:-1] + [1])
             loss = F.cross_entropy(out, y)
         else:
@@ -95,13 +115,33 @@ def main():
         opt.step()
         opt.clear_grad()
 
+    def describe(inputs):
+        return ", ".join(f"{d['dtype']}[b, {', '.join(str(x) for x in d['shape'])}]" for d in inputs)
+
     peaks = {}
+    chosen = None
+    exc_last = None
+    for i, inputs in enumerate(cands):
+        try:
+            stack.clear()
+            step(cfg["batches"][0], inputs)
+            chosen = i
+            break
+        except Exception as exc:  # noqa: BLE001 - try the next candidate input
+            exc_last = exc
     try:
-        for b in cfg["batches"]:
-            step(b)
+        if chosen is None:
+            raise exc_last
+        inputs = cands[chosen]
+        for j, b in enumerate(cfg["batches"]):
+            if j:
+                step(b, inputs)
             core.host_memory_stat_reset_peak_value("Allocated", 0)
-            step(b)
+            fl.state["flops"], fl.state["on"] = 0.0, True
+            step(b, inputs)
+            fl.state["on"] = False
             peaks[b] = int(core.host_memory_stat_peak_value("Allocated", 0))
+            flops = fl.state["flops"] / b
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         short = next((l for l in msg if "InvalidArgument" in l or "mismatch" in l.lower() or "shape" in l.lower()),
@@ -112,9 +152,10 @@ def main():
             wshape = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:1]
             info = {"layer": name, "type": typ, "input_shapes": shapes, "weight_shape": wshape[0] if wshape else None}
         emit({"ok": False, "stage": "step", "error": f"{type(exc).__name__}: {short[:400]}", "layer": info,
-              "params": params, "trainable": trainable})
+              "params": params, "trainable": trainable, "input_desc": describe(cands[-1])})
         return
-    emit({"ok": True, "params": params, "trainable": trainable, "peaks": peaks, "seconds": time.time() - t0})
+    emit({"ok": True, "params": params, "trainable": trainable, "peaks": peaks, "seconds": time.time() - t0,
+          "fwd_flops_per_sample": flops or None, "input_index": chosen, "input_desc": describe(cands[chosen])})
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ class ScriptFacts:
     distributed: str | None = None
     distributed_nprocs: int | None = None
     recompute: bool = False
-    num_workers: int = 0
+    num_workers: int | None = 0
     uses_cross_entropy: bool = False
     build_error: str | None = None
 
@@ -201,7 +201,16 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             if b:
                 batch_candidates.append(b)
             if last == "DataLoader":
-                nw = val(node, func, kw(node, "num_workers"))
+                nw_expr = kw(node, "num_workers", 9)
+                nw = val(node, func, nw_expr)
+                if nw_expr is not None and not (isinstance(nw, int) and not isinstance(nw, bool)) \
+                        and facts.num_workers == 0:
+                    facts.num_workers = None
+                    add(Finding(severity="warning", code="dataloader-workers-unknown", line=line,
+                                message=f"line {line}: DataLoader(num_workers={ast.unparse(nw_expr)}) takes its worker "
+                                        "count from a value the static reading cannot know (a config file, the "
+                                        "environment); assumed > 0, so the launcher gives the run a larger /dev/shm "
+                                        "(worker processes exchange batches through shared memory)."))
                 if isinstance(nw, int) and nw > 0:
                     facts.num_workers = nw
                     add(Finding(severity="warning", code="dataloader-workers", line=line,

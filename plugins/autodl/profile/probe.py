@@ -60,6 +60,7 @@ class ProbeResult:
     fixed_transient_bytes: int = 0
     tensor_peak_bytes: int = 0
     forward_flops_per_sample: float | None = None
+    inputs_from: str | None = None
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -155,6 +156,7 @@ def run_probe(
     timeout_s: float | None = None,
     act_bytes_per_sample_hint: int | None = None,
     flops_per_sample_hint: float | None = None,
+    inputs: list[list[dict]] | None = None,
 ) -> ProbeResult:
     """Probe the model of ``script`` and extrapolate its tensor peak to ``batch``.
 
@@ -166,8 +168,11 @@ def run_probe(
     :param timeout_s: seconds; default ``$AUTODL_PROBE_TIMEOUT_S`` or :data:`PROBE_TIMEOUT_S`.
     :param act_bytes_per_sample_hint: the static estimate's activation bytes per sample, to size the probe.
     :param flops_per_sample_hint: the static estimate's forward FLOPs per sample, to size the probe.
-    :returns: the result; failures come back as findings (``probe-timeout``, ``probe-failed``,
-        ``shape-mismatch``), never as exceptions.
+    :param inputs: candidate input lists (per-sample ``shape``, ``dtype``, optional ``min``/``max`` of integer
+        ids), tried in order before the static reading's input: what the dry run saw the model get, or the
+        fields of the script's Dataset's first sample (issue 8, kinds 1, 3 and 7).
+    :returns: the result; failures come back as ``warning`` findings (``probe-timeout``, ``probe-failed``,
+        ``probe-shape-mismatch``), never as exceptions and never as errors: the probe runs inputs autodl made up.
     """
     t0 = time.monotonic()
     site_line = facts.model_site.node.lineno if facts.model_site is not None else None
@@ -188,16 +193,22 @@ def run_probe(
     from autodl.profile.static import model_input
     from autodl.profile import layers as L
 
+    shape, dtype = None, "float32"
     try:
         shape, dtype, _ = model_input(facts, facts.model, input_shape, seq_len)
     except L.Unsupported as exc:
-        return fail("probe-skipped", f"probe not run: {exc}.", "info")
+        if not inputs:
+            return fail("probe-skipped", f"probe not run: {exc}.", "info")
     emb = contains(facts.model, ("Embedding",)) if facts.model is not None else None
     vocab = int(emb.args["num_embeddings"]) if emb is not None else 2
+    cands = [c for c in (inputs or []) if c]
+    if shape is not None:
+        cands.append([{"shape": list(shape), "dtype": dtype, "min": 0, "max": vocab - 1}])
     b1, b2 = probe_batches(batch, act_bytes_per_sample_hint, flops_per_sample_hint)
     argp = {k: v for k, v in facts.interp.argparse.items() if _literal(v)}
     cfg = {"script": str(script), "source": source, "model_expr": expr, "argparse": argp,
            "optimizer": facts.optimizer, "input_shape": shape, "input_dtype": dtype, "vocab": vocab,
+           "input_candidates": cands,
            "cross_entropy": facts.uses_cross_entropy, "batches": [b1, b2]}
     with tempfile.TemporaryDirectory(prefix="autodl-probe-") as tmp:
         cfg_path = Path(tmp) / "probe.json"
@@ -207,7 +218,7 @@ def run_probe(
                "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
         result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
-                               read_only_paths=[script, CHILD])
+                               read_only_paths=[script, CHILD, CHILD.with_name("_flops.py")])
     if result.timed_out:
         return fail("probe-timeout",
                     f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
@@ -233,10 +244,12 @@ def run_probe(
             from autodl.profile.static import layer_line
             line = layer_line(facts.model, layer.get("layer")) if facts.model is not None else None
             shapes = layer.get("input_shapes")
-            msg = (f"layer '{layer['layer']}' ({layer['type']}) cannot take its input: input shape "
-                   f"{shapes[0] if shapes else '?'}, weight shape {layer.get('weight_shape')}; Paddle said: "
-                   f"{data['error']}. Fix the layer's size or the reshape before it.")
-            return fail("shape-mismatch", msg, "error", line=line or site_line)
+            msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}), "
+                   f"stopped at layer '{layer['layer']}' ({layer['type']}): input shape {shapes[0] if shapes else '?'}, "
+                   f"weight shape {layer.get('weight_shape')}; Paddle said: {data['error']}. This may be the probe's "
+                   "guess of the input, not the script: check the layer's size, or set task.input_shape. The estimate "
+                   "is static.")
+            return fail("probe-shape-mismatch", msg, "warning", line=line or site_line)
         return fail("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
                                     f"({data.get('error')}); the estimate is static.", line=site_line)
     peaks = {int(k): int(v) for k, v in data["peaks"].items()}
@@ -248,6 +261,9 @@ def run_probe(
     w, g, o = E.model_states(res.params, res.trainable, facts.optimizer, None)
     res.tensor_peak_bytes = peaks[b1] + (batch - b1) * slope
     res.fixed_transient_bytes = max(0, peaks[b1] - b1 * slope - (w + g + o))
+    res.forward_flops_per_sample = data.get("fwd_flops_per_sample")
+    if data.get("input_index") is not None and data["input_index"] < len([c for c in (inputs or []) if c]):
+        res.inputs_from = data.get("input_desc")
     res.seconds = round(time.monotonic() - t0, 3)
     return res
 

@@ -1,0 +1,935 @@
+"""Dry-run child: run the user's training script itself (``python script.py ARGS``) with hooks, measure each phase.
+
+Run by :mod:`autodl.profile.dryrun` as ``python _dryrun_child.py CONFIG.json`` inside the sandbox (CPU only, no
+network, memory cap, timeout). It imports nothing from autodl and never edits the script: it installs hooks into
+Paddle, then ``runpy.run_path(script, run_name="__main__")`` with ``sys.argv = [script, *args]``.
+
+What the hooks do:
+
+* **steps**: the outermost ``Optimizer.step``/``minimize`` (``GradScaler`` and ``paddle.Model.fit`` reach them)
+  is a step; the first ``Optimizer.clear_grad``/``Layer.clear_gradients`` after it ends the step (or, without one,
+  the next training forward). Between two step ends the host allocator's peak is read per phase: forward+backward
+  (reset at the step end before it, read when ``step`` is entered) and the optimizer update (reset there, read at
+  the step end): ``core.host_memory_stat_peak_value("Allocated", 0)``, as the benchmark's truth does. The first
+  step is a warm-up (gradients and optimizer moments are created in it) and is not measured.
+* **batch**: every ``paddle.io.DataLoader`` gets a batch sampler whose batch size the controller chooses per
+  batch (small first, then as large as the time and memory budgets allow, up to the script's own); tensors the
+  script creates itself with the run's batch as first dimension (``paddle.randn([B, ...])``) follow the same
+  choice. The batch of a step is the first dimension of the model's input, as seen.
+* **eval**: a top-level forward of the model under ``no_grad`` or in ``eval()`` mode is an evaluation call; each
+  is measured (peak reset at its entry, read at the next call or when training resumes). Evaluation loaders are
+  cut after a few batches; training loaders after the measured steps, so the script reaches its evaluation pass.
+* **end**: after the measured steps (and the evaluation pass, when the script has one) the next hook raises
+  ``_DryRunDone`` (a ``BaseException``), which unwinds the script.
+* **FLOPs**: 2 x MACs of Conv*/Linear/RNN layers and of ``paddle.matmul``/``bmm``/``@`` per forward call.
+* **CPU only**: ``paddle.set_device`` is kept on CPU; ``init_parallel_env``, ``DataParallel``, ``fleet`` and
+  ``spawn`` become single-process no-ops (what was asked is recorded).
+
+Results go to ``CONFIG["result"]`` (JSON), rewritten after every measurement, so a run killed on its timeout
+still leaves what it measured.
+"""
+
+import gc
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+
+CFG = json.load(open(sys.argv[1]))
+SCRIPT = os.path.abspath(CFG["script"])
+SCRIPT_DIR = os.path.dirname(SCRIPT)
+USER_DIRS = tuple(os.path.abspath(d) + os.sep for d in CFG.get("user_dirs") or [SCRIPT_DIR])
+RESULT = CFG["result"]
+T0 = time.monotonic()
+
+
+class _DryRunDone(BaseException):
+    """Raised from a hook to end the script once everything was measured."""
+
+
+R = {
+    "status": "starting", "steps": [], "evals": [], "replay": [], "params": None, "trainable": None,
+    "model": None, "optimizer": None, "inputs": None, "num_workers": [], "datasets": [], "devices_asked": [],
+    "distributed_calls": [], "loaders": [], "error": None, "end": None, "notes": [], "seconds": {},
+    "train_done": False, "eval_seen": False, "created_batches": [],
+}
+_lock = threading.Lock()
+
+
+def save():
+    R["seconds"]["elapsed"] = round(time.monotonic() - T0, 3)
+    tmp = RESULT + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(R, f)
+    os.replace(tmp, RESULT)
+
+
+def note(msg):
+    if msg not in R["notes"]:
+        R["notes"].append(msg)
+
+
+def _user_frame(depth=2):
+    """True when the caller ``depth`` frames up is the user's code (the script's folder), not a library."""
+    try:
+        f = sys._getframe(depth)
+    except ValueError:
+        return False
+    return os.path.abspath(f.f_code.co_filename).startswith(USER_DIRS)
+
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+t_import = time.monotonic()
+import paddle  # noqa: E402
+from paddle.base import core  # noqa: E402
+
+R["seconds"]["import_paddle"] = round(time.monotonic() - t_import, 3)
+R["paddle_version"] = paddle.__version__
+paddle.set_device("cpu")
+_orig_set_device = paddle.set_device
+
+
+def _peak():
+    return int(core.host_memory_stat_peak_value("Allocated", 0))
+
+
+def _current():
+    return int(core.host_memory_stat_current_value("Allocated", 0))
+
+
+def _reset():
+    core.host_memory_stat_reset_peak_value("Allocated", 0)
+
+
+# ------------------------------------------------------------------------------------------------ controller
+class Ctl:
+    """Chooses the batch of each training and evaluation batch, and decides when training is measured.
+
+    Training runs ``lo`` (warm-up), ``lo`` (measured), then the plan decided from that measurement: the largest
+    batch up to the target that the time and memory budgets allow (and its half first when it is far above ``lo``).
+    """
+
+    def __init__(self):
+        self.native = None                       # the training loader's own batch size
+        self.target = CFG.get("target_batch")    # the batch the estimate is for (spec, else the script's)
+        self.lo = CFG.get("lo")
+        self.plan = None                         # sizes to measure after lo, decided after the first measured step
+        self.budget_s = float(CFG.get("budget_s") or 40.0)
+        self.mem_budget = int(CFG.get("mem_budget_bytes") or (3 << 30))
+        self.train_loader = None
+        self.max_eval_batches = int(CFG.get("max_eval_batches") or 2)
+        self.eval_expected = bool(CFG.get("eval_expected"))
+        self.extra_after_done = 0
+        self.max_extra_steps = int(CFG.get("max_extra_steps") or 6)
+        self.reduce = bool(CFG.get("reduce", True))
+
+    def top(self, orig):
+        return self.target or self.native or orig
+
+    def lo_size(self, orig):
+        top = self.top(orig)
+        return max(1, min(top, self.lo or top))
+
+    def counts(self):
+        c = {}
+        for s in R["steps"]:
+            if s.get("measured"):
+                c[s["batch"]] = c.get(s["batch"], 0) + 1
+        return c
+
+    def current(self, orig):
+        """The batch the next training batch should have."""
+        if not self.reduce:
+            return orig
+        if self.plan is None:
+            return self.lo_size(orig)
+        c = self.counts()
+        for s in self.plan:
+            if not c.get(s):
+                return s
+        return self.plan[-1] if self.plan else (R["plan"]["lo"] if R.get("plan") else self.lo_size(orig))
+
+    def eval_batch(self, orig):
+        top = self.target or self.native
+        if not self.reduce or not top or self.plan is None:
+            return orig
+        hi = max([self.lo or 1, *self.plan])
+        return max(1, min(orig, int(round(orig * min(1.0, hi / top)))))
+
+    def measured_sizes(self):
+        return sorted(self.counts())
+
+    def after_step(self, rec):
+        """Called after each measured step: decide the plan, or that training is measured."""
+        elapsed = time.monotonic() - T0
+        b = rec["batch"] or 1
+        if self.plan is None:
+            top = self.target or self.native or b
+            plan = []
+            if self.reduce and b < top:
+                # step time = update + batch x per-sample time; the loader's prefetched small batches (about
+                # four) run before the first large one, then two steps at hi (one when time is short)
+                left = self.budget_s - elapsed - 4 * rec["seconds"]
+                per_t = max(1e-4, rec["fwd_bwd_seconds"]) / b
+                t_upd = rec["update_seconds"]
+                per_m = max(1, rec["peak"] - rec["start_bytes"]) / b
+                by_time = int((left / 2 - t_upd) / per_t)
+                if by_time < top:
+                    by_time = int((left - t_upd) / per_t)
+                by_mem = int((self.mem_budget - rec["start_bytes"]) / per_m)
+                hi = min(top, by_time, by_mem)
+                if hi > b:
+                    plan = [hi]
+            self.plan = plan
+            R["plan"] = {"lo": b, "then": plan, "native": self.native, "target": self.target,
+                         "decided_at": rec["index"], "budget_s": self.budget_s}
+            save()
+        c = self.counts()
+        if all(c.get(s) for s in self.plan):
+            # a second step at the large batch when time allows: in the first one the previous step's outputs
+            # (still referenced by the script) were of the small batch
+            if not self.plan or c[self.plan[-1]] >= 2 or elapsed + rec["seconds"] > self.budget_s:
+                self.mark_done()
+            return
+        since = [s for s in R["steps"] if s.get("measured") and s["index"] > R["plan"]["decided_at"]]
+        if len(since) >= 8 and not any(c.get(s) for s in self.plan):
+            note(f"the training batch stayed at {b} (the script fixes it), not {self.plan}")
+            self.mark_done()
+        elif elapsed > self.budget_s:
+            note(f"time budget of {self.budget_s:.0f} s reached after measuring batch sizes {sorted(c)}")
+            self.mark_done()
+
+    def mark_done(self):
+        if not R["train_done"]:
+            R["train_done"] = True
+            R["seconds"]["train_done"] = round(time.monotonic() - T0, 3)
+            save()
+
+
+CTL = Ctl()
+
+
+# --------------------------------------------------------------------------------------------- step tracking
+class St:
+    model_ids = set()          # top-level layers with parameters the script called
+    models = []
+    depth = 0
+    step_depth = 0
+    window = None              # the step being measured
+    steps_seen = 0             # optimizer updates
+    ends = 0                   # step ends
+    stepped = False            # an update since the last step end
+    eval_call = None           # the evaluation call being measured
+    flops = 0.0
+    counting = None            # 'train' | 'eval' | None
+    layer_depth = 0
+    optimizers = []
+    opt_param_ids = set()
+    last_loader = None
+    call_args = None
+    eval_layers = []
+    eval_keys = set()
+
+
+def _sig(obj, out, depth=0, first=False):
+    """Shapes and dtypes of the tensors in a forward's arguments (nested two levels); value range of integer
+    tensors (token ids) for the first one only."""
+    if isinstance(obj, paddle.Tensor):
+        d = {"shape": [int(s) for s in obj.shape], "dtype": str(obj.dtype).split(".")[-1]}
+        if first and "int" in d["dtype"] and obj.size and obj.size <= (1 << 24):
+            try:
+                d["min"], d["max"] = int(obj.min()), int(obj.max())
+            except Exception:
+                pass
+        out.append(d)
+    elif isinstance(obj, (list, tuple)) and depth < 3:
+        for x in obj:
+            _sig(x, out, depth + 1, first)
+    elif isinstance(obj, dict) and depth < 3:
+        for x in obj.values():
+            _sig(x, out, depth + 1, first)
+    return out
+
+
+class _TSpec:
+    """A tensor argument remembered by shape, dtype and value range (not by reference: holding the tensor would
+    add it to every later step's peak)."""
+
+    def __init__(self, t):
+        self.shape = [int(x) for x in t.shape]
+        self.dtype = str(t.dtype).split(".")[-1]
+        self.lo = self.hi = None
+        if "int" in self.dtype and t.size and t.size <= (1 << 24):
+            try:
+                self.lo, self.hi = int(t.min()), int(t.max())
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _structure(v, d=0):
+    if isinstance(v, paddle.Tensor):
+        return _TSpec(v)
+    if isinstance(v, (list, tuple)) and d < 3:
+        return type(v)(_structure(x, d + 1) for x in v)
+    if isinstance(v, dict) and d < 3:
+        return {k: _structure(x, d + 1) for k, x in v.items()}
+    return v
+
+
+def _batch_of(sig):
+    for d in sig:
+        if d["shape"]:
+            return d["shape"][0]
+    return None
+
+
+def _counting(what):
+    St.counting = what
+    FL.state["on"] = bool(what)
+
+
+def _grad_enabled():
+    try:
+        return paddle.is_grad_enabled()
+    except Exception:
+        return True
+
+
+def _start_window():
+    gc.collect()
+    _reset()
+    St.window = {"t0": time.monotonic(), "start_bytes": _current(), "fwd_bwd": None, "batch": None,
+                 "inputs": None, "flops": 0.0, "fwd_calls": 0, "tainted": False, "warmup": St.ends == 0}
+    FL.state["flops"] = 0.0
+    _counting("train")
+
+
+def _end_step():
+    """A step ended: record the measured window, start the next one."""
+    St.ends += 1
+    St.stepped = False
+    w = St.window
+    if w is not None and w["fwd_bwd"] is not None:
+        opt_peak = _peak()
+        now = time.monotonic()
+        rec = {"batch": w["batch"], "peak": max(w["fwd_bwd"], opt_peak), "fwd_bwd_peak": w["fwd_bwd"],
+               "update_peak": opt_peak, "start_bytes": w["start_bytes"], "seconds": round(now - w["t0"], 4),
+               "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
+               "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],
+               "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
+        R["steps"].append(rec)
+        save()
+        if rec["measured"]:
+            CTL.after_step(rec)
+    St.window = None
+    _counting(None)
+    _start_window()
+
+
+def _key(sig):
+    return tuple((tuple(d["shape"][1:]), d["dtype"]) for d in sig or [] if d.get("shape"))
+
+
+def save_eval_partial(c):
+    """Write the evaluation call measured so far (replaced by the complete record when it closes)."""
+    R["eval_partial"] = {"batch": c["batch"], "peak": c["peak_at_exit"], "start_bytes": c["start_bytes"],
+                         "inputs": c["inputs"], "fwd_flops": c.get("flops", 0.0), "grad": c["grad"],
+                         "native_batch": c["native_batch"], "training_mode": c["training_mode"]}
+    save()
+
+
+def _close_eval():
+    c = St.eval_call
+    if c is None:
+        return
+    St.eval_call = None
+    rec = {"batch": c["batch"], "peak": _peak(), "start_bytes": c["start_bytes"], "inputs": c["inputs"],
+           "seconds": round(time.monotonic() - c["t0"], 4), "fwd_flops": c.get("flops", FL.state["flops"]), "grad": c["grad"],
+           "training_mode": c["training_mode"], "train_done": R["train_done"], "native_batch": c["native_batch"]}
+    R["evals"].append(rec)
+    R.pop("eval_partial", None)
+    St.eval_layers.append(c["layer"])
+    _counting(None)
+    save()
+
+
+def _count_params():
+    seen, total, trainable = set(), 0, 0
+    layers = list(St.models)
+    params = []
+    for m in layers:
+        params.extend(m.parameters())
+    for opt in St.optimizers:
+        for p in _opt_params(opt):
+            params.append(p)
+    for p in params:
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        n = int(p.numel())
+        total += n
+        if not p.stop_gradient:
+            trainable += n
+    R["params"], R["trainable"] = total, trainable
+    R["model"] = [type(m).__name__ for m in layers]
+
+
+def _opt_params(opt):
+    out = []
+    for p in getattr(opt, "_parameter_list", None) or []:
+        if isinstance(p, dict):
+            out.extend(p.get("params") or [])
+        else:
+            out.append(p)
+    return out
+
+
+def _maybe_finish():
+    """At a hook where stopping is safe: end the run once training (and evaluation) are measured."""
+    if not R["train_done"]:
+        if time.monotonic() - T0 > CTL.budget_s * 1.5 and R["steps"]:
+            note("time budget exceeded before both batch sizes were measured")
+            CTL.mark_done()
+        else:
+            return
+    if CTL.eval_expected and not R["eval_seen"]:
+        CTL.extra_after_done += 1
+        if CTL.extra_after_done <= CTL.max_extra_steps and time.monotonic() - T0 < CTL.budget_s * 1.5:
+            return
+        note("the evaluation pass was not reached within the dry run's step budget")
+    raise _DryRunDone()
+
+
+# ------------------------------------------------------------------------------------------------- hooks
+_orig_call = paddle.nn.Layer.__call__
+
+
+def _trained(layer):
+    """Whether ``layer`` is (part of) what the optimizers update; True while no optimizer is known yet."""
+    if not St.opt_param_ids:
+        return True
+    for p in layer.parameters():
+        return id(p) in St.opt_param_ids
+    return False
+
+
+def _layer_call(self, *a, **k):
+    if St.depth == 0 and St.step_depth == 0 and (bool(self._parameters) or any(True for _ in self.parameters())):
+        if id(self) not in St.model_ids:
+            St.model_ids.add(id(self))
+            St.models.append(self)
+            _attach_flops(self)
+        training = self.training and _grad_enabled()
+        if not training and St.window is not None and St.window["fwd_calls"] and not _trained(self):
+            training = True  # a frozen model (teacher, feature extractor) inside a training step
+        sig = _sig((a, k), [], first=R["inputs"] is None and training)
+        if training:
+            if St.eval_call is not None:
+                _close_eval()
+                if R["train_done"]:
+                    raise _DryRunDone()
+            if St.stepped and St.window is not None:  # an update without clear_grad: the step ended
+                _end_step()
+            if R["train_done"]:
+                _maybe_finish()
+            if St.window is None:
+                _start_window()
+            w = St.window
+            if w["batch"] is None:
+                w["batch"], w["inputs"] = _batch_of(sig), sig
+                if R["inputs"] is None:
+                    R["inputs"] = sig
+                    St.call_args = (self, _structure(a), _structure(k))
+                    _count_params()
+                    save()
+            w["fwd_calls"] += 1
+            _counting("train")
+        else:
+            if St.window is not None and St.window["fwd_bwd"] is None and St.steps_seen:
+                St.window["tainted"] = True
+            _close_eval()
+            _mark_eval_loader()
+            if not R["eval_seen"]:
+                R["eval_seen"] = True
+                R["seconds"]["eval_start"] = round(time.monotonic() - T0, 3)
+            if R["train_done"] and (len(R["evals"]) >= int(CFG.get("max_eval_calls") or 4) or
+                                    (_key(sig), _batch_of(sig)) in St.eval_keys):
+                raise _DryRunDone()  # this evaluation input was measured already
+            gc.collect()
+            _reset()
+            FL.state["flops"] = 0.0
+            _counting("eval")
+            St.eval_call = {"t0": time.monotonic(), "start_bytes": _current(), "batch": _batch_of(sig),
+                            "inputs": sig, "grad": _grad_enabled(), "training_mode": bool(self.training),
+                            "layer": self, "native_batch": _eval_native()}
+    St.depth += 1
+    try:
+        return _orig_call(self, *a, **k)
+    finally:
+        St.depth -= 1
+        if St.depth == 0 and St.counting == "train" and St.window is not None:
+            St.window["flops"] = FL.state["flops"]
+        elif St.depth == 0 and St.counting == "eval" and St.eval_call is not None and St.eval_call["layer"] is self:
+            # the evaluation forward ended: keep what it measured now (the script may never call the model again)
+            c = St.eval_call
+            c["peak_at_exit"], c["flops"] = _peak(), FL.state["flops"]
+            St.eval_keys.add((_key(c["inputs"]), c["batch"]))
+            save_eval_partial(c)
+
+
+paddle.nn.Layer.__call__ = _layer_call
+
+
+def _on_step_enter(opt):
+    if opt not in St.optimizers:
+        St.optimizers.append(opt)
+        St.opt_param_ids.update(id(p) for p in _opt_params(opt))
+    L = St.last_loader
+    if L is not None and getattr(L, "_autodl_role", None) is None and CTL.train_loader is None:
+        L._autodl_role = "train"
+        CTL.train_loader = L
+        CTL.native = getattr(L, "_autodl_batch", None)
+    St.steps_seen += 1
+    St.stepped = True
+    if St.window is not None and St.window["fwd_bwd"] is None:
+        St.window["fwd_bwd"] = _peak()
+        St.window["t_step"] = time.monotonic()
+        _reset()
+    _counting(None)
+
+
+def _wrap_step(orig):
+    def step(self, *a, **k):
+        if St.step_depth == 0:
+            _on_step_enter(self)
+        St.step_depth += 1
+        try:
+            return orig(self, *a, **k)
+        finally:
+            St.step_depth -= 1
+    step._autodl = True
+    return step
+
+
+def _wrap_clear(orig):
+    def clear(self, *a, **k):
+        r = orig(self, *a, **k)
+        if St.step_depth == 0 and St.stepped:
+            if St.ends == 0:
+                _count_params()
+            _end_step()
+        return r
+    clear._autodl = True
+    return clear
+
+
+def _patch_optimizer_class(cls):
+    for name in ("step", "minimize"):
+        f = cls.__dict__.get(name)
+        if f is not None and not getattr(f, "_autodl", False):
+            setattr(cls, name, _wrap_step(f))
+    f = cls.__dict__.get("clear_grad")
+    if f is not None and not getattr(f, "_autodl", False):
+        setattr(cls, "clear_grad", _wrap_clear(f))
+
+
+_Opt = paddle.optimizer.Optimizer
+for _n in dir(paddle.optimizer):
+    _c = getattr(paddle.optimizer, _n)
+    if isinstance(_c, type) and issubclass(_c, _Opt):
+        _patch_optimizer_class(_c)
+_patch_optimizer_class(_Opt)
+_orig_init_subclass = _Opt.__dict__.get("__init_subclass__")
+
+
+def _opt_init_subclass(cls, **kw):
+    super(_Opt, cls).__init_subclass__(**kw)
+    _patch_optimizer_class(cls)
+
+
+_Opt.__init_subclass__ = classmethod(_opt_init_subclass)
+paddle.nn.Layer.clear_gradients = _wrap_clear(paddle.nn.Layer.clear_gradients)
+if hasattr(paddle.nn.Layer, "clear_grad"):
+    paddle.nn.Layer.clear_grad = _wrap_clear(paddle.nn.Layer.clear_grad)
+
+
+# ------------------------------------------------------------------------------------------------- FLOPs
+def _load_flops():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_autodl_flops", os.path.join(os.path.dirname(__file__), "_flops.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FL = _load_flops()
+FL.install(paddle)
+_attach_flops = FL.attach
+
+
+# ------------------------------------------------------------------------------------------- data loaders
+from paddle.io import DataLoader  # noqa: E402
+
+_orig_dl_init = DataLoader.__init__
+_orig_dl_iter = DataLoader.__iter__
+
+
+class _DynBatches:
+    """A batch sampler over the loader's own one: the same indices in the same order, batch sizes chosen by
+    :class:`Ctl`. It runs in the loader's prefetch thread, ahead of the script as in a real run (the prefetched
+    batches are part of the measured peak), so a new size reaches the script a few batches after it is chosen."""
+
+    def __init__(self, inner, loader):
+        self.inner, self.loader = inner, loader
+        self.batch_size = getattr(inner, "batch_size", None)
+        self.drop_last = getattr(inner, "drop_last", False)
+        self.sampler = getattr(inner, "sampler", None)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def _role(self):
+        L = self.loader
+        if L._autodl_role == "train" or (L._autodl_role is None and CTL.train_loader in (None, L)):
+            return "train"
+        return "eval"
+
+    def __iter__(self):
+        pending = []
+        src = iter(self.inner)
+        orig = self.batch_size or 1
+        n_eval = 0
+        while True:
+            role = self._role()
+            if role == "train":
+                if R["train_done"]:
+                    return
+                want = CTL.current(orig)
+            else:
+                e = CTL.eval_batch(orig)
+                want = max(1, e // 2) if n_eval == 0 else e
+                n_eval += 1
+            while len(pending) < want:
+                try:
+                    pending.extend(next(src))
+                except StopIteration:
+                    break
+            if not pending or (len(pending) < want and self.drop_last):
+                return
+            out, pending = pending[:want], pending[want:]
+            if want != orig:
+                R["reduced"] = True
+            yield out
+
+
+def _dl_init(self, dataset, *a, **k):
+    names = _orig_dl_init.__code__.co_varnames[2:_orig_dl_init.__code__.co_argcount]
+    bound = dict(zip(names, a))
+    bound.update(k)
+    nw = bound.get("num_workers", 0)
+    R["num_workers"].append(nw if isinstance(nw, int) else str(nw))
+    if isinstance(nw, int) and nw > 0:
+        bound["num_workers"] = 0  # batches come from the main process; what was asked is recorded
+    if bound.get("persistent_workers"):
+        bound["persistent_workers"] = False
+    _orig_dl_init(self, dataset, **bound)
+    self._autodl_role = None
+    self._autodl_batch = getattr(getattr(self, "batch_sampler", None), "batch_size", None) or bound.get("batch_size")
+    info = {"batch_size": bound.get("batch_size", 1), "num_workers": nw if isinstance(nw, int) else None,
+            "dataset": type(dataset).__name__}
+    try:
+        sample = dataset[0]
+        info["first_sample"] = _sample_sig(sample)
+    except Exception as exc:  # an IterableDataset or a dataset that cannot be indexed
+        info["first_sample"] = None
+        info["sample_error"] = type(exc).__name__
+    R["loaders"].append(info)
+    if getattr(self, "batch_sampler", None) is not None and CTL.reduce:
+        self.batch_sampler = _DynBatches(self.batch_sampler, self)
+        if getattr(self, "_batch_sampler", None) is not None:
+            self._batch_sampler = self.batch_sampler
+    save()
+
+
+def _sample_sig(sample):
+    import numpy as np
+    out = []
+
+    def rec(x, d=0):
+        if isinstance(x, np.ndarray):
+            out.append({"shape": list(x.shape), "dtype": str(x.dtype)})
+        elif isinstance(x, paddle.Tensor):
+            out.append({"shape": [int(s) for s in x.shape], "dtype": str(x.dtype).split(".")[-1]})
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            out.append({"shape": [], "dtype": "int64" if isinstance(x, int) else "float32"})
+        elif isinstance(x, (list, tuple)) and d < 2:
+            for y in x:
+                rec(y, d + 1)
+        elif isinstance(x, dict) and d < 2:
+            for y in x.values():
+                rec(y, d + 1)
+    rec(sample)
+    return out
+
+
+def _dl_iter(self):
+    it = _orig_dl_iter(self)
+
+    def gen():
+        n = 0
+        try:
+            while True:
+                role = getattr(self, "_autodl_role", None)
+                if role == "train" and R["train_done"]:
+                    return
+                if role == "eval" and n >= CTL.max_eval_batches:
+                    return
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                n += 1
+                St.last_loader = self
+                yield batch
+        finally:
+            try:
+                it._try_shutdown_all()
+            except Exception:
+                pass
+    return gen()
+
+
+DataLoader.__init__ = _dl_init
+DataLoader.__iter__ = _dl_iter
+
+def _eval_native():
+    """The batch size the evaluation loader feeding this call was built with (None: not from a loader)."""
+    L = St.last_loader
+    if L is not None and getattr(L, "_autodl_role", None) == "eval":
+        return getattr(L, "_autodl_batch", None)
+    return None
+
+
+def _mark_eval_loader():
+    L = St.last_loader
+    if L is not None and getattr(L, "_autodl_role", None) is None and L is not CTL.train_loader:
+        L._autodl_role = "eval"
+
+
+# ------------------------------------------------------------------------------ tensors the script creates
+NATIVE_BATCHES = set(int(b) for b in CFG.get("native_batches") or [] if isinstance(b, int) and b > 1)
+
+
+def _creation_batch():
+    """The batch a tensor created by the script with the run's batch as first dimension should get now."""
+    if not NATIVE_BATCHES or not CTL.reduce:
+        return None
+    return CTL.current(max(NATIVE_BATCHES))
+
+
+def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
+    orig = getattr(mod, name, None)
+    if orig is None:
+        return
+
+    def f(*a, **k):
+        b = _creation_batch() if _user_frame(2) else None
+        if b is not None:
+            shp = k.get(shape_kw) if shape_kw in k else (a[shape_pos] if len(a) > shape_pos else None)
+            if isinstance(shp, (list, tuple)) and shp and isinstance(shp[0], int) and shp[0] in NATIVE_BATCHES \
+                    and b < shp[0]:
+                new = [b, *shp[1:]]
+                R["created_batches"].append([shp[0], b])
+                R["reduced"] = True
+                if shape_kw in k:
+                    k[shape_kw] = new
+                else:
+                    a = a[:shape_pos] + (new,) + a[shape_pos + 1:]
+        return orig(*a, **k)
+    setattr(mod, name, f)
+
+
+for _name in ("randn", "rand", "zeros", "ones", "empty", "standard_normal"):
+    _patch_creation(paddle, _name, 0)
+_patch_creation(paddle, "randint", 2)
+_patch_creation(paddle, "full", 0)
+_patch_creation(paddle, "uniform", 0)
+_patch_creation(paddle, "normal", 2)
+
+
+# ---------------------------------------------------------------------------------------- CPU, one process
+def _set_device(device=None, *a, **k):
+    if device is not None and str(device) not in R["devices_asked"]:
+        R["devices_asked"].append(str(device))
+    return _orig_set_device("cpu")
+
+
+paddle.set_device = _set_device
+if hasattr(paddle, "device"):
+    paddle.device.set_device = _set_device
+
+import paddle.distributed as _dist  # noqa: E402
+
+
+def _noop(name, ret=None):
+    def f(*a, **k):
+        if name not in R["distributed_calls"]:
+            R["distributed_calls"].append(name)
+        return ret(*a, **k) if callable(ret) else ret
+    return f
+
+
+_dist.init_parallel_env = _noop("init_parallel_env")
+_dist.get_rank = _noop("get_rank", 0)
+_dist.get_world_size = _noop("get_world_size", 1)
+
+
+def _spawn(func, args=(), nprocs=-1, *a, **k):
+    R["distributed_calls"].append(f"spawn(nprocs={nprocs})")
+    func(*args)
+
+
+_dist.spawn = _spawn
+
+
+def _data_parallel(layer, *a, **k):
+    if "DataParallel" not in R["distributed_calls"]:
+        R["distributed_calls"].append("DataParallel")
+    object.__setattr__(layer, "_layers", layer)
+    return layer
+
+
+paddle.DataParallel = _data_parallel
+try:
+    from paddle.distributed import fleet as _fleet
+
+    _fleet.init = _noop("fleet.init")
+    _fleet.distributed_model = _noop("fleet.distributed_model", lambda m, *a, **k: m)
+    _fleet.distributed_optimizer = _noop("fleet.distributed_optimizer", lambda o, *a, **k: o)
+    _fleet.worker_num = _noop("fleet.worker_num", 1)
+    _fleet.worker_index = _noop("fleet.worker_index", 0)
+except Exception:
+    pass
+
+
+# ---------------------------------------------------------------------------------------- slope by replay
+def _replay():
+    """When the script's own steps ran at one batch size only: train the captured model on generated inputs
+    of the same shapes and dtypes (the batch dimension changed) at two batch sizes and keep the slope."""
+    sizes = CTL.measured_sizes()
+    if len(sizes) >= 2 or not sizes or St.call_args is None or not St.optimizers:
+        return
+    model, args, kwargs = St.call_args
+    opt = St.optimizers[0]
+    b = sizes[-1]
+    pts = [max(1, b // 4), max(2, b // 2)] if b >= 4 else [1, 2]
+
+    def make(x, n):
+        if not isinstance(x, _TSpec):
+            return x
+        shape = list(x.shape)
+        if shape and shape[0] == b:
+            shape[0] = n
+        dt = x.dtype
+        if "int" in dt:
+            lo = x.lo if x.lo is not None else 0
+            hi = x.hi if x.hi is not None else 1
+            return paddle.randint(lo, max(lo + 1, hi + 1), shape, dtype=dt)
+        if dt == "bool":
+            return paddle.rand(shape) > 0.5
+        return paddle.randn(shape).astype(dt)
+
+    def build(n):
+        def rec(v, d=0):
+            if isinstance(v, (list, tuple)) and d < 3:
+                return type(v)(rec(x, d + 1) for x in v)
+            if isinstance(v, dict) and d < 3:
+                return {kk: rec(x, d + 1) for kk, x in v.items()}
+            return make(v, n)
+        return rec(list(args)), rec(dict(kwargs))
+
+    _counting(None)
+    model.train()
+    peaks = {}
+    St.step_depth += 1
+    try:
+        for i, n in enumerate(pts, start=1):
+            xa, xk = build(n)
+            gc.collect()
+            _reset()
+            out = _orig_call(model, *xa, **xk)
+            while isinstance(out, (tuple, list)):
+                out = out[0]
+            if isinstance(out, dict):
+                out = next(iter(out.values()))
+            loss = out.astype("float32").mean()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            if i:
+                peaks[n] = _peak()
+            del out, loss, xa, xk
+        R["replay"] = [[n, peaks[n]] for n in pts]
+    except BaseException as exc:  # noqa: BLE001 - the slope then comes from elsewhere
+        R["replay_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        St.step_depth -= 1
+
+
+# ----------------------------------------------------------------------------------------------------- run
+def _exc_info(exc):
+    frames = [{"file": f.filename, "line": f.lineno, "func": f.name}
+              for f in traceback.extract_tb(exc.__traceback__)]
+    user = [f for f in frames if os.path.abspath(f["file"]).startswith(USER_DIRS)]
+    msg = str(exc).strip()
+    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": msg[-2000:],
+            "frames": frames[-12:], "user_frame": user[-1] if user else None,
+            "last_frame": frames[-1] if frames else None,
+            "errno": getattr(exc, "errno", None),
+            "during": "train" if St.window is not None and not R["train_done"] else (
+                "eval" if St.eval_call is not None else "setup"),
+            "batch_reduced": bool(R.get("reduced"))}
+
+
+def main():
+    sys.argv = [SCRIPT, *CFG.get("argv", [])]
+    sys.path.insert(0, SCRIPT_DIR)
+    R["status"] = "running"
+    save()
+    try:
+        runpy.run_path(SCRIPT, run_name="__main__")
+        R["end"] = "script-finished"
+    except _DryRunDone:
+        R["end"] = "measured"
+    except SystemExit as exc:
+        R["end"] = "exit"
+        R["exit_code"] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code not in (None, 0):
+            R["exit_message"] = str(exc.code)[:500] if not isinstance(exc.code, int) else None
+    except BaseException as exc:  # noqa: BLE001 - whatever the script raised is the result
+        R["end"] = "exception"
+        R["error"] = _exc_info(exc)
+    if St.eval_call is not None:
+        _close_eval()
+    R["seconds"]["script"] = round(time.monotonic() - T0, 3)
+    if St.models or St.optimizers:
+        _count_params()
+    if St.opt_param_ids:  # evaluation calls of frozen helpers (not what the optimizers train) are not eval passes
+        R["evals"] = [e for e, layer in zip(R["evals"], St.eval_layers) if _trained(layer)]
+    R["optimizer"] = [type(o).__name__ for o in St.optimizers]
+    R["status"] = "replaying"
+    save()
+    if R["end"] != "exception" or R["steps"]:
+        _replay()
+    R["status"] = "done"
+    save()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

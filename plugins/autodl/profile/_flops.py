@@ -1,0 +1,120 @@
+"""Forward FLOPs of what runs, counted with hooks (loaded by the sandboxed children by file path; imports no autodl).
+
+2 x multiply-accumulates of ``Conv*`` (transposed included), ``Linear``, ``LSTM``/``GRU``/``SimpleRNN`` layers and of
+``paddle.matmul``/``bmm``/``@``; element-wise ops, norms and activations are not counted (they are memory-bound and
+a few percent of the total in the benchmark models). This is the reference count of the estimator cases'
+``truth.py``: a conv's MACs are ``out.numel() x in_channels/groups x prod(kernel)`` (``in.numel() x
+out_channels/groups x prod(kernel)`` when transposed), a Linear's ``rows x in x out``, an RNN layer's
+``batch x time x directions x gates x hidden x (input + hidden)`` per layer.
+
+Counting is on while ``state["on"]`` is true; the sum is ``state["flops"]``.
+"""
+
+import math
+
+state = {"on": False, "flops": 0.0}
+_hooked = set()
+
+
+def _conv_hook(layer, inputs, output):
+    if not state["on"]:
+        return
+    w = layer.weight
+    kprod = math.prod(w.shape[2:])
+    if "Transpose" in type(layer).__name__:
+        macs = int(inputs[0].numel()) * w.shape[1] * kprod
+    else:
+        macs = int(output.numel()) * w.shape[1] * kprod
+    state["flops"] += 2.0 * macs
+
+
+def _linear_hook(layer, inputs, output):
+    if not state["on"]:
+        return
+    fin, fout = layer.weight.shape
+    state["flops"] += 2.0 * (int(output.numel()) // fout) * fin * fout
+
+
+def _rnn_hook(layer, inputs, output):
+    if not state["on"]:
+        return
+    x = inputs[0]
+    b, t = (x.shape[1], x.shape[0]) if getattr(layer, "time_major", False) else (x.shape[0], x.shape[1])
+    gates = {"LSTM": 4, "GRU": 3}.get(type(layer).__name__, 1)
+    h = layer.hidden_size
+    dirs = layer.num_directions
+    macs = 0
+    for n in range(layer.num_layers):
+        inp = layer.input_size if n == 0 else h * dirs
+        macs += dirs * gates * h * (inp + h)
+    state["flops"] += 2.0 * b * t * macs
+
+
+def attach(model):
+    """Register the counting hooks on every sub-layer of ``model`` (once per layer)."""
+    for sub in model.sublayers(include_self=True):
+        if id(sub) in _hooked:
+            continue
+        _hooked.add(id(sub))
+        n = type(sub).__name__
+        try:
+            if n.startswith("Conv") and getattr(sub, "weight", None) is not None:
+                sub.register_forward_post_hook(_conv_hook)
+            elif n == "Linear":
+                sub.register_forward_post_hook(_linear_hook)
+            elif n in ("LSTM", "GRU", "SimpleRNN"):
+                sub.register_forward_post_hook(_rnn_hook)
+        except Exception:  # noqa: BLE001 - a layer that takes no hooks is not counted
+            pass
+
+
+def _count_matmul(x, y, tx=False, ty=False):
+    if not state["on"]:
+        return
+    try:
+        xs, ys = list(x.shape), list(y.shape)
+    except Exception:  # noqa: BLE001
+        return
+    if len(xs) == 1:
+        xs = [1] + xs
+    if len(ys) == 1:
+        ys = ys + [1]
+    if tx:
+        xs[-1], xs[-2] = xs[-2], xs[-1]
+    if ty:
+        ys[-1], ys[-2] = ys[-2], ys[-1]
+    bx, by = xs[:-2], ys[:-2]
+    nb = max(len(bx), len(by))
+    bx, by = [1] * (nb - len(bx)) + bx, [1] * (nb - len(by)) + by
+    state["flops"] += 2.0 * math.prod(max(a, b) for a, b in zip(bx, by)) * xs[-2] * xs[-1] * ys[-1]
+
+
+def install(paddle):
+    """Wrap ``paddle.matmul``, ``paddle.bmm``, ``Tensor.matmul`` and ``@`` so that they are counted."""
+    orig_matmul = paddle.matmul
+
+    def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
+        _count_matmul(x, y, transpose_x, transpose_y)
+        return orig_matmul(x, y, transpose_x, transpose_y, name)
+
+    def bmm(x, y, name=None):
+        _count_matmul(x, y)
+        return orig_matmul(x, y)
+
+    paddle.matmul = matmul
+    paddle.tensor.matmul = matmul
+    paddle.bmm = bmm
+    orig_op = paddle.Tensor.__matmul__
+
+    def t_matmul(self, other):
+        _count_matmul(self, other)
+        return orig_op(self, other)
+
+    paddle.Tensor.__matmul__ = t_matmul
+    orig_method = paddle.Tensor.matmul
+
+    def t_method(self, y, transpose_x=False, transpose_y=False, name=None):
+        _count_matmul(self, y, transpose_x, transpose_y)
+        return orig_method(self, y, transpose_x, transpose_y, name)
+
+    paddle.Tensor.matmul = t_method

@@ -1,0 +1,486 @@
+"""The dry run: run the user's training script itself in the sandbox for a few optimizer steps and measure each phase.
+
+This is xMem's approach (Middleware 2025: CPU-only dynamic analysis of the real training script). The script runs
+as ``python script.py <task.args>`` would (``__name__ == "__main__"``, its own argparse, config files, Dataset and
+DataLoader) inside :func:`autodl.sandbox.run_sandboxed` (CPU only, no network, memory cap, timeout, whole tree
+killed), with hooks installed by :mod:`autodl.profile._dryrun_child` before the script starts. What is measured:
+Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``) per phase of each training
+step (forward+backward, optimizer update) and of each evaluation call, the parameters, the inputs' shapes and
+dtypes, and the forward FLOPs of what ran. The batch is reduced when the real one is too large for the budget and
+the peak extrapolated: each phase is linear in the batch, so the step's peak (their maximum) is piecewise linear.
+
+Outcomes (:attr:`DryRun.outcome`): ``measured``; ``user-error`` (Paddle/Python raised on the user's own code with
+the user's own inputs: the only case that becomes an ``error`` finding); ``cannot-run`` (the script needs what the
+sandbox does not give: network, data elsewhere, a GPU, arguments, a package); ``no-steps`` (the script ended
+without an optimizer step); ``timeout``; ``tool-failure`` (autodl's hooks or its reduced batch broke the run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autodl.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+from autodl.types import Finding, PhasePeak
+
+CHILD = Path(__file__).with_name("_dryrun_child.py")
+
+DRY_RUN_TIMEOUT_S = 150.0
+"""Hard wall-clock limit of one dry run (env ``AUTODL_DRYRUN_TIMEOUT_S``); the tree is killed after it."""
+
+DRY_RUN_BUDGET_S = 40.0
+"""Soft budget for the measured steps (env ``AUTODL_DRYRUN_BUDGET_S``): the child picks batch sizes so that the
+steps it still needs end within it, and stops measuring once it is spent. With Paddle's import (~2-5 s) and the
+script's own set-up this keeps the profile near 60 s on two CPU cores."""
+
+DRY_RUN_ADDRESS_SPACE_BYTES = 12 << 30
+"""RLIMIT_AS of the dry run (env ``AUTODL_PROBE_MEMORY_BYTES`` overrides): Paddle's CPU import reserves ~0.75 GiB
+of address space (measured, VmPeak), the rest is for the script's data and the measured steps."""
+
+DRY_RUN_TENSOR_BUDGET_BYTES = 3 << 30
+"""Allocator bytes the child lets a step reach when it chooses the large batch (well inside the address space)."""
+
+NATIVE_STEP_FLOPS = 1.5e11
+"""Training FLOPs under which the script runs at its own batch from the start (~3-5 s per step at the 30-50 GFLOPS
+oneDNN fp32 reaches on two cores, measured on the benchmark models); above it the child starts small."""
+
+NATIVE_STEP_ACT_BYTES = 2 << 30
+"""Activation bytes under which the script runs at its own batch from the start."""
+
+MAX_SYMLINKS = 256
+"""Entries of the script's folder mirrored (as symbolic links) into the dry run's working directory, so that
+relative paths the script reads (configs, small data files) resolve as they do when the launcher runs it there."""
+
+ENV_ERRORS = {
+    "FileNotFoundError": "a file it reads is not here",
+    "NotADirectoryError": "a path it reads is not here",
+    "IsADirectoryError": "a path it reads is not here",
+    "PermissionError": "it writes outside its working directory",
+    "ConnectionError": "it uses the network",
+    "ConnectionRefusedError": "it uses the network",
+    "ConnectionResetError": "it uses the network",
+    "TimeoutError": "it uses the network",
+    "gaierror": "it uses the network",
+    "URLError": "it downloads",
+    "HTTPError": "it downloads",
+    "SSLError": "it uses the network",
+    "ProxyError": "it uses the network",
+    "ReadTimeout": "it uses the network",
+    "ConnectTimeout": "it uses the network",
+    "ModuleNotFoundError": "it imports a package that is not installed here",
+    "ImportError": "it imports something that is not installed here",
+    "MemoryError": "it ran out of the dry run's memory limit",
+    "KeyboardInterrupt": "it was interrupted",
+}
+"""Exception types that mean "cannot run here", not "the script is wrong" (the sandbox has no network, sees only the
+script's folder, has no GPU and a memory cap)."""
+
+ENV_PATTERNS = [
+    (re.compile(r"\bCUDA\b|\bcuda\b|\bGPU\b|\bgpu\b|cudnn|not compiled with|CUDAPlace|XPU|NPU", re.I),
+     "it needs a GPU (the dry run is CPU only)"),
+    (re.compile(r"out of memory|bad_alloc|ResourceExhausted|Cannot allocate memory|MemoryError", re.I),
+     "it ran out of the dry run's memory limit"),
+    (re.compile(r"kernel .*not registered|not registered .*kernel|float16.*CPU|CPU.*float16|bfloat16", re.I),
+     "it uses an operation Paddle has no CPU kernel for"),
+    (re.compile(r"Network is unreachable|Name or service not known|Temporary failure in name resolution|"
+                r"download", re.I), "it downloads"),
+    (re.compile(r"Read-only file system|Errno 30|Errno 13", re.I), "it writes outside its working directory"),
+]
+
+
+@dataclass
+class DryRun:
+    """What the dry run measured, extrapolated to the run's batch (bytes, FLOPs, seconds), or why it could not.
+
+    :ivar outcome: see the module docstring.
+    :ivar reason: one sentence for the profile's finding (why this path, or why not).
+    :ivar tensor_peak_bytes: the largest phase peak (train at ``batch``, eval at its own batch).
+    :ivar train_peak_bytes: the training step's peak at ``batch``.
+    :ivar act_bytes_per_sample: slope of the training step's peak in the batch (bytes per sample).
+    """
+
+    outcome: str
+    reason: str
+    seconds: float
+    batch: int | None = None
+    params: int | None = None
+    trainable: int | None = None
+    optimizer: str | None = None
+    tensor_peak_bytes: int | None = None
+    train_peak_bytes: int | None = None
+    act_bytes_per_sample: int | None = None
+    slope_source: str | None = None
+    forward_flops_per_sample: float | None = None
+    phases: list[PhasePeak] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    inputs: list[dict] | None = None
+    loaders: list[dict] = field(default_factory=list)
+    num_workers: int | None = None
+    findings: list[Finding] = field(default_factory=list)
+    raw: dict = field(default_factory=dict)
+    error_line: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "measured"
+
+
+# ----------------------------------------------------------------------------------------------- planning
+def first_batch(batch: int, act_per_sample: int | None, fwd_flops_per_sample: float | None,
+                params: int | None) -> int:
+    """The batch the dry run starts at: the run's own when the static hints say a step is cheap, else small.
+
+    Running at the real batch gives the peak without extrapolation (the slope then comes from a short replay);
+    starting small lets the child choose the large batch from a measurement.
+    """
+    if batch <= 2:
+        return batch
+    if fwd_flops_per_sample and act_per_sample is not None:
+        if 3 * fwd_flops_per_sample * batch <= NATIVE_STEP_FLOPS and act_per_sample * batch <= NATIVE_STEP_ACT_BYTES:
+            return batch
+        cap = int(5e10 // (3 * fwd_flops_per_sample)) if fwd_flops_per_sample else batch
+        if act_per_sample:
+            cap = min(cap, int((1 << 30) // act_per_sample))
+        return max(1, min(batch // 2, cap))
+    if batch <= 8 and (params or 0) < 20_000_000:
+        return batch
+    return max(1, min(batch // 2, 4))
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def _mirror(script_dir: Path, workdir: Path) -> None:
+    """Symbolic links to the script folder's entries, so that relative paths resolve as in the real run."""
+    try:
+        entries = sorted(script_dir.iterdir())[:MAX_SYMLINKS]
+    except OSError:
+        return
+    for e in entries:
+        dst = workdir / e.name
+        if not dst.exists():
+            try:
+                dst.symlink_to(e)
+            except OSError:
+                pass
+
+
+def _env(batch_env: int | None) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "", "AUTODL_PADDLE_DEVICE": "cpu",
+           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+           "GLOG_minloglevel": "2", "LANG": "C.UTF-8", "PYTHONWARNINGS": "ignore", "AUTODL_DRY_RUN": "1"}
+    if batch_env:
+        env["AUTODL_BATCH_SIZE_PER_GPU"] = str(batch_env)
+    return env
+
+
+def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_env: int | None
+               ) -> tuple[dict, SandboxResult]:
+    with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
+        work = Path(tmp) / "work"
+        work.mkdir()
+        _mirror(script.parent, work)
+        cfg = dict(cfg, result=str(Path(tmp) / "result.json"))
+        cfg_path = Path(tmp) / "dryrun.json"
+        cfg_path.write_text(json.dumps(cfg))
+        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env),
+                               limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory),
+                               read_only_paths=[script.parent, CHILD, cfg_path])
+        try:
+            raw = json.loads((Path(tmp) / "result.json").read_text())
+        except (OSError, ValueError):
+            raw = {}
+    return raw, result
+
+
+def run_dry_run(
+    script: Path,
+    *,
+    argv: list[str] | None = None,
+    batch: int | None,
+    script_batch: int | None = None,
+    batch_from_spec: bool = False,
+    hints: dict[str, Any] | None = None,
+    eval_expected: bool = False,
+    timeout_s: float | None = None,
+    budget_s: float | None = None,
+) -> DryRun:
+    """Run ``script`` in the sandbox with the dry-run hooks and turn what it measured into a :class:`DryRun`.
+
+    :param script: the training script.
+    :param argv: its arguments (``task.args``).
+    :param batch: the per-device batch the estimate is for (the spec's, else the script's as read statically;
+        None when unknown: the script's own, as seen, is used).
+    :param script_batch: the batch the script itself uses (static reading), for tensors it creates itself.
+    :param batch_from_spec: the batch comes from the spec (then it reaches the script as
+        ``AUTODL_BATCH_SIZE_PER_GPU`` and the loaders are driven up to it).
+    :param hints: the static estimate's ``act_bytes_per_sample``, ``forward_flops_per_sample``, ``params``.
+    :param eval_expected: the script has an evaluation pass (``no_grad``/``eval()``): wait for it.
+    :param timeout_s: hard limit; default ``$AUTODL_DRYRUN_TIMEOUT_S`` or :data:`DRY_RUN_TIMEOUT_S`.
+    :param budget_s: soft budget of the measured steps; default ``$AUTODL_DRYRUN_BUDGET_S`` or :data:`DRY_RUN_BUDGET_S`.
+    :returns: the dry run; failures are outcomes with a reason, never exceptions.
+    """
+    t0 = time.monotonic()
+    hints = hints or {}
+    timeout = float(timeout_s or os.environ.get("AUTODL_DRYRUN_TIMEOUT_S") or os.environ.get("AUTODL_PROBE_TIMEOUT_S")
+                    or DRY_RUN_TIMEOUT_S)
+    budget = float(budget_s or os.environ.get("AUTODL_DRYRUN_BUDGET_S") or min(DRY_RUN_BUDGET_S, timeout * 0.5))
+    memory = int(os.environ.get("AUTODL_PROBE_MEMORY_BYTES") or DRY_RUN_ADDRESS_SPACE_BYTES)
+    target = batch
+    lo = first_batch(target, hints.get("act_bytes_per_sample"), hints.get("forward_flops_per_sample"),
+                     hints.get("params")) if target else None
+    natives = sorted({b for b in (batch, script_batch) if isinstance(b, int) and b > 1})
+    cfg = {"script": str(script.resolve()), "argv": list(argv or []), "user_dirs": [str(script.resolve().parent)],
+           "target_batch": target if batch_from_spec else None, "lo": lo, "budget_s": budget,
+           "mem_budget_bytes": DRY_RUN_TENSOR_BUDGET_BYTES, "eval_expected": eval_expected,
+           "native_batches": natives, "reduce": True}
+    raw, res = _run_child(script, cfg, timeout=timeout, memory=memory, batch_env=batch if batch_from_spec else None)
+    dr = summarize(raw, res, target_batch=target, timeout=timeout)
+    if dr.outcome == "tool-failure" and raw.get("error", {}) and raw["error"].get("batch_reduced") \
+            and not dr.raw.get("steps") and time.monotonic() - t0 < timeout * 0.5:
+        # the reduced batch broke the script (e.g. a label tensor of the full batch): once more at its own batch
+        cfg.update(reduce=False, lo=None)
+        raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
+                                batch_env=batch if batch_from_spec else None)
+        dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
+        dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
+            f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
+        dr = dr2
+    dr.seconds = round(time.monotonic() - t0, 3)
+    return dr
+
+
+# ----------------------------------------------------------------------------------------- classification
+def classify(err: dict, script: str | None = None) -> tuple[str, str]:
+    """``(outcome, why)`` of an exception the script raised in the dry run (see the module docstring)."""
+    etype, msg = err.get("type") or "Exception", err.get("message") or ""
+    last = err.get("last_frame") or {}
+    if last.get("file", "").endswith("_dryrun_child.py"):
+        return "tool-failure", f"autodl's dry-run hooks failed ({etype}: {msg[:200]})"
+    if etype in ENV_ERRORS:
+        return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(msg)})"
+    if etype == "KeyError" and any(f.get("file", "").endswith("/os.py") for f in err.get("frames", [])[-2:]):
+        return "cannot-run", f"it reads an environment variable that is not set here ({etype}: {_short(msg)})"
+    if etype == "OSError" or err.get("errno") in (2, 13, 30, 101, 110, 111, 113):
+        return "cannot-run", f"it needs a file, directory or network access it does not have here ({etype}: {_short(msg)})"
+    for pat, why in ENV_PATTERNS:
+        if pat.search(msg) or pat.search(etype):
+            return "cannot-run", f"{why} ({etype}: {_short(msg)})"
+    if err.get("batch_reduced"):
+        return "tool-failure", f"the script failed at the batch the dry run reduced it to ({etype}: {_short(msg)})"
+    if err.get("user_frame"):
+        return "user-error", f"{etype}: {_short(msg, 600)}"
+    return "tool-failure", f"it failed outside the script's own code ({etype}: {_short(msg)})"
+
+
+def _short(msg: str, n: int = 240) -> str:
+    lines = [l.strip() for l in msg.strip().splitlines() if l.strip()]
+    if not lines:
+        return ""
+    # Paddle's C++ errors: the useful line is the one with the error kind
+    pick = next((l for l in lines if re.search(r"InvalidArgument|PreconditionNotMet|OutOfRange|NotFound|Unimplemented|"
+                                               r"mismatch|shape|must be|should be|expected", l, re.I)), lines[0])
+    pick = re.sub(r"\s*\[Hint:.*$", "", pick)
+    return pick[:n]
+
+
+# -------------------------------------------------------------------------------------------- summarizing
+def _key(inputs: list[dict] | None) -> tuple:
+    return tuple((tuple(d["shape"][1:]), d["dtype"]) for d in (inputs or []) if d.get("shape"))
+
+
+def _line(points: dict[int, int], b: int) -> tuple[int, float | None, bool]:
+    """Value at ``b`` of the piecewise-linear curve through ``points`` (batch -> bytes), its slope there, and
+    whether it was extrapolated. Beyond the last point the last segment continues."""
+    xs = sorted(points)
+    if b in points:
+        if len(xs) >= 2:
+            i = xs.index(b)
+            j = i - 1 if i > 0 else i + 1
+            slope = (points[xs[i]] - points[xs[j]]) / (xs[i] - xs[j])
+        else:
+            slope = None
+        return points[b], slope, False
+    if len(xs) < 2:
+        return points[xs[0]], None, True
+    if b > xs[-1]:
+        x1, x2 = xs[-2], xs[-1]
+    elif b < xs[0]:
+        x1, x2 = xs[0], xs[1]
+    else:
+        x2 = next(x for x in xs if x > b)
+        x1 = max(x for x in xs if x < b)
+    slope = (points[x2] - points[x1]) / (x2 - x1)
+    return int(points[x2] + (b - x2) * slope), slope, True
+
+
+def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
+    """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
+    seconds = res.seconds if res is not None else 0.0
+    dr = DryRun(outcome="tool-failure", reason="", seconds=seconds, raw=raw)
+    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    dr.params, dr.trainable = raw.get("params"), raw.get("trainable")
+    dr.optimizer = (raw.get("optimizer") or [None])[0]
+    dr.inputs = raw.get("inputs")
+    dr.loaders = raw.get("loaders") or []
+    nws = [n for n in raw.get("num_workers") or []]
+    if nws:
+        dr.num_workers = max(n for n in nws if isinstance(n, int)) if all(isinstance(n, int) for n in nws) else None
+    err = raw.get("error")
+    end = raw.get("end")
+    if not raw:
+        if res is not None and res.timed_out:
+            dr.outcome, dr.reason = "timeout", f"it did not get past its start within {timeout:.0f} s"
+        else:
+            tail = "; ".join((res.stderr if res else "").strip().splitlines()[-2:])[:300]
+            dr.outcome = "tool-failure"
+            dr.reason = f"the dry-run process ended before starting the script (exit {res.returncode if res else '?'}" \
+                        + (f": {tail}" if tail else "") + ")"
+        return dr
+    if not steps:
+        if res is not None and res.timed_out:
+            what = "the first training step" if raw.get("inputs") is None else "two training steps"
+            dr.outcome, dr.reason = "timeout", f"it did not reach the end of {what} within {timeout:.0f} s"
+        elif err:
+            dr.outcome, dr.reason = classify(err)
+            uf = err.get("user_frame") or {}
+            if uf:
+                dr.error_line = uf.get("line") if uf.get("file") == raw.get("script", uf.get("file")) else uf.get("line")
+        elif end == "exit" and raw.get("exit_code"):
+            dr.outcome = "cannot-run"
+            dr.reason = (f"it exited with status {raw['exit_code']} before training"
+                         + (f" ({raw['exit_message']})" if raw.get("exit_message") else "")
+                         + " (missing arguments? set task.args)")
+        else:
+            dr.outcome = "no-steps"
+            dr.reason = ("it ran to its end without an optimizer step (no training loop runs under "
+                         "__main__, or it does not call optimizer.step()/minimize())")
+        return dr
+    # ---------------------------------------------------------------------------------- measured
+    dr.outcome = "measured"
+    groups: dict[tuple, list[dict]] = {}
+    for s in steps:
+        groups.setdefault(_key(s.get("inputs")), []).append(s)
+    main_key = max(groups, key=lambda k: (len({s["batch"] for s in groups[k]}), len(groups[k])))
+    main = groups[main_key]
+    b_seen = max(s["batch"] for s in main)
+    target = target_batch or max(s["batch"] for s in main)
+    dr.batch = target
+    replay = raw.get("replay") or []
+    replay_slope = None
+    if len(replay) >= 2 and replay[-1][0] != replay[0][0]:
+        replay_slope = max(0.0, (replay[-1][1] - replay[0][1]) / (replay[-1][0] - replay[0][0]))
+
+    def phase_at(group: list[dict]) -> tuple[int, float | None, bool, str]:
+        fb: dict[int, int] = {}
+        up: dict[int, int] = {}
+        start: dict[int, int] = {}
+        for s in group:
+            b = s["batch"]
+            fb[b] = max(fb.get(b, 0), s["fwd_bwd_peak"])
+            up[b] = max(up.get(b, 0), s["update_peak"])
+            start[b] = min(start.get(b, 1 << 62), s["start_bytes"])
+        v_fb, sl_fb, ex = _line(fb, target)
+        v_up, sl_up, _ = _line(up, target)
+        src = "measured"
+        if sl_fb is None:  # one batch size only
+            b = next(iter(fb))
+            if replay_slope is not None:
+                sl_fb, src = replay_slope, "replay"
+            else:
+                sl_fb, src = max(0.0, (fb[b] - start[b]) / b), "proportional"
+            if target != b:
+                v_fb = int(fb[b] + (target - b) * sl_fb)
+                share = max(0.0, (up[b] - start[b]) / b)
+                v_up = int(up[b] + (target - b) * min(share, sl_fb))
+        peak = max(v_fb, v_up)
+        slope = sl_fb if v_fb >= v_up else (sl_up if sl_up is not None else sl_fb)
+        return int(peak), slope, ex or target not in fb, src
+
+    peak, slope, extrapolated, src = phase_at(main)
+    dr.train_peak_bytes = peak
+    dr.act_bytes_per_sample = int(max(0.0, slope or 0.0))
+    dr.slope_source = src
+    dr.batch_sizes = sorted({s["batch"] for s in main})
+    calls = [s for s in main if s.get("fwd_calls")]
+    flops = [s["fwd_flops"] / s["fwd_calls"] / s["batch"] for s in calls if s.get("fwd_flops")]
+    dr.forward_flops_per_sample = max(flops) if flops else None
+    phases = [PhasePeak(
+        name="train", batch_size=target, peak_bytes=peak, extrapolated=extrapolated,
+        measured=sorted({(s["batch"], max(x["peak"] for x in main if x["batch"] == s["batch"])) for s in main}),
+        input_shapes=[d["shape"][1:] for d in main[0].get("inputs") or [] if d.get("shape")],
+        input_dtypes=[d["dtype"] for d in main[0].get("inputs") or [] if d.get("shape")],
+        forward_flops_per_sample=dr.forward_flops_per_sample, slope_bytes_per_sample=dr.act_bytes_per_sample)]
+    for k, group in groups.items():
+        if k is main_key:
+            continue
+        p, _, ex, _ = phase_at(group)
+        phases.append(PhasePeak(
+            name="train", batch_size=target, peak_bytes=p, extrapolated=ex,
+            measured=sorted({(s["batch"], s["peak"]) for s in group}),
+            input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k]))
+    # ------------------------------------------------------------------------------------- eval
+    egroups: dict[tuple, list[dict]] = {}
+    evals = list(raw.get("evals") or [])
+    if raw.get("eval_partial"):  # killed on its timeout after an evaluation forward ended
+        evals.append(raw["eval_partial"])
+    for e in evals:
+        if e.get("batch"):
+            egroups.setdefault(_key(e.get("inputs")), []).append(e)
+    for k, group in egroups.items():
+        pts: dict[int, int] = {}
+        start: dict[int, int] = {}
+        for e in group:
+            pts[e["batch"]] = max(pts.get(e["batch"], 0), e["peak"])
+            start[e["batch"]] = min(start.get(e["batch"], 1 << 62), e["start_bytes"])
+        natives = [e.get("native_batch") for e in group if e.get("native_batch")]
+        eb = max(natives) if natives else max(pts)
+        if eb in pts or len(pts) >= 2:
+            v, _, ex = _line(pts, eb)
+        else:
+            b = max(pts)
+            v, ex = int(start[b] + (pts[b] - start[b]) * eb / b), True
+        flo = [e["fwd_flops"] / e["batch"] for e in group if e.get("fwd_flops")]
+        phases.append(PhasePeak(
+            name="eval", batch_size=eb, peak_bytes=int(v), extrapolated=ex, measured=sorted(pts.items()),
+            input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k],
+            forward_flops_per_sample=max(flo) if flo else None, grad=any(e.get("grad") for e in group)))
+    dr.phases = phases
+    dr.tensor_peak_bytes = max(p.peak_bytes for p in phases)
+    how = (f"at batch {target}" if not extrapolated else
+           f"at batch sizes {dr.batch_sizes}, extrapolated to {target}")
+    dr.reason = f"the script ran {len(steps)} measured training step(s) {how}"
+    if res is not None and res.timed_out:
+        dr.findings.append(Finding(severity="info", code="dry-run-timeout", message=(
+            f"the dry run reached its {timeout:.0f} s limit after measuring the training step; what it measured is "
+            "used (the evaluation pass, if any, may be missing).")))
+    if b_seen != target and src != "measured":
+        dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
+            f"the training step ran at batch {b_seen} only (the script fixes its batch); the peak at batch {target} "
+            f"is extrapolated with a slope of {dr.act_bytes_per_sample / 2**20:.2f} MiB per sample from "
+            + ("a short replay of the model at two batch sizes" if src == "replay" else
+               "the step's own activations (an upper bound)") + ".")))
+    if err:
+        outcome, why = classify(err)
+        sev = "error" if outcome == "user-error" else "warning"
+        during = err.get("during")
+        uf = err.get("user_frame") or {}
+        where = f"line {uf['line']}: " if uf.get("line") else ""
+        if outcome == "user-error":
+            dr.findings.append(Finding(severity=sev, code="script-error", line=uf.get("line"), message=(
+                f"{where}after the measured training steps, the script raised {why} (in its {during} phase, run "
+                "as the launcher would, on CPU); it would stop the real run there too.")))
+        else:
+            dr.findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
+                f"after the measured training steps the dry run stopped because {why}; what ran before is used.")))
+    for n in raw.get("notes") or []:
+        dr.findings.append(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}."))
+    return dr
+
+
+__all__ = ["DryRun", "run_dry_run", "summarize", "classify", "first_batch"]
