@@ -1,4 +1,5 @@
-"""Stopping `autodl profile` (Ctrl-C or SIGTERM) also stops the probe sandbox and removes its files."""
+"""Stopping `autodl profile` (Ctrl-C or SIGTERM) also stops the sandboxed script (dry run or probe) and removes its
+files."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def probe_children(cfg_dirs: set[str] | None = None) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "_probe_child.py" in cmd and "autodl-probe-" in cmd:
+        if ("_probe_child.py" in cmd and "autodl-probe-" in cmd) or ("_dryrun_child.py" in cmd and "autodl-dryrun-" in cmd):
             out.append(p)
     return out
 
@@ -43,7 +44,8 @@ def test_interrupting_profile_kills_the_probe(tmp_path, sig, code):
         assert time.monotonic() < deadline, "the probe never started"
         mine = [p for p in probe_children() if p.pid not in before]
         time.sleep(0.1)
-    cfg_dir = next(part for part in mine[0].cmdline() if "autodl-probe-" in part)
+    cfg = next(part for part in mine[0].cmdline() if "autodl-probe-" in part or "autodl-dryrun-" in part)
+    cfg_dir = str(Path(cfg).parent) if cfg.endswith(".json") else cfg
     cli.send_signal(sig)
     _out, err = cli.communicate()
     assert cli.returncode == code, err

@@ -282,7 +282,7 @@ def profile_script(
                         [f for f in assumptions if f.code in ("assumed-batch-size", "assumed-input")])
         if cold is not None and method == "cold_start":
             findings.append(cold)
-        if static_shape is not None and method != "probe":
+        if static_shape is not None and method != "probe" and not user_error:
             findings.append(static_shape)
     if facts.optimizer is None and not (dr is not None and dr.ok and dr.optimizer):
         findings.append(Finding(severity="info", code="assumed-optimizer",

@@ -108,15 +108,22 @@ def _reset():
 class Ctl:
     """Chooses the batch of each training and evaluation batch, and decides when training is measured.
 
-    Training runs ``lo`` (warm-up), ``lo`` (measured), then the plan decided from that measurement: the largest
-    batch up to the target that the time and memory budgets allow (and its half first when it is far above ``lo``).
+    Training batches follow a schedule by position (the loader's prefetch thread asks for sizes a few batches
+    ahead, so a size must not depend on a measurement not yet made): ``m = lo // 2`` twice (warm-up, measured),
+    ``lo`` twice, then -- decided when the first ``lo`` step was measured -- ``hi`` twice, the largest batch up to
+    the target that the time and memory budgets allow (none when ``lo`` is the target already), then ``m`` until
+    the run ends (cheap filler for batches prefetched before the end).
     """
 
     def __init__(self):
         self.native = None                       # the training loader's own batch size
         self.target = CFG.get("target_batch")    # the batch the estimate is for (spec, else the script's)
         self.lo = CFG.get("lo")
-        self.plan = None                         # sizes to measure after lo, decided after the first measured step
+        self.plan = None                         # [hi] or [], decided after the first measured lo step
+        self.plan_at = None                      # schedule position where the plan starts
+        self.k = 0                               # training batches handed out so far
+        self.intended = {}                       # position -> the size handed out
+        self.mismatch = 0                        # measured steps whose batch was not the one handed out
         self.budget_s = float(CFG.get("budget_s") or 40.0)
         self.mem_budget = int(CFG.get("mem_budget_bytes") or (3 << 30))
         self.train_loader = None
@@ -129,9 +136,10 @@ class Ctl:
     def top(self, orig):
         return self.target or self.native or orig
 
-    def lo_size(self, orig):
+    def sizes(self, orig):
         top = self.top(orig)
-        return max(1, min(top, self.lo or top))
+        lo = max(1, min(top, self.lo or top))
+        return max(1, lo // 2), lo
 
     def counts(self):
         c = {}
@@ -140,17 +148,29 @@ class Ctl:
                 c[s["batch"]] = c.get(s["batch"], 0) + 1
         return c
 
-    def current(self, orig):
-        """The batch the next training batch should have."""
+    def at(self, k, orig):
+        """The batch of the ``k``-th training batch (0-based)."""
         if not self.reduce:
             return orig
-        if self.plan is None:
-            return self.lo_size(orig)
-        c = self.counts()
-        for s in self.plan:
-            if not c.get(s):
-                return s
-        return self.plan[-1] if self.plan else (R["plan"]["lo"] if R.get("plan") else self.lo_size(orig))
+        m, lo = self.sizes(orig)
+        if m < lo:
+            if k < 2:
+                return m
+            k -= 2
+        if self.plan is None or k < 2:
+            return lo
+        if self.plan_at is None:
+            self.plan_at = k
+        j = k - self.plan_at
+        if self.plan and j < 2:
+            return self.plan[0]
+        return m
+
+    def next_size(self, orig):
+        size = self.at(self.k, orig)
+        self.intended[self.k] = size
+        self.k += 1
+        return size
 
     def eval_batch(self, orig):
         top = self.target or self.native
@@ -166,39 +186,47 @@ class Ctl:
         """Called after each measured step: decide the plan, or that training is measured."""
         elapsed = time.monotonic() - T0
         b = rec["batch"] or 1
+        top = self.target or self.native or b
+        m, lo = self.sizes(top)
+        c = self.counts()
+        want = self.intended.get(rec["index"] - 1)
+        if self.reduce and want is not None and want != b:
+            self.mismatch += 1
+        if self.mismatch >= 2:
+            note(f"the training batch stays at {b} whatever the loader is given (the script fixes it)")
+            self.mark_done()
+            return
         if self.plan is None:
-            top = self.target or self.native or b
             plan = []
-            if self.reduce and b < top:
-                # step time = update + batch x per-sample time; the loader's prefetched small batches (about
-                # four) run before the first large one, then two steps at hi (one when time is short)
-                left = self.budget_s - elapsed - 4 * rec["seconds"]
+            if self.reduce and lo < top:
+                # step time = update + batch x per-sample time; the lo steps still to come (two, and one or two
+                # handed out by the prefetch thread before this decision), then two steps at hi
                 per_t = max(1e-4, rec["fwd_bwd_seconds"]) / b
                 t_upd = rec["update_seconds"]
+                left = self.budget_s - elapsed - (4 if b < lo else 2) * (t_upd + lo * per_t)
                 per_m = max(1, rec["peak"] - rec["start_bytes"]) / b
                 by_time = int((left / 2 - t_upd) / per_t)
                 if by_time < top:
                     by_time = int((left - t_upd) / per_t)
                 by_mem = int((self.mem_budget - rec["start_bytes"]) / per_m)
                 hi = min(top, by_time, by_mem)
-                if hi > b:
+                if hi > lo:
                     plan = [hi]
             self.plan = plan
-            R["plan"] = {"lo": b, "then": plan, "native": self.native, "target": self.target,
+            R["plan"] = {"m": m, "lo": lo, "then": plan, "native": self.native, "target": self.target,
                          "decided_at": rec["index"], "budget_s": self.budget_s}
             save()
-        c = self.counts()
-        if all(c.get(s) for s in self.plan):
-            # a second step at the large batch when time allows: in the first one the previous step's outputs
-            # (still referenced by the script) were of the small batch
-            if not self.plan or c[self.plan[-1]] >= 2 or elapsed + rec["seconds"] > self.budget_s:
-                self.mark_done()
+        if self.plan is None:
             return
-        since = [s for s in R["steps"] if s.get("measured") and s["index"] > R["plan"]["decided_at"]]
-        if len(since) >= 8 and not any(c.get(s) for s in self.plan):
-            note(f"the training batch stayed at {b} (the script fixes it), not {self.plan}")
+        need = sorted({m, lo, *self.plan})
+        last = max(need)
+        done = all(c.get(s) for s in need)
+        # a second step at the largest batch when time allows: in the first one the previous step's outputs
+        # (still referenced by the script) were of a smaller batch
+        if done and (c.get(last, 0) >= 2 or elapsed + rec["seconds"] > self.budget_s):
             self.mark_done()
-        elif elapsed > self.budget_s:
+            return
+        if elapsed > self.budget_s and c:
             note(f"time budget of {self.budget_s:.0f} s reached after measuring batch sizes {sorted(c)}")
             self.mark_done()
 
@@ -232,6 +260,7 @@ class St:
     call_args = None
     eval_layers = []
     eval_keys = set()
+    last_pos = None
 
 
 def _sig(obj, out, depth=0, first=False):
@@ -315,8 +344,10 @@ def _end_step():
     if w is not None and w["fwd_bwd"] is not None:
         opt_peak = _peak()
         now = time.monotonic()
-        rec = {"batch": w["batch"], "peak": max(w["fwd_bwd"], opt_peak), "fwd_bwd_peak": w["fwd_bwd"],
-               "update_peak": opt_peak, "start_bytes": w["start_bytes"], "seconds": round(now - w["t0"], 4),
+        corr = _prefetch_correction(w)
+        rec = {"batch": w["batch"], "peak": max(w["fwd_bwd"], opt_peak) + corr, "fwd_bwd_peak": w["fwd_bwd"] + corr,
+               "update_peak": opt_peak + corr, "prefetch_correction": corr, "start_bytes": w["start_bytes"],
+               "seconds": round(now - w["t0"], 4),
                "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
                "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],
                "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
@@ -339,6 +370,22 @@ def save_eval_partial(c):
                          "inputs": c["inputs"], "fwd_flops": c.get("flops", 0.0), "grad": c["grad"],
                          "native_batch": c["native_batch"], "training_mode": c["training_mode"]}
     save()
+
+
+def _prefetch_correction(w):
+    """Bytes to add to a step's measured peak so that it is the steady state at its batch: the loader's prefetched
+    batches were of the sizes the schedule gave the next positions, in a real run they are of this batch."""
+    L, pos = w.get("loader"), w.get("pos")
+    if L is None or pos is None or not getattr(L, "_autodl_depth", 0) or not getattr(L, "_autodl_sample_bytes", 0):
+        return 0
+    b = w["batch"] or 0
+    corr = 0
+    for j in range(1, L._autodl_depth + 1):
+        nxt = CTL.intended.get(pos + j)
+        if nxt is None:
+            break
+        corr += (b - nxt) * L._autodl_sample_bytes
+    return int(corr)
 
 
 def _close_eval():
@@ -440,6 +487,9 @@ def _layer_call(self, *a, **k):
             w = St.window
             if w["batch"] is None:
                 w["batch"], w["inputs"] = _batch_of(sig), sig
+                L = St.last_loader
+                w["pos"], w["loader"] = (St.last_pos, L) if L is not None and L is CTL.train_loader or \
+                    (L is not None and CTL.train_loader is None) else (None, None)
                 if R["inputs"] is None:
                     R["inputs"] = sig
                     St.call_args = (self, _structure(a), _structure(k))
@@ -607,7 +657,8 @@ class _DynBatches:
             if role == "train":
                 if R["train_done"]:
                     return
-                want = CTL.current(orig)
+                self.loader._autodl_positions.append(CTL.k)
+                want = CTL.next_size(orig)
             else:
                 e = CTL.eval_batch(orig)
                 want = max(1, e // 2) if n_eval == 0 else e
@@ -631,12 +682,19 @@ def _dl_init(self, dataset, *a, **k):
     bound.update(k)
     nw = bound.get("num_workers", 0)
     R["num_workers"].append(nw if isinstance(nw, int) else str(nw))
-    if isinstance(nw, int) and nw > 0:
-        bound["num_workers"] = 0  # batches come from the main process; what was asked is recorded
+    if isinstance(nw, int) and nw > 2:
+        bound["num_workers"] = 2  # fewer processes; batches still arrive through shared memory, as asked
     if bound.get("persistent_workers"):
         bound["persistent_workers"] = False
     _orig_dl_init(self, dataset, **bound)
     self._autodl_role = None
+    self._autodl_positions = []
+    # batches the single-process loader holds ahead of the one in use (measured on Paddle 3.3.1: the blocking
+    # queue's prefetch_factor, the buffered reader's two and the one its thread is pushing); with workers the
+    # batches live in shared memory, outside the allocator
+    single = not (isinstance(nw, int) and nw > 0)
+    pf = bound.get("prefetch_factor", 2) or 2
+    self._autodl_depth = (pf + (3 if bound.get("use_buffer_reader", True) else 2)) if single else 0
     self._autodl_batch = getattr(getattr(self, "batch_sampler", None), "batch_size", None) or bound.get("batch_size")
     info = {"batch_size": bound.get("batch_size", 1), "num_workers": nw if isinstance(nw, int) else None,
             "dataset": type(dataset).__name__}
@@ -646,12 +704,29 @@ def _dl_init(self, dataset, *a, **k):
     except Exception as exc:  # an IterableDataset or a dataset that cannot be indexed
         info["first_sample"] = None
         info["sample_error"] = type(exc).__name__
+    info["sample_bytes"] = sum(int(np_prod(d["shape"])) * _itemsize(d["dtype"]) for d in info["first_sample"] or [])
+    self._autodl_sample_bytes = info["sample_bytes"]
     R["loaders"].append(info)
     if getattr(self, "batch_sampler", None) is not None and CTL.reduce:
         self.batch_sampler = _DynBatches(self.batch_sampler, self)
         if getattr(self, "_batch_sampler", None) is not None:
             self._batch_sampler = self.batch_sampler
     save()
+
+
+def np_prod(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _itemsize(dtype):
+    d = str(dtype)
+    for k, v in (("64", 8), ("32", 4), ("16", 2), ("8", 1), ("bool", 1)):
+        if k in d:
+            return v
+    return 4
 
 
 def _sample_sig(sample):
@@ -693,6 +768,8 @@ def _dl_iter(self):
                     return
                 n += 1
                 St.last_loader = self
+                pos = self._autodl_positions
+                St.last_pos = pos.pop(0) if pos and getattr(self, "_autodl_role", None) != "eval" else None
                 yield batch
         finally:
             try:
@@ -727,7 +804,7 @@ def _creation_batch():
     """The batch a tensor created by the script with the run's batch as first dimension should get now."""
     if not NATIVE_BATCHES or not CTL.reduce:
         return None
-    return CTL.current(max(NATIVE_BATCHES))
+    return CTL.at(St.ends, max(NATIVE_BATCHES))
 
 
 def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
@@ -742,7 +819,9 @@ def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
             if isinstance(shp, (list, tuple)) and shp and isinstance(shp[0], int) and shp[0] in NATIVE_BATCHES \
                     and b < shp[0]:
                 new = [b, *shp[1:]]
-                R["created_batches"].append([shp[0], b])
+                CTL.intended[St.ends] = b
+                if len(R["created_batches"]) < 50:
+                    R["created_batches"].append([shp[0], b])
                 R["reduced"] = True
                 if shape_kw in k:
                     k[shape_kw] = new

@@ -83,7 +83,7 @@ ENV_ERRORS = {
 script's folder, has no GPU and a memory cap)."""
 
 ENV_PATTERNS = [
-    (re.compile(r"\bCUDA\b|\bcuda\b|\bGPU\b|\bgpu\b|cudnn|not compiled with|CUDAPlace|XPU|NPU", re.I),
+    (re.compile(r"\bCUDA|\bcuda\b|\bGPU\b|\bgpu\b|cu[dD][nN][nN]|not compiled with|CUDAPlace|\bXPU\b|\bNPU\b"),
      "it needs a GPU (the dry run is CPU only)"),
     (re.compile(r"out of memory|bad_alloc|ResourceExhausted|Cannot allocate memory|MemoryError", re.I),
      "it ran out of the dry run's memory limit"),
@@ -286,7 +286,7 @@ def _short(msg: str, n: int = 240) -> str:
     pick = next((l for l in lines if re.search(r"InvalidArgument|PreconditionNotMet|OutOfRange|NotFound|Unimplemented|"
                                                r"mismatch|shape|must be|should be|expected", l, re.I)), lines[0])
     pick = re.sub(r"\s*\[Hint:.*$", "", pick)
-    return pick[:n]
+    return pick[:n].rstrip(". ")
 
 
 # -------------------------------------------------------------------------------------------- summarizing

@@ -142,7 +142,8 @@ def estimate(facts: ScriptFacts, batch: int, input_shape: list[int] | None, seq_
         shape, assumed = _infer_image_size(facts, model, batch, shape, dtype, assumed)
     if assumed:
         res.findings.append(Finding(severity="warning", code="assumed-input", message=assumed))
-    facts.input_shape = facts.input_shape or shape
+    if not facts.input_shape:  # shape and dtype together (issue 8, kind 1: token ids stay int64)
+        facts.input_shape, facts.input_dtype = shape, dtype
     facts.interp.unknown = {}
     try:
         tr1, p1 = _trace(facts, model, batch, shape, dtype)

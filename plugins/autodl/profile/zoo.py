@@ -58,9 +58,15 @@ GMACS = {
 
 
 def is_zoo(path: str) -> bool:
-    """True for ``paddle.vision.models.<name>`` (or ``paddle.vision.<name>``) constructors."""
+    """True for ``paddle.vision.models.<name>`` (or ``paddle.vision.<name>``) constructors: every lower-case
+    name there, tabulated or not (what is not tabulated has no static figures -- the dry run or the probe asks
+    Paddle itself, issue 8 kind 6)."""
     parts = path.split(".")
-    return len(parts) >= 2 and parts[0] == "paddle" and "vision" in parts and parts[-1] in CLASSIFIER_IN
+    if len(parts) < 2 or parts[0] != "paddle" or "vision" not in parts:
+        return False
+    last = parts[-1]
+    return last in CLASSIFIER_IN or ("models" in parts and last[:1].islower() and last.isidentifier()
+                                     and last not in ("utils",))
 
 
 def native_size(name: str) -> int:
@@ -76,6 +82,8 @@ def params(name: str, kwargs: dict[str, Any]) -> int | None:
     m = MEASURED.get(name)
     if m is None:
         return None
+    if set(kwargs) - {"num_classes", "pretrained", "args", "with_pool"} or kwargs.get("args"):
+        return None  # scale=, depth multipliers, ...: the table holds the defaults only; unknown, not wrong
     total = m["params"]
     n = kwargs.get("num_classes", 1000)
     if not isinstance(n, int) or isinstance(n, bool):

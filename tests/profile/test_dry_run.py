@@ -1,0 +1,229 @@
+"""The dry run: the user's own script, run in the sandbox with hooks (issue 8).
+
+Fast tests check how a dry run's result is read (classification of what the script raised, piecewise-linear
+extrapolation per phase); the ``slow`` ones run Paddle: batch reduction, the fallbacks and what they say, Paddle's
+own error as the only error finding, values read from a config file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from autodl.profile import profile_script
+from autodl.profile.dryrun import classify, first_batch, summarize
+from autodl.spec import parse_spec
+
+FIX = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------------------- fast: reading
+def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddle/x.py", reduced=False, **kw):
+    frames = [{"file": "/u/train.py", "line": 12, "func": "main"}, {"file": last, "line": 1, "func": "f"}]
+    return dict({"type": etype, "message": msg, "frames": frames, "last_frame": frames[-1],
+                 "user_frame": frames[0] if user else None, "batch_reduced": reduced}, **kw)
+
+
+@pytest.mark.parametrize("err,outcome,word", [
+    (_err("FileNotFoundError", "[Errno 2] No such file or directory: '/data/train.txt'"), "cannot-run", "file"),
+    (_err("URLError", "<urlopen error [Errno -3] Temporary failure in name resolution>"), "cannot-run", "downloads"),
+    (_err("ModuleNotFoundError", "No module named 'timm'"), "cannot-run", "not installed"),
+    (_err("RuntimeError", "(PreconditionNotMet) Cannot use CUDAPlace in CPU only version"), "cannot-run", "GPU"),
+    (_err("MemoryError", ""), "cannot-run", "memory"),
+    (_err("ValueError", "(InvalidArgument) Input(Y) shape [4096, 10] mismatch"), "user-error", "InvalidArgument"),
+    (_err("NameError", "name 'modle' is not defined"), "user-error", "modle"),
+    (_err("ValueError", "(InvalidArgument) shape mismatch", reduced=True), "tool-failure", "reduced"),
+    (_err("TypeError", "bad", last="/x/plugins/autodl/profile/_dryrun_child.py"), "tool-failure", "hooks"),
+    (_err("ValueError", "boom", user=False), "tool-failure", "outside"),
+])
+def test_what_the_script_raised_is_classified(err, outcome, word):
+    """Only Paddle/Python raising on the user's own code with the user's own inputs is the user's error
+    (issue 8, kind 2); what the sandbox lacks is "cannot run here"; autodl's own doing is a tool failure."""
+    got, why = classify(err)
+    assert got == outcome and word.lower() in why.lower(), why
+
+
+def _step(b, fb, up, start=100, inputs=None, measured=True):
+    return {"batch": b, "fwd_bwd_peak": fb, "update_peak": up, "peak": max(fb, up), "start_bytes": start,
+            "measured": measured, "fwd_flops": 2.0 * b * 1000, "fwd_calls": 1, "seconds": 0.1,
+            "inputs": inputs or [{"shape": [b, 3, 8, 8], "dtype": "float32"}]}
+
+
+def test_each_phase_is_extrapolated_on_its_own_line():
+    """The step's peak is the maximum of its phases, each linear in the batch (piecewise linear overall): at
+    batch 4 and 8 the optimizer update (flat) peaks; at 64 the forward/backward (steep) does."""
+    raw = {"steps": [_step(4, 500, 900), _step(8, 900, 910)], "params": 10, "trainable": 10, "optimizer": ["Adam"]}
+    dr = summarize(raw, None, target_batch=64, timeout=60)
+    assert dr.ok and dr.batch == 64
+    assert dr.train_peak_bytes == 900 + 56 * 100  # forward/backward line: 100 B per sample
+    assert dr.act_bytes_per_sample == 100
+    (train,) = dr.phases
+    assert train.extrapolated and train.measured == [(4, 900), (8, 910)]
+    assert dr.forward_flops_per_sample == 2000
+
+
+def test_one_batch_size_uses_the_replay_slope_and_says_so():
+    raw = {"steps": [_step(16, 3000, 1000)], "replay": [[4, 1200], [8, 1600]], "params": 1}
+    dr = summarize(raw, None, target_batch=32, timeout=60)
+    assert dr.train_peak_bytes == 3000 + 16 * 100 and dr.slope_source == "replay"
+    assert [f.code for f in dr.findings] == ["dry-run-extrapolated"]
+    exact = summarize(raw, None, target_batch=None, timeout=60)
+    assert exact.train_peak_bytes == 3000 and not exact.phases[0].extrapolated and exact.findings == []
+
+
+def test_eval_pass_is_a_phase_at_its_own_batch():
+    ev = {"batch": 2, "peak": 5000, "start_bytes": 1000, "inputs": [{"shape": [2, 3, 64, 64], "dtype": "float32"}],
+          "fwd_flops": 10.0, "grad": False, "native_batch": 8}
+    ev2 = dict(ev, batch=4, peak=9000, inputs=[{"shape": [4, 3, 64, 64], "dtype": "float32"}])
+    raw = {"steps": [_step(8, 3000, 1000)], "evals": [ev, ev2]}
+    dr = summarize(raw, None, target_batch=None, timeout=60)
+    (ev_phase,) = [p for p in dr.phases if p.name == "eval"]
+    assert ev_phase.batch_size == 8 and ev_phase.peak_bytes == 9000 + 4 * 2000 and ev_phase.extrapolated
+    assert dr.tensor_peak_bytes == ev_phase.peak_bytes and dr.train_peak_bytes == 3000
+
+
+def test_no_steps_timeout_and_exit_are_outcomes_not_errors():
+    assert summarize({"end": "script-finished", "steps": []}, None, target_batch=None, timeout=60).outcome == "no-steps"
+    ex = summarize({"end": "exit", "exit_code": 2, "steps": []}, None, target_batch=None, timeout=60)
+    assert ex.outcome == "cannot-run" and "task.args" in ex.reason
+
+
+def test_first_batch_is_the_runs_own_when_a_step_is_cheap():
+    assert first_batch(64, 1 << 20, 1e8, 1_000_000) == 64
+    assert first_batch(256, 80 << 20, 8e9, 25_000_000) == 2  # 5e10 training FLOPs a step
+    assert first_batch(2, None, None, None) == 2
+    assert first_batch(128, None, None, 50_000_000) == 4
+
+
+def test_no_isolation_means_the_script_is_not_run(monkeypatch):
+    """Where the sandbox cannot isolate anything, the user's code does not run at all: static, with a warning."""
+    import autodl.profile as prof
+
+    monkeypatch.setattr(prof, "isolation", lambda: "none")
+    p = profile_script(FIX / "simple_cnn.py", probe=True)
+    assert p.method == "static" and p.dry_run_seconds is None and p.probe_seconds is None
+    (w,) = [f for f in p.findings if f.code == "no-isolation"]
+    assert w.severity == "warning" and "not run" in w.message
+
+
+# --------------------------------------------------------------------------------------------- slow: Paddle
+def _measure(script: Path, argv: list[str] | None = None) -> dict:
+    spec = importlib.util.spec_from_file_location("estimate_accuracy", ROOT / "benchmarks" / "estimate_accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.measure(script, argv or [])
+
+
+MLP = '''
+import os
+import numpy as np
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+from paddle.io import DataLoader, Dataset
+
+BATCH = int(os.environ.get("AUTODL_BATCH_SIZE_PER_GPU", "32"))
+WIDTH = 1024
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 20000
+
+    def __getitem__(self, i):
+        return np.random.rand(512).astype("float32"), np.array([i % 10], dtype="int64")
+
+
+model = nn.Sequential(nn.Linear(512, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 10))
+opt = paddle.optimizer.Adam(parameters=model.parameters())
+if __name__ == "__main__":
+    for x, y in DataLoader(Rows(), batch_size=BATCH, shuffle=True):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_large_batch_is_reduced_and_extrapolated(tmp_path, monkeypatch):
+    """A batch too large for the dry run's budget runs small first, then as large as the budget allows; the peak
+    at the real batch is extrapolated per phase and stays within 5% of the measured one."""
+    script = tmp_path / "mlp.py"
+    script.write_text(MLP.replace("WIDTH = 1024", "WIDTH = 4096"))  # ~460 GFLOP a step at 4096: too much to run
+    spec = parse_spec({"task": {"batch_size_per_gpu": 4096}})
+    p = profile_script(script, spec, probe=True)
+    assert p.method == "dry_run", p.method_reason
+    (train,) = p.phases
+    sizes = [b for b, _ in train.measured]
+    assert len(sizes) >= 2 and max(sizes) < 4096 and train.extrapolated
+    monkeypatch.setenv("AUTODL_BATCH_SIZE_PER_GPU", "4096")
+    truth = _measure(script)
+    assert abs(p.tensor_peak_bytes - truth["peak"]) / truth["peak"] <= 0.05, (p.tensor_peak_bytes, truth)
+    assert p.params == truth["params"]
+
+
+@pytest.mark.slow
+def test_paddles_own_error_on_the_users_code_is_the_error_finding():
+    """bad_linear.py feeds a 16384-wide flatten to Linear(4096, 10) in its own module-level code: Paddle raises
+    it in the dry run, on the user's own inputs, so it is an error finding at the script's line."""
+    p = profile_script(FIX / "bad_linear.py", probe=True)
+    (err,) = p.errors
+    assert err.code == "script-error" and err.line == 18  # return self.fc(x), in forward()
+    assert "4096" in err.message and "16384" in err.message
+    assert not [f for f in p.findings if f.code == "shape-mismatch"]  # the static reading is not repeated
+
+
+@pytest.mark.slow
+def test_a_script_that_downloads_falls_back_to_the_probe_with_a_warning(tmp_path):
+    script = tmp_path / "mnist.py"
+    script.write_text(
+        "import paddle\nimport paddle.nn as nn\nimport paddle.nn.functional as F\n"
+        "from paddle.vision.datasets import MNIST\n\n"
+        "class Net(nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(784, 10)\n\n    def forward(self, x):\n        return self.fc(paddle.flatten(x, 1))\n\n"
+        "model = Net()\nopt = paddle.optimizer.SGD(parameters=model.parameters())\n"
+        "data = MNIST(mode='train', download=True)\n"
+        "for x, y in paddle.io.DataLoader(data, batch_size=64):\n"
+        "    F.cross_entropy(model(x), y).backward()\n    opt.step()\n    opt.clear_grad()\n")
+    p = profile_script(script, parse_spec({"task": {"input_shape": [1, 28, 28]}}), probe=True)
+    assert p.errors == []
+    (w,) = [f for f in p.findings if f.code == "dry-run-failed"]
+    assert w.severity == "warning" and ("download" in w.message or "network" in w.message), w.message
+    assert p.method == "probe" and p.params == 7850
+    assert "dry run not usable" in p.method_reason
+
+
+@pytest.mark.slow
+def test_num_workers_from_a_config_file(tmp_path):
+    """num_workers read from a JSON file: static analysis cannot know it and acts conservatively (None: the
+    launcher gives /dev/shm, a warning says why); the dry run reads the real value."""
+    (tmp_path / "config.json").write_text(json.dumps({"num_workers": 3, "batch_size": 16}))
+    script = tmp_path / "train.py"
+    script.write_text(MLP.replace('BATCH = int(os.environ.get("AUTODL_BATCH_SIZE_PER_GPU", "32"))',
+                                  'import json\nCFG = json.load(open("config.json"))\nBATCH = CFG["batch_size"]')
+                         .replace("batch_size=BATCH, shuffle=True)",
+                                  "batch_size=BATCH, shuffle=True, num_workers=CFG['num_workers'])"))
+    static = profile_script(script, probe=False)
+    assert static.num_workers is None
+    (w,) = [f for f in static.findings if f.code == "dataloader-workers-unknown"]
+    assert "/dev/shm" in w.message and w.severity == "warning"
+    p = profile_script(script, probe=True)
+    assert p.method == "dry_run" and p.num_workers == 3 and p.batch_size == 16
+    assert not [f for f in p.findings if f.code == "dataloader-workers-unknown"]
+
+
+@pytest.mark.slow
+def test_a_script_without_a_training_loop_is_probed(tmp_path):
+    """A script that only builds its model and optimizer: the dry run sees no optimizer step and says so; the
+    model-only probe measures the model."""
+    script = tmp_path / "model_only.py"
+    script.write_text((FIX / "tiny_transformer.py").read_text().split("for _ in range(3):")[0])
+    p = profile_script(script, probe=True)
+    assert p.method == "probe" and p.errors == []
+    (w,) = [f for f in p.findings if f.code == "dry-run-failed"]
+    assert "without an optimizer step" in w.message
