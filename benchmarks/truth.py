@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 
@@ -47,6 +48,16 @@ state = {"models": [], "ids": set(), "steps": 0, "clears": 0, "fwd_calls": 0, "b
          "t0": time.time(), "train": None, "eval": None, "eval_open": None, "opts": []}
 
 
+
+def _kill_children():
+    """DataLoader worker processes would outlive ``os._exit`` and keep the output pipes open."""
+    try:
+        import multiprocessing
+        for c in multiprocessing.active_children():
+            os.kill(c.pid, signal.SIGKILL)
+    except Exception:  # noqa: BLE001
+        pass
+
 def emit(extra=None):
     out = dict(state["train"] or {"error": "the script ended before two full steps were measured"})
     if state["eval"] is not None:
@@ -56,6 +67,7 @@ def emit(extra=None):
     out.update(extra or {})
     print("TRUTH " + json.dumps(out), flush=True)
     sys.stdout.flush()
+    _kill_children()
     os._exit(0)
 
 

@@ -26,7 +26,7 @@ class Translator(nn.Layer):
 def main():
     model = Translator()
     opt = paddle.optimizer.Adam(learning_rate=1e-4, parameters=model.parameters())
-    mask = nn.Transformer.generate_square_subsequent_mask(TGT_LEN)
+    mask = model.core.generate_square_subsequent_mask(TGT_LEN)
     for step in range(3):
         src = paddle.randint(1, SRC_VOCAB, [BATCH, SRC_LEN])
         tgt = paddle.randint(1, TGT_VOCAB, [BATCH, TGT_LEN + 1])

@@ -33,6 +33,7 @@ import gc
 import json
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -58,6 +59,16 @@ R = {
 }
 _lock = threading.Lock()
 
+
+
+def _kill_children():
+    """DataLoader worker processes would outlive ``os._exit`` and keep the output pipes open."""
+    try:
+        import multiprocessing
+        for c in multiprocessing.active_children():
+            os.kill(c.pid, signal.SIGKILL)
+    except Exception:  # noqa: BLE001
+        pass
 
 def save():
     R["seconds"]["elapsed"] = round(time.monotonic() - T0, 3)
@@ -327,8 +338,52 @@ def _grad_enabled():
         return True
 
 
+_PROF = {"p": None}
+
+
+def _record_start():
+    """Record the allocation events of the first measured step (``paddle.profiler``, CPU, profile_memory)."""
+    if not CFG.get("record_allocations") or _PROF["p"] is not None or St.ends != 1:
+        return
+    try:
+        import paddle.profiler as profiler
+        p = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], profile_memory=True)
+        R["alloc_preexisting"] = _current()
+        p.start()
+        _PROF["p"] = p
+    except Exception as exc:  # noqa: BLE001 - the replay is an extra
+        R["alloc_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        _PROF["p"] = False
+
+
+def _record_stop():
+    p = _PROF["p"]
+    if not p:
+        return
+    _PROF["p"] = False
+    try:
+        p.stop()
+        events = []
+
+        def walk(node):
+            for ev in getattr(node, "mem_node", None) or []:
+                if "cpu" in str(ev.place).lower():
+                    events.append((int(ev.timestamp_ns), int(ev.addr), int(ev.increase_bytes)))
+            for c in list(getattr(node, "children_node", None) or []) + list(getattr(node, "runtime_node", None) or []):
+                walk(c)
+        for root in p.profiler_result.get_data().values():
+            walk(root)
+        events.sort()
+        with open(os.path.join(os.path.dirname(RESULT), "alloc_events.json"), "w") as f:
+            json.dump([[a, d] for _, a, d in events], f)
+        R["alloc_events"] = len(events)
+    except Exception as exc:  # noqa: BLE001
+        R["alloc_error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+
 def _start_window():
     gc.collect()
+    _record_start()
     _reset()
     St.window = {"t0": time.monotonic(), "start_bytes": _current(), "fwd_bwd": None, "batch": None,
                  "inputs": None, "flops": 0.0, "fwd_calls": 0, "tainted": False, "warmup": St.ends == 0}
@@ -352,6 +407,8 @@ def _end_step():
                "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],
                "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
         R["steps"].append(rec)
+        if St.ends == 2:
+            _record_stop()
         save()
         if rec["measured"]:
             CTL.after_step(rec)
@@ -1007,6 +1064,7 @@ def main():
     save()
     sys.stdout.flush()
     sys.stderr.flush()
+    _kill_children()
     os._exit(0)
 
 

@@ -195,6 +195,16 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
             raw = json.loads((Path(tmp) / "result.json").read_text())
         except (OSError, ValueError):
             raw = {}
+        ev_path = Path(tmp) / "alloc_events.json"
+        if ev_path.exists():
+            from autodl.profile.allocator import replay_auto_growth
+            try:
+                rr = replay_auto_growth([(a, d) for a, d in json.loads(ev_path.read_text())],
+                                        preexisting=[raw.get("alloc_preexisting") or 0])
+                raw["alloc_replay"] = {"peak_allocated": rr.peak_allocated, "peak_reserved": rr.peak_reserved,
+                                       "chunks": rr.chunks, "events": rr.events, "unmatched_frees": rr.unmatched_frees}
+            except (OSError, ValueError) as exc:
+                raw["alloc_error"] = str(exc)[:200]
     return raw, result
 
 
@@ -238,7 +248,8 @@ def run_dry_run(
     cfg = {"script": str(script.resolve()), "argv": list(argv or []), "user_dirs": [str(script.resolve().parent)],
            "target_batch": target if batch_from_spec else None, "lo": lo, "budget_s": budget,
            "mem_budget_bytes": DRY_RUN_TENSOR_BUDGET_BYTES, "eval_expected": eval_expected,
-           "native_batches": natives, "reduce": True}
+           "native_batches": natives, "reduce": True,
+           "record_allocations": os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1"}
     raw, res = _run_child(script, cfg, timeout=timeout, memory=memory, batch_env=batch if batch_from_spec else None)
     dr = summarize(raw, res, target_batch=target, timeout=timeout)
     if dr.outcome == "tool-failure" and raw.get("error", {}) and raw["error"].get("batch_reduced") \

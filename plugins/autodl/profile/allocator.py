@@ -1,0 +1,158 @@
+"""Replaying allocation events through a model of Paddle's GPU allocator (``auto_growth``) to predict reserved memory.
+
+The dry run can record the allocations and frees of a training step on CPU (``paddle.profiler`` with
+``profile_memory=True`` gives each event's address, size and time). On a GPU, Paddle's default allocator
+(``FLAGS_allocator_strategy=auto_growth``, ``paddle/phi/core/memory/allocation/auto_growth_best_fit_allocator.cc``)
+serves the same requests from chunks it obtains with ``cudaMalloc`` and never returns while the process runs
+(``FLAGS_free_idle_chunk`` is false by default):
+
+* a request is rounded up to the alignment (256 bytes on CUDA devices: ``GpuMinChunkSize()``);
+* it takes the best-fitting free block (the smallest one at least as large), splitting off the rest as a free block;
+* when none fits it allocates a new chunk of ``max(size, FLAGS_auto_growth_chunk_size_in_mb)`` (default 0 MB: the
+  request's own size);
+* a freed block merges with free neighbours of the same chunk.
+
+What the device reserves (``max_memory_reserved``, close to what NVML shows minus the CUDA context) is the sum of
+the chunks: this module replays the events and returns the peak allocated and the peak reserved bytes. Only the
+replay is modelled: CUDA caching of the context, cuDNN/cuBLAS workspaces and the CUDA graph pools are separate terms.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+CUDA_ALIGNMENT = 256
+"""Bytes: ``platform::GpuMinChunkSize()`` in Paddle (``paddle/phi/core/platform/device/gpu/gpu_info.cc``)."""
+
+
+@dataclass(eq=False)
+class _Block:
+    size: int
+    free: bool
+    chunk: int
+    prev: "_Block | None" = None
+    next: "_Block | None" = None
+
+
+@dataclass
+class ReplayResult:
+    """Peak bytes of the replay (allocated: what the tensors asked, aligned; reserved: the chunks)."""
+
+    peak_allocated: int
+    peak_reserved: int
+    chunks: int
+    events: int
+    unmatched_frees: int = 0
+    reserved_at: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def replay_auto_growth(events: list[tuple[int, int]], *, preexisting: list[int] = (), alignment: int = CUDA_ALIGNMENT,
+                       chunk_bytes: int = 0) -> ReplayResult:
+    """Replay allocation events through the ``auto_growth`` best-fit model.
+
+    :param events: ``(address, delta_bytes)`` in time order: a positive delta allocates at ``address``, a negative
+        one frees the allocation made there.
+    :param preexisting: sizes of allocations alive before the events (parameters, optimizer state...), each in its
+        own chunk (what ``auto_growth`` does when nothing was freed yet). A free of an address not allocated in
+        ``events`` releases that much of them as a free block of its own (its chunk stays reserved).
+    :param alignment: request rounding, bytes.
+    :param chunk_bytes: ``FLAGS_auto_growth_chunk_size_in_mb`` in bytes (0: a chunk per unmatched request).
+    :returns: peak allocated and reserved bytes.
+    """
+    free_sizes: list[tuple[int, int]] = []  # sorted (size, id)
+    free_by_id: dict[int, _Block] = {}
+    live: dict[int, _Block] = {}
+    reserved = allocated = 0
+    peak_alloc = peak_res = 0
+    chunks = 0
+    unmatched = 0
+
+    def add_free(b: _Block) -> None:
+        bisect.insort(free_sizes, (b.size, id(b)))
+        free_by_id[id(b)] = b
+
+    def remove_free(b: _Block) -> None:
+        i = bisect.bisect_left(free_sizes, (b.size, id(b)))
+        if i < len(free_sizes) and free_sizes[i] == (b.size, id(b)):
+            free_sizes.pop(i)
+        free_by_id.pop(id(b), None)
+
+    def allocate(size: int) -> _Block:
+        nonlocal reserved, chunks
+        size = _align(max(1, size), alignment)
+        i = bisect.bisect_left(free_sizes, (size, -1))
+        if i < len(free_sizes):
+            _, bid = free_sizes.pop(i)
+            blk = free_by_id.pop(bid)
+            rest = blk.size - size
+            if rest > 0:  # the free remainder stays in front, the allocation takes the tail (as Paddle does)
+                rem = _Block(rest, True, blk.chunk, blk.prev, blk)
+                if blk.prev is not None:
+                    blk.prev.next = rem
+                blk.prev = rem
+                blk.size = size
+                add_free(rem)
+            blk.free = False
+            return blk
+        real = max(size, chunk_bytes)
+        chunks += 1
+        reserved += real
+        blk = _Block(size, False, chunks)
+        if real > size:
+            rem = _Block(real - size, True, chunks, None, blk)
+            blk.prev = rem
+            add_free(rem)
+        return blk
+
+    def release(blk: _Block) -> None:
+        blk.free = True
+        p, n = blk.prev, blk.next
+        if p is not None and p.free and p.chunk == blk.chunk:
+            remove_free(p)
+            blk.size += p.size
+            blk.prev = p.prev
+            if p.prev is not None:
+                p.prev.next = blk
+        if n is not None and n.free and n.chunk == blk.chunk:
+            remove_free(n)
+            blk.size += n.size
+            blk.next = n.next
+            if n.next is not None:
+                n.next.prev = blk
+        add_free(blk)
+
+    for s in preexisting:
+        allocate(int(s))
+        allocated += _align(int(s), alignment)
+    peak_alloc, peak_res = allocated, reserved
+    for addr, delta in events:
+        if delta > 0:
+            if addr in live:  # an address reused without its free recorded: release the stale one first
+                old = live.pop(addr)
+                allocated -= old.size
+                release(old)
+            blk = allocate(delta)
+            live[addr] = blk
+            allocated += blk.size
+        elif delta < 0:
+            blk = live.pop(addr, None)
+            if blk is None:  # made before the recording (counted in ``preexisting``): it was its own chunk
+                unmatched += 1
+                size = _align(-delta, alignment)
+                allocated -= size
+                add_free(_Block(size, True, -unmatched))
+                continue
+            allocated -= blk.size
+            release(blk)
+        peak_alloc = max(peak_alloc, allocated)
+        peak_res = max(peak_res, reserved)
+    return ReplayResult(peak_allocated=peak_alloc, peak_reserved=peak_res, chunks=chunks, events=len(events),
+                        unmatched_frees=unmatched)
+
+
+__all__ = ["replay_auto_growth", "ReplayResult", "CUDA_ALIGNMENT"]
