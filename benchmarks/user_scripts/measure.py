@@ -240,9 +240,20 @@ def report(peak, what):
         out["first_eval_peak"] = state.get("first_eval_peak")
     if phase == "train":
         out["ref_flops"], out["ref_flops_input"] = _ref_flops(m)
-    print("TRUTH " + json.dumps(out), flush=True)
+    print("\nTRUTH " + json.dumps(out), flush=True)  # a newline first: a progress bar may hold the line
     sys.stdout.flush()
+    _end_children()
     os._exit(0)
+
+
+def _end_children():
+    """DataLoader worker processes (num_workers > 0) do not notice os._exit of their parent: end them here."""
+    import multiprocessing
+    kids = multiprocessing.active_children()
+    for c in kids:
+        c.terminate()
+    for c in kids:
+        c.join(timeout=10)
 
 
 def _end_eval(what):
