@@ -442,7 +442,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     """
     exe, why = _bwrap_check()
     if exe is None:
-        raise SandboxUnavailable(f"user code was not run: no sandbox on this host: {why}.")
+        raise SandboxUnavailable(f"no sandbox can be made on this host ({why}), and user code never runs unisolated.")
     workdir = Path(workdir).resolve()
     notes: list[str] = []
     cgroup: _Cgroup | None = None
