@@ -123,11 +123,14 @@ class SandboxLimits:
         process's address space (``RLIMIT_AS``) in every case.
     :ivar max_processes: processes and threads the whole tree may have at once (a cgroup's
         ``pids.max``, else ``RLIMIT_NPROC`` in the sandbox's own user namespace).
+    :ivar max_output_bytes: bytes of stdout and of stderr kept (the last ones); the rest is read and
+        dropped, so a child printing without end cannot fill the caller's memory.
     """
 
     timeout_s: float
     memory_bytes: int
     max_processes: int = 256
+    max_output_bytes: int = 16 << 20
 
 
 @dataclass
@@ -200,14 +203,15 @@ def _bwrap_check() -> tuple[str | None, str]:
     if exe is None:
         return None, "bubblewrap (bwrap) is not installed: install the Debian/Ubuntu package 'bubblewrap'"
     try:
-        r = subprocess.run([exe, *_namespace_args(), *_root_args(), "--", "/bin/true"], capture_output=True,
+        r = subprocess.run([exe, *_namespace_args(), *_root_args(), "--size", str(1 << 20), "--tmpfs", "/tmp",
+                            "--remount-ro", "/", "--", "/bin/true"], capture_output=True,
                            text=True, errors="replace", timeout=30, env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"bwrap ({exe}) could not be started: {exc}"
     if r.returncode != 0:
         why = (r.stderr or "").strip().splitlines()
-        return None, (f"bwrap ({exe}) cannot create its namespaces here ({why[-1] if why else f'exit {r.returncode}'}); "
-                      "allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
+        return None, (f"bwrap ({exe}) cannot make the sandbox here ({why[-1] if why else f'exit {r.returncode}'}); "
+                      "it needs bubblewrap 0.8 or later and user namespaces (sysctl user.max_user_namespaces > 0, "
                       "kernel.unprivileged_userns_clone=1, or a container runtime that permits them)")
     return exe, ""
 
@@ -325,21 +329,29 @@ class _Cgroup:
         return [int(p) for p in text.split()]
 
     def kill_all(self) -> None:
-        """SIGKILL every process still in the group, until none is left (bounded rounds)."""
+        """SIGKILL every process still in the group, until none is left (bounded rounds).
+
+        Each pid is held by a pidfd and checked to still be in this group before it is signalled.
+        """
         if self.v2 and self.pids is not None and (self.pids / "cgroup.kill").exists():
             try:
                 (self.pids / "cgroup.kill").write_text("1")
             except OSError:
                 pass
+        name = self.dirs[0].name if self.dirs else None
         for _ in range(200):
             left = self.pids_left()
-            if not left:
+            if not left or name is None:
                 return
             for pid in left:
+                p = _Pid(pid)
                 try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
+                    if name in Path(f"/proc/{pid}/cgroup").read_text():
+                        p.kill()
+                except OSError:
                     pass
+                finally:
+                    p.close()
             time.sleep(0.01)
 
     def remove(self) -> None:
@@ -388,12 +400,30 @@ def unavailable_reason() -> str | None:
 # running
 
 
-def _kill(pid: int | None) -> None:
-    if pid:
+class _Pid:
+    """A process to kill later, held by a pidfd where the kernel has them (Linux 5.3), so a recycled
+    pid number is never signalled."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
         try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            self.fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def kill(self) -> None:
+        try:
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
             pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _read_info(fd: int, deadline: float) -> dict:
@@ -423,6 +453,75 @@ def _data_fd(text: str) -> int:
     return r
 
 
+class _Output:
+    """The last ``cap`` bytes of a stream (a child printing without end cannot fill the caller's memory)."""
+
+    def __init__(self, cap: int):
+        self.cap, self.buf, self.dropped = cap, bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if len(self.buf) > self.cap:
+            cut = len(self.buf) - self.cap
+            del self.buf[:cut]
+            self.dropped += cut
+
+    def text(self) -> str:
+        return self.buf.decode(errors="replace")
+
+
+def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[_Output, _Output, bool]:
+    """Read the child's stdout and stderr until both close or ``deadline``; True when the deadline passed."""
+    outs = {proc.stdout.fileno(): _Output(cap), proc.stderr.fileno(): _Output(cap)}
+    order = list(outs.values())
+    open_fds = set(outs)
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return order[0], order[1], True
+        ready, _, _ = select.select(list(open_fds), [], [], min(left, 1.0))
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                outs[fd].add(chunk)
+            else:
+                open_fds.discard(fd)
+    return order[0], order[1], False
+
+
+def _drain(proc: subprocess.Popen, outs: tuple[_Output, _Output]) -> None:
+    """After the tree was killed: what is left in the pipes (bounded by the pipes' size)."""
+    for stream, o in zip((proc.stdout, proc.stderr), outs):
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            o.add(chunk)
+
+
+def _bind_args(workdir: Path, read_only_paths: Sequence[Path]) -> list[str]:
+    """``read_only_paths`` read-only (also at the path a symlink resolves to) and ``workdir`` read-write.
+
+    Paths inside ``workdir`` are bound after it, so they stay read-only; the others before it, so a
+    read-only folder holding ``workdir`` does not cover it.
+    """
+    before: list[str] = []
+    after: list[str] = []
+    for p in read_only_paths:
+        p = Path(p).absolute()
+        real = p.resolve()
+        if not real.exists():
+            continue
+        for dest in dict.fromkeys((real, p)):
+            (after if dest == workdir or workdir in dest.parents else before).extend(["--ro-bind", str(real), str(dest)])
+    return [*before, "--bind", str(workdir), str(workdir), *after]
+
+
 def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, env: dict[str, str],
                   read_only_paths: Sequence[Path] = ()) -> SandboxResult:
     """Run ``argv`` in a bubblewrap sandbox, wait for it within ``limits.timeout_s``, kill its whole tree.
@@ -432,11 +531,12 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
         ``read_only_paths``.
     :param workdir: the run's working directory and ``HOME``, mounted read-write at the same path:
         the only host path the child can write.
-    :param limits: timeout, memory and process bounds.
+    :param limits: timeout, memory, process and output bounds.
     :param env: the complete environment of the child (nothing of the caller's is inherited).
     :param read_only_paths: files or folders the child must read (the script, a helper), mounted
-        read-only at the same path (also at the path a symlink resolves to).
-    :returns: the result; a timeout is ``timed_out=True``, never an exception.
+        read-only at the same path (also at the path a symlink resolves to); missing ones are left out.
+    :returns: the result; a timeout is ``timed_out=True``, never an exception. ``stdout``/``stderr``
+        hold at most the last :attr:`SandboxLimits.max_output_bytes` of each (a note says what was dropped).
     :raises SandboxUnavailable: when no sandbox can be made on this host (nothing was run).
     :raises KeyboardInterrupt, SystemExit: re-raised after the tree was killed.
     """
@@ -454,75 +554,76 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
                      "not for the whole tree.")
     level = "bwrap+cgroup" if cgroup is not None else "bwrap+rlimit"
 
-    data_fds = [_data_fd(_PASSWD), _data_fd(_GROUP), _data_fd(_HOSTS)]
+    fds: list[int] = []  # every descriptor this call opened, closed in the end
+    data = [_data_fd(text) for text in (_PASSWD, _GROUP, _HOSTS)]
+    fds += data
     block_r, block_w = os.pipe()
     info_r, info_w = os.pipe()
+    fds += [block_r, block_w, info_r, info_w]
     args = [exe, *_namespace_args(), *_root_args(),
-            "--ro-bind-data", str(data_fds[0]), "/etc/passwd", "--ro-bind-data", str(data_fds[1]), "/etc/group",
-            "--ro-bind-data", str(data_fds[2]), "/etc/hosts",
+            "--ro-bind-data", str(data[0]), "/etc/passwd", "--ro-bind-data", str(data[1]), "/etc/group",
+            "--ro-bind-data", str(data[2]), "/etc/hosts",
             "--size", str(limits.memory_bytes), "--tmpfs", "/tmp",
-            "--size", str(limits.memory_bytes), "--tmpfs", "/dev/shm"]
-    for p in read_only_paths:
-        p = Path(p).absolute()
-        real = p.resolve()
-        if not real.exists():
-            continue
-        args += ["--ro-bind", str(real), str(real)]
-        if real != p:
-            args += ["--ro-bind", str(real), str(p)]
-    args += ["--bind", str(workdir), str(workdir), "--remount-ro", "/", "--chdir", str(workdir),
-             "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
-    child_env = dict(env, HOME=str(workdir))
+            "--size", str(limits.memory_bytes), "--tmpfs", "/dev/shm",
+            *_bind_args(workdir, read_only_paths), "--remount-ro", "/", "--chdir", str(workdir),
+            "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
     t0 = time.monotonic()
+    deadline = t0 + limits.timeout_s
     proc: subprocess.Popen | None = None
-    pid1: int | None = None
+    pid1: _Pid | None = None
     timed_out = False
-    out = err = ""
+    outs = (_Output(limits.max_output_bytes), _Output(limits.max_output_bytes))
+
+    def close(*which: int) -> None:
+        for fd in which:
+            if fd in fds:
+                fds.remove(fd)
+                os.close(fd)
+
     try:
-        proc = subprocess.Popen(args, cwd=workdir, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
-                                pass_fds=(*data_fds, block_r, info_w))
-        for fd in (*data_fds, block_r, info_w):
-            os.close(fd)
-        data_fds, block_r, info_w = [], -1, -1
-        info = _read_info(info_r, t0 + max(10.0, limits.timeout_s))
-        pid1 = info.get("child-pid")
-        if pid1:
-            # bounds on pid 1 before it forks the command: everything below inherits them
+        proc = subprocess.Popen(args, cwd=workdir, env=dict(env, HOME=str(workdir)), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                pass_fds=(*data, block_r, info_w))
+        close(*data, block_r, info_w)
+        child = _read_info(info_r, t0 + max(10.0, limits.timeout_s)).get("child-pid")
+        if isinstance(child, int) and child > 0:
+            pid1 = _Pid(child)
+            # bounds on pid 1 while it waits on --block-fd, before it forks the command: the tree inherits them
             if cgroup is not None:
-                cgroup.add(pid1)
+                cgroup.add(child)
             for res, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CORE, 0),
                                (resource.RLIMIT_FSIZE, limits.memory_bytes)):
-                resource.prlimit(pid1, res, (value, value))
+                resource.prlimit(child, res, (value, value))
             if cgroup is None:
-                resource.prlimit(pid1, resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+                resource.prlimit(child, resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
             os.write(block_w, b"x")
-        os.close(block_w)
-        block_w = -1
-        try:
-            out, err = proc.communicate(timeout=max(0.0, limits.timeout_s - (time.monotonic() - t0)))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill(pid1)
+        else:
+            proc.kill()  # never let it go on without its bounds (closing --block-fd would release it)
+        close(block_w)
+        out, err, timed_out = _collect(proc, deadline, limits.max_output_bytes)
+        outs = (out, err)
+        if timed_out:
+            if pid1 is not None:
+                pid1.kill()
             proc.kill()
-            out, err = proc.communicate()
     except BaseException:  # Ctrl-C, SIGTERM, an error placing the tree: never leave the sandbox running
-        _kill(pid1)
+        if pid1 is not None:
+            pid1.kill()
         if proc is not None:
             proc.kill()
-            proc.communicate()
         raise
     finally:
-        for fd in (*data_fds, block_r, block_w, info_r, info_w):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        _kill(pid1)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        close(*list(fds))
+        if pid1 is not None:  # the command is done: whatever it left in its PID namespace dies with pid 1
+            pid1.kill()
+            pid1.close()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
             proc.wait()
+            _drain(proc, outs)
+            proc.stdout.close()
+            proc.stderr.close()
         peak = oom = refused = None
         if cgroup is not None:
             cgroup.kill_all()
@@ -533,12 +634,15 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     returncode = None if timed_out else proc.returncode
     if returncode is not None and 128 < returncode <= 128 + 64:
         returncode = 128 - returncode  # bwrap reports a command killed by signal N as 128+N, like a shell
+    for name, o in zip(("stdout", "stderr"), outs):
+        if o.dropped:
+            notes.append(f"{name} was longer than {limits.max_output_bytes} bytes: its first {o.dropped} bytes were dropped.")
     if oom:
         notes.append(f"the sandbox reached its memory limit ({limits.memory_bytes} bytes for the whole tree): "
                      f"the OOM killer killed {oom} process(es).")
     if refused:
         notes.append(f"the sandbox reached its process limit ({limits.max_processes}): {refused} fork(s) refused.")
-    return SandboxResult(returncode=returncode, stdout=out or "", stderr=err or "", timed_out=timed_out,
+    return SandboxResult(returncode=returncode, stdout=outs[0].text(), stderr=outs[1].text(), timed_out=timed_out,
                          seconds=round(time.monotonic() - t0, 3), isolation=level, notes=notes,
                          peak_memory_bytes=peak, oom_kills=oom, forks_refused=refused)
 

@@ -23,9 +23,10 @@ def survivors(marker: str) -> list[psutil.Process]:
 
 
 def run_code(code: str, workdir: Path, *, timeout_s: float = 60, memory_bytes: int = 1 << 30,
-             max_processes: int = 64, env: dict | None = None, argv: list[str] | None = None, **kw):
+             max_processes: int = 64, max_output_bytes: int = 16 << 20, env: dict | None = None,
+             argv: list[str] | None = None, **kw):
     """Run ``python -c code`` in the sandbox."""
     return run_sandboxed([sys.executable, "-c", code, *(argv or [])], workdir=workdir,
                          limits=SandboxLimits(timeout_s=timeout_s, memory_bytes=memory_bytes,
-                                              max_processes=max_processes),
+                                              max_processes=max_processes, max_output_bytes=max_output_bytes),
                          env=env or {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, **kw)

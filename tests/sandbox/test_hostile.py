@@ -9,7 +9,6 @@ the temporary folder. TCP to the host was already blocked and stays so.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import socket
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autodl.sandbox import SANDBOX_UID
+from autodl.sandbox import SANDBOX_UID, SandboxLimits, run_sandboxed
 from tests.sandbox.helpers import run_code, survivors
 
 pytestmark = pytest.mark.sandbox
@@ -285,3 +284,43 @@ def test_writes_outside_the_workdir_fail_or_land_nowhere(sandbox_level, workdir,
             assert seen[t] != "written", t
         assert not Path(t).exists() or Path(t) == script, t  # ...and nothing of it is on the host
     assert script.read_text() == "print('hi')\n"
+
+
+def test_endless_output_cannot_fill_the_callers_memory(sandbox_level, workdir):
+    code = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n    sys.stderr.write('y' * 65536)\n"
+    r = run_code(code, workdir, timeout_s=3, max_output_bytes=1 << 20)
+    assert r.timed_out
+    assert len(r.stdout) <= 1 << 20 and len(r.stderr) <= 1 << 20
+    assert set(r.stdout) == {"x"} and set(r.stderr) == {"y"}
+    assert any(n.startswith("stdout was longer than") for n in r.notes)
+
+
+def test_read_only_paths_stay_read_only_even_inside_the_workdir(sandbox_level, workdir, tmp_path):
+    inner = workdir / "cfg.json"
+    inner.write_text("{}")
+    real = tmp_path / "real.py"
+    real.write_text("X = 1\n")
+    link = tmp_path / "link.py"
+    link.symlink_to(real)
+    code = textwrap.dedent("""
+        import json, sys
+        out = {}
+        for t in sys.argv[1:]:
+            try:
+                out[t] = open(t).read()
+                open(t, "a").write("changed")
+                out[t] = "written"
+            except OSError as exc:
+                out[t] = out[t] + " " + type(exc).__name__
+        print(json.dumps(out))
+    """)
+    r = run_code(code, workdir, argv=[str(inner), str(link)], read_only_paths=[inner, link])
+    seen = _last_json(r.stdout)
+    assert seen == {str(inner): "{} OSError", str(link): "X = 1\n OSError"}, seen
+    assert inner.read_text() == "{}" and real.read_text() == "X = 1\n"
+
+
+def test_a_command_that_cannot_start_is_an_exit_status_not_an_exception(sandbox_level, workdir):
+    r = run_sandboxed(["/nonexistent/python"], workdir=workdir, limits=SandboxLimits(timeout_s=30, memory_bytes=1 << 30),
+                      env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode not in (0, None) and "nonexistent" in r.stderr
