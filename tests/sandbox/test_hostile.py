@@ -324,3 +324,80 @@ def test_a_command_that_cannot_start_is_an_exit_status_not_an_exception(sandbox_
     r = run_sandboxed(["/nonexistent/python"], workdir=workdir, limits=SandboxLimits(timeout_s=30, memory_bytes=1 << 30),
                       env={"PATH": "/usr/bin:/bin"})
     assert r.returncode not in (0, None) and "nonexistent" in r.stderr
+
+
+FORKS = textwrap.dedent("""
+    import os, time
+    made = refused = 0
+    for _ in range(200):
+        try:
+            pid = os.fork()
+        except OSError:
+            refused += 1
+            continue
+        if pid == 0:
+            time.sleep(3600)
+            os._exit(0)
+        made += 1
+    print(made, refused)
+""")
+
+
+def test_without_a_cgroup_the_notes_say_what_is_bounded(sandbox_level, workdir, monkeypatch):
+    """Where no cgroup can be made (a container with a read-only cgroupfs) the rlimits apply, and the result says so."""
+    import autodl.sandbox as sandbox
+
+    def no_cgroup(*_a):
+        raise OSError("disabled by the test")
+
+    monkeypatch.setattr(sandbox, "_Cgroup", no_cgroup)
+    r = run_code(FORKS, workdir, max_processes=32)
+    assert r.isolation == "bwrap+rlimit" and r.peak_memory_bytes is None
+    (note,) = [n for n in r.notes if n.startswith("no cgroup")]
+    assert "memory only per process" in note
+    made, _refused = map(int, r.stdout.split())
+    if os.geteuid() == 0:
+        assert "bounded only by the timeout" in note and made == 200  # the kernel exempts uid 0 from RLIMIT_NPROC
+    else:
+        assert "RLIMIT_NPROC=32" in note and made < 32
+
+
+@pytest.fixture
+def nobody_home():
+    """A folder uid 65534 owns, outside pytest's (root-only) base folder, with a ``w`` folder in it."""
+    import shutil
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="autodl-sandbox-nobody-"))
+    (home / "w").mkdir()
+    for d in (home, home / "w"):
+        os.chown(d, 65534, 65534)
+    yield home
+    shutil.rmtree(home)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="runs a caller as uid 65534 (needs root to switch, and a Python outside /root)")
+def test_without_a_cgroup_rlimit_nproc_bounds_a_non_root_callers_tree(sandbox_level, nobody_home):
+    """The same fork loop from a caller of uid 65534 (no cgroup write access either): RLIMIT_NPROC holds the
+    tree to 32 processes, counted in the sandbox's own user namespace (not the caller's other processes)."""
+    import subprocess
+
+    home = nobody_home
+    caller = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "plugins")!r})
+        from pathlib import Path
+        import autodl.sandbox as sb
+        r = sb.run_sandboxed([sys.executable, "-c", {FORKS!r}], workdir=Path({str(home / "w")!r}),
+                             limits=sb.SandboxLimits(timeout_s=60, memory_bytes=1 << 30, max_processes=32),
+                             env={{"PATH": "/usr/bin:/bin"}})
+        print(json.dumps({{"isolation": r.isolation, "stdout": r.stdout, "notes": r.notes}}))
+    """)
+    p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+                        "/usr/bin/python3", "-c", caller], capture_output=True, text=True, cwd=home, timeout=300)
+    assert p.returncode == 0, p.stderr
+    seen = _last_json(p.stdout)
+    assert seen["isolation"] == "bwrap+rlimit", seen
+    made, refused = map(int, seen["stdout"].split())
+    assert made == 30 and refused == 170  # 32 = bubblewrap's pid 1 + the command + 30 children
