@@ -105,12 +105,21 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
 
     env = function_env(facts.interp, site.func, site.node.lineno, {})
     call = site.node
+
+    from autodl.profile.layers import Unsupported
+
+    def value(node: ast.expr) -> Any:
+        try:
+            return facts.interp.eval(node, env)
+        except Unsupported:  # e.g. the analysis reached its bounds: the expression goes as written
+            return Unsupported
+
     parts = []
     for a in call.args:
-        v = facts.interp.eval(a, env)
+        v = value(a)
         parts.append(repr(v) if _literal(v) else ast.unparse(a))
     for kw in call.keywords:
-        v = facts.interp.eval(kw.value, env)
+        v = value(kw.value)
         text = repr(v) if _literal(v) else ast.unparse(kw.value)
         parts.append(f"**{text}" if kw.arg is None else f"{kw.arg}={text}")
     expr = f"{ast.unparse(call.func)}({', '.join(parts)})"
