@@ -175,7 +175,7 @@ def _bwrap_path() -> str | None:
 def _python_dirs() -> list[Path]:
     """The interpreter's prefix and the virtual environment (where site-packages, Paddle included, live)."""
     dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent.parent}
-    return sorted(d for d in dirs if d != Path("/") and not str(d).startswith("/usr/"))
+    return sorted(d for d in dirs if d not in (Path("/"), Path("/usr")) and not str(d).startswith("/usr/"))
 
 
 def _root_args() -> list[str]:
@@ -434,12 +434,13 @@ class _Pid:
 def _read_info(fd: int, deadline: float) -> dict:
     """bubblewrap's ``--info-fd`` JSON (``child-pid``: the sandbox's pid 1 as the host sees it)."""
     buf = b""
+    poller = select.poll()  # not select(): a worker may hold more than FD_SETSIZE descriptors
+    poller.register(fd, select.POLLIN | select.POLLHUP)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
+        if not poller.poll(left * 1000):
             break
         chunk = os.read(fd, 4096)
         if not chunk:
@@ -480,17 +481,20 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[_Output
     outs = {proc.stdout.fileno(): _Output(cap), proc.stderr.fileno(): _Output(cap)}
     order = list(outs.values())
     open_fds = set(outs)
+    poller = select.poll()
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN | select.POLLHUP)
     while open_fds:
         left = deadline - time.monotonic()
         if left <= 0:
             return order[0], order[1], True
-        ready, _, _ = select.select(list(open_fds), [], [], min(left, 1.0))
-        for fd in ready:
+        for fd, _event in poller.poll(min(left, 1.0) * 1000):
             chunk = os.read(fd, 1 << 16)
             if chunk:
                 outs[fd].add(chunk)
             else:
                 open_fds.discard(fd)
+                poller.unregister(fd)
     return order[0], order[1], False
 
 
