@@ -68,36 +68,24 @@ CONFIGS: list[tuple[str, Path, list[str], dict, tuple[str, ...]]] = [
     ("LSTMCell loop, time-major", MODELS / "lstm_cell_loop.py", [], {}, ()),
 ]
 
-CASE_TRUTH = {  # tests/cases/estimator/README.md (truth.py, Paddle 3.3.1)
-    "gru_text_cls.py": {"peak": 595_579_104, "params": 4_337_668},
-    "fpn_functional.py": {"peak": 28_274_696, "params": 524_962},
-    "lstm_seq2seq.py": {"peak": 451_898_792, "params": 15_556_416},
-    "bert_encoder.py": {"peak": 368_957_936, "params": 11_171_074},
-    "densenet169_cls.py": {"peak": 827_829_320, "params": 12_809_380},
-    "unet_seg.py": {"peak": 223_782_572, "params": 1_945_589},
-    "seg_train_eval.py": {"peak": int(655.1 * MIB), "eval_peak": int(5681.1 * MIB), "params": None},
-}
-
-
 def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dict | None]]:
-    """The benchmark's scripts with, where known without measuring, their truth."""
+    """The benchmark's scripts with, where measured elsewhere, their truth: the handed cases'
+    ``tests/cases/estimator/truth.json`` and ``benchmarks/user_scripts/truth.json`` (written and measured without
+    the estimator's code, by ``benchmarks/user_scripts/measure.py``: truth.py's method, eval = second eval step)."""
     out = [(*c, None) for c in CONFIGS]
-    for name, t in CASE_TRUTH.items():
-        out.append((f"case {name[:-3]}", CASES / name, [], {}, (), t))
-    tj = USER / "truth.json"
-    if tj.exists():
-        data = json.loads(tj.read_text())
-        items = data.items() if isinstance(data, dict) else [(d.get("script"), d) for d in data]
-        for script, t in items:
-            if not script or not (USER / script).exists():
+    for folder, key, prefix in ((CASES, "cases", "case"), (USER, "scripts", "user")):
+        tj = folder / "truth.json"
+        if not tj.exists():
+            continue
+        for t in json.loads(tj.read_text()).get(key, []):
+            script = t.get("file")
+            if not script or not (folder / script).exists():
                 continue
-            t = dict(t)
-            tr = t.get("train") or t
-            truth = {"peak": tr.get("peak"), "params": tr.get("params"), "eval_peak": (t.get("eval") or {}).get("peak")
-                     if isinstance(t.get("eval"), dict) else t.get("eval_peak"),
-                     "fwd_flops_per_call": tr.get("fwd_flops_per_call"), "input": tr.get("input")}
-            out.append((f"user {script[:-3]}", USER / script, list(t.get("args") or []), dict(t.get("spec") or {}),
-                        (), truth if truth["peak"] else None))
+            inp = t.get("measured_input_of_first_call")
+            truth = {"peak": t["train_peak_bytes"], "eval_peak": t.get("eval_peak_bytes"), "params": t.get("params"),
+                     "fwd_flops_per_call": t.get("hook_forward_flops_per_call"), "input": inp}
+            task = {"batch_size_per_gpu": t["spec_batch_size"]} if t.get("spec_batch_size") else {}
+            out.append((f"{prefix} {script[:-3]}", folder / script, list(t.get("args") or []), task, (), truth))
     return out
 
 

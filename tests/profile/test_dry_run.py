@@ -22,10 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------- fast: reading
-def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddle/x.py", reduced=False, **kw):
-    frames = [{"file": "/u/train.py", "line": 12, "func": "main"}, {"file": last, "line": 1, "func": "f"}]
+def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddle/x.py", reduced=False, code="",
+         **kw):
+    frames = [{"file": "/u/train.py", "line": 12, "func": "main"}, {"file": last, "line": 1, "func": "f", "code": code}]
+    if last == "/u/train.py":
+        frames = frames[1:]
     return dict({"type": etype, "message": msg, "frames": frames, "last_frame": frames[-1],
-                 "user_frame": frames[0] if user else None, "batch_reduced": reduced}, **kw)
+                 "user_frame": ([f for f in frames if f["file"] == "/u/train.py"] or [None])[-1] if user else None,
+                 "batch_reduced": reduced}, **kw)
 
 
 @pytest.mark.parametrize("err,outcome,word", [
@@ -39,6 +43,8 @@ def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddl
     (_err("ValueError", "(InvalidArgument) shape mismatch", reduced=True), "tool-failure", "reduced"),
     (_err("TypeError", "bad", last="/x/plugins/autodl/profile/_dryrun_child.py"), "tool-failure", "hooks"),
     (_err("ValueError", "boom", user=False), "tool-failure", "outside"),
+    (_err("RuntimeError", "hostile: nothing", last="/u/train.py", code="raise RuntimeError('hostile: ' + x)"),
+     "cannot-run", "itself"),
 ])
 def test_what_the_script_raised_is_classified(err, outcome, word):
     """Only Paddle/Python raising on the user's own code with the user's own inputs is the user's error
@@ -106,8 +112,8 @@ def test_no_isolation_means_the_script_is_not_run(monkeypatch):
     monkeypatch.setattr(prof, "isolation", lambda: "none")
     p = profile_script(FIX / "simple_cnn.py", probe=True)
     assert p.method == "static" and p.dry_run_seconds is None and p.probe_seconds is None
-    (w,) = [f for f in p.findings if f.code == "no-isolation"]
-    assert w.severity == "warning" and "not run" in w.message
+    (w,) = [f for f in p.findings if f.code == "probe-unavailable"]
+    assert w.severity == "warning" and "not run" in w.message and "static" in w.message
 
 
 # --------------------------------------------------------------------------------------------- slow: Paddle

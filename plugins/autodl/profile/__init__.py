@@ -195,10 +195,11 @@ def profile_script(
     do_probe = paddle_available() if probe is None else probe
     do_dry = do_probe if dry_run is None else (dry_run and do_probe is not False)
     if (do_probe or do_dry) and isolation() == "none":
-        findings.append(Finding(severity="warning", code="no-isolation", message=(
-            "this host offers no sandbox isolation (autodl.sandbox.isolation() is 'none'), so the script was not run "
-            "(no dry run, no probe): the estimate is static. Run the profile where a network namespace or "
-            "bubblewrap is available.")))
+        from autodl.sandbox import unavailable_reason
+
+        findings.append(Finding(severity="warning", code="probe-unavailable", message=(
+            f"{path}: the script was not run (no dry run, no probe): no sandbox can be made on this host "
+            f"({unavailable_reason()}), and user code never runs unisolated. The estimate is static.")))
         reasons.append("the script was not run: no sandbox isolation on this host")
         do_probe = do_dry = False
     probe_seconds = None

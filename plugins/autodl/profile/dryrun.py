@@ -9,10 +9,12 @@ step (forward+backward, optimizer update) and of each evaluation call, the param
 dtypes, and the forward FLOPs of what ran. The batch is reduced when the real one is too large for the budget and
 the peak extrapolated: each phase is linear in the batch, so the step's peak (their maximum) is piecewise linear.
 
-Outcomes (:attr:`DryRun.outcome`): ``measured``; ``user-error`` (Paddle/Python raised on the user's own code with
-the user's own inputs: the only case that becomes an ``error`` finding); ``cannot-run`` (the script needs what the
-sandbox does not give: network, data elsewhere, a GPU, arguments, a package); ``no-steps`` (the script ended
-without an optimizer step); ``timeout``; ``tool-failure`` (autodl's hooks or its reduced batch broke the run).
+Outcomes (:attr:`DryRun.outcome`): ``measured``; ``user-error`` (Paddle or the interpreter raised on the user's own
+code with the user's own inputs: the only case that becomes an ``error`` finding); ``cannot-run`` (the script
+needs what the sandbox does not give: network, data elsewhere, a GPU, arguments, a package -- or it stopped itself
+with its own ``raise``/``assert``, which is often such a check); ``no-steps`` (the script ended without an
+optimizer step); ``timeout``; ``tool-failure`` (autodl's hooks or its reduced batch broke the run);
+``no-isolation`` (no sandbox can be made here: nothing ran).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autodl.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_sandboxed
 from autodl.types import Finding, PhasePeak
 
 CHILD = Path(__file__).with_name("_dryrun_child.py")
@@ -185,17 +187,19 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         work = Path(tmp) / "work"
         work.mkdir()
         _mirror(script.parent, work)
-        cfg = dict(cfg, result=str(Path(tmp) / "result.json"))
+        out = work / ".autodl-dryrun"
+        out.mkdir()
+        cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
         result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env),
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory),
-                               read_only_paths=[script.parent, CHILD, cfg_path])
+                               read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path])
         try:
-            raw = json.loads((Path(tmp) / "result.json").read_text())
+            raw = json.loads((out / "result.json").read_text())
         except (OSError, ValueError):
             raw = {}
-        ev_path = Path(tmp) / "alloc_events.json"
+        ev_path = out / "alloc_events.json"
         if ev_path.exists():
             from autodl.profile.allocator import replay_auto_growth
             try:
@@ -250,7 +254,11 @@ def run_dry_run(
            "mem_budget_bytes": DRY_RUN_TENSOR_BUDGET_BYTES, "eval_expected": eval_expected,
            "native_batches": natives, "reduce": True,
            "record_allocations": os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1"}
-    raw, res = _run_child(script, cfg, timeout=timeout, memory=memory, batch_env=batch if batch_from_spec else None)
+    try:
+        raw, res = _run_child(script, cfg, timeout=timeout, memory=memory,
+                              batch_env=batch if batch_from_spec else None)
+    except SandboxUnavailable as exc:  # user code never runs unisolated
+        return DryRun(outcome="no-isolation", reason=str(exc), seconds=round(time.monotonic() - t0, 3))
     dr = summarize(raw, res, target_batch=target, timeout=timeout)
     if dr.outcome == "tool-failure" and raw.get("error", {}) and raw["error"].get("batch_reduced") \
             and not dr.raw.get("steps") and time.monotonic() - t0 < timeout * 0.5:
@@ -282,6 +290,11 @@ def classify(err: dict, script: str | None = None) -> tuple[str, str]:
     for pat, why in ENV_PATTERNS:
         if pat.search(msg) or pat.search(etype):
             return "cannot-run", f"{why} ({etype}: {_short(msg)})"
+    code = (last.get("code") or "").strip()
+    if err.get("user_frame") and last == err.get("user_frame") and (code.startswith(("raise", "assert"))
+                                                                   or etype == "AssertionError"):
+        # the script stopped itself: often a check of where it runs (a GPU, a file, a variable), not a bug
+        return "cannot-run", f"the script raised {etype} itself at line {last.get('line')} ({_short(msg)})"
     if err.get("batch_reduced"):
         return "tool-failure", f"the script failed at the batch the dry run reduced it to ({etype}: {_short(msg)})"
     if err.get("user_frame"):
@@ -447,7 +460,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         pts: dict[int, int] = {}
         start: dict[int, int] = {}
         for e in group:
-            pts[e["batch"]] = max(pts.get(e["batch"], 0), e["peak"])
+            pts[e["batch"]] = max(pts.get(e["batch"], 0), e.get("steady_peak") or e["peak"])
             start[e["batch"]] = min(start.get(e["batch"], 1 << 62), e["start_bytes"])
         natives = [e.get("native_batch") for e in group if e.get("native_batch")]
         eb = max(natives) if natives else max(pts)
