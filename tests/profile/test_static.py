@@ -268,3 +268,12 @@ def test_advice_suggests_amp_when_it_would_fit(catalog):
     lines = advice(p, [t4], 0.85)
     assert any("AMP O2" in l for l in lines) or any("recompute" in l for l in lines)
     assert any(str(p.max_batch_size(t4.memory_bytes, 0.85)) in l for l in lines)
+
+
+def test_calls_that_act_outside_the_process_are_listed():
+    """Static analysis says what the script does outside its process (here os.system at import), because the dry
+    run executes the script: in the sandbox such calls fail or do nothing, in the real run they happen."""
+    p = prof("hostile.py")
+    (f,) = [f for f in p.findings if f.code == "side-effects"]
+    assert f.severity == "info" and f.line == 8 and "os.system" in f.message
+    assert not [f for f in prof("simple_cnn.py").findings if f.code == "side-effects"]

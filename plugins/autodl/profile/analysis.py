@@ -113,6 +113,16 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+_OUTSIDE = ("os.system", "os.popen", "os.remove", "os.unlink", "os.rmdir", "os.kill", "os.fork", "os.exec",
+            "subprocess.", "socket.", "shutil.rmtree", "shutil.move", "requests.", "urllib.request.",
+            "paddle.utils.download.", "wget.", "http.client.")
+"""Calls that reach outside the script's process (processes, network, deleting files, downloads)."""
+
+
+def _outside(path: str) -> bool:
+    return bool(path) and path.startswith(_OUTSIDE)
+
+
 def function_env(interp: Interp, func: ast.FunctionDef | None, upto: int, cache: dict) -> dict:
     """Locals of ``func`` from its straight-line assignments before line ``upto`` (best effort)."""
     if func is None:
@@ -187,6 +197,7 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             return Opaque("value")
 
     model_sites: list[ModelSite] = []
+    side_effects: list[tuple[int, str]] = []
     batch_candidates: list[int] = []
     shape_candidates: list[tuple[list[int], str, int]] = []
     for node, func, in_layer, path in sc.calls:
@@ -254,6 +265,8 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                         message=f"line {line}: {last}({idx}) hard-codes a device index; autodl pins the run's devices "
                                 "with CUDA_VISIBLE_DEVICES so they appear as 0..n-1; use "
                                 "paddle.distributed.ParallelEnv().dev_id or set_device('gpu')."))
+        elif _outside(path):
+            side_effects.append((line, path))
         elif last in ("cross_entropy", "CrossEntropyLoss", "softmax_with_cross_entropy"):
             facts.uses_cross_entropy = True
         elif last in DATASET_SHAPES and "vision" in path:
@@ -360,6 +373,12 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                     message=f"{interp.budget.exceeded}; the estimate falls back to what it knows without the model "
                             "(cold start) unless the probe measures it. Set task.input_shape and batch_size_per_gpu "
                             "in the spec, or simplify the model's __init__ (no long loops or deep recursion)."))
+    if side_effects:
+        where = ", ".join(f"line {ln}: {p}" for ln, p in side_effects[:6])
+        add(Finding(severity="info", code="side-effects", line=side_effects[0][0], message=(
+            f"the script acts outside its process ({where}{', ...' if len(side_effects) > 6 else ''}): the "
+            "profile's dry run runs it in the sandbox only (no network, read-only files outside its working "
+            "directory), so such calls fail or do nothing there; the real run will do them.")))
     if facts.recompute:
         add(Finding(severity="info", code="recompute", message="recompute is used: activations of recomputed "
                     "segments are not kept; the activation estimate is an upper bound."))
