@@ -6,7 +6,9 @@ Runs the real script (its own ``__main__``, model, optimizer and training loop) 
 
 * ``Optimizer.clear_grad``/``Layer.clear_gradients`` after an optimizer update: the first one ends the warm-up
   step -> ``gc.collect()``, ``core.host_memory_stat_reset_peak_value("Allocated", 0)``; the second one ends the
-  measured step -> ``core.host_memory_stat_peak_value("Allocated", 0)`` is the training step's truth (bytes);
+  measured step -> ``core.host_memory_stat_peak_value("Allocated", 0)`` is the training step's truth (bytes).
+  With N optimizers built before training starts (a GAN's two), a step is N such updates: the peak is read
+  over updates N+1..2N (every optimizer's, after each has warmed up);
 * ``--eval``: the script goes on until its first evaluation call (a top-level forward, under ``no_grad`` or in
   ``eval()`` mode, of a model the optimizer trains) has ended; its peak (reset at its entry, read when the script
   next calls a model or ends) is the evaluation pass's truth;
@@ -44,7 +46,7 @@ FL = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(FL)
 FL.install(paddle)
 
-state = {"models": [], "ids": set(), "steps": 0, "clears": 0, "fwd_calls": 0, "batch": None, "input": None,
+state = {"n_opt": 0, "models": [], "ids": set(), "steps": 0, "clears": 0, "fwd_calls": 0, "batch": None, "input": None,
          "t0": time.time(), "train": None, "eval": None, "eval_open": None, "opts": []}
 
 
@@ -132,12 +134,13 @@ def on_clear():
         return
     state["clears"] += 1
     state["steps"] = 0
-    if state["clears"] == 1:
+    n = max(1, state["n_opt"])  # with several optimizers (a GAN) a step is one update of each
+    if state["clears"] == n:
         gc.collect()
         core.host_memory_stat_reset_peak_value("Allocated", 0)
         FL.state["flops"], FL.state["on"] = 0.0, True
         state["t_step"] = time.time()
-    elif state["clears"] == 2:
+    elif state["clears"] == 2 * n:
         peak = int(core.host_memory_stat_peak_value("Allocated", 0))
         FL.state["on"] = False
         params, trainable = _params()
@@ -169,6 +172,17 @@ def wrap_clear(orig):
         return r
     return clear
 
+
+_orig_opt_init = paddle.optimizer.Optimizer.__init__
+
+
+def _opt_init(self, *a, **k):
+    _orig_opt_init(self, *a, **k)
+    if state["clears"] == 0:
+        state["n_opt"] += 1
+
+
+paddle.optimizer.Optimizer.__init__ = _opt_init
 
 for _n in dir(paddle.optimizer):
     _c = getattr(paddle.optimizer, _n)

@@ -152,10 +152,10 @@ class Ctl:
         lo = max(1, min(top, self.lo or top))
         return max(1, lo // 2), lo
 
-    def counts(self):
+    def counts(self, steady=False):
         c = {}
         for s in R["steps"]:
-            if s.get("measured"):
+            if s.get("measured") and (s.get("steady") or not steady):
                 c[s["batch"]] = c.get(s["batch"], 0) + 1
         return c
 
@@ -187,7 +187,7 @@ class Ctl:
         top = self.target or self.native
         if not self.reduce or not top or self.plan is None:
             return orig
-        hi = max([self.lo or 1, *self.plan])
+        hi = max([self.sizes(top)[1], *self.plan])
         return max(1, min(orig, int(round(orig * min(1.0, hi / top)))))
 
     def measured_sizes(self):
@@ -230,11 +230,11 @@ class Ctl:
         if self.plan is None:
             return
         need = sorted({m, lo, *self.plan})
-        last = max(need)
-        done = all(c.get(s) for s in need)
-        # a second step at the largest batch when time allows: in the first one the previous step's outputs
-        # (still referenced by the script) were of a smaller batch
-        if done and (c.get(last, 0) >= 2 or elapsed + rec["seconds"] > self.budget_s):
+        steady = self.counts(steady=True)
+        # each size measured in a steady step (after a step of the same size: what the script keeps of the
+        # previous step is then of this size); a first step at a size is enough when time is short
+        if all(steady.get(s) for s in need) or (all(c.get(s) for s in need)
+                                                  and elapsed + rec["seconds"] > self.budget_s):
             self.mark_done()
             return
         if elapsed > self.budget_s and c:
@@ -406,15 +406,26 @@ def _end_step():
                "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
                "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],
                "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
+        # steady: the step before had the same batch, so what the script keeps of it (its logits, loss, batch)
+        # during this step is of this batch, as in a real run
+        prev = R["steps"][-1]["batch"] if R["steps"] else None
+        rec["steady"] = prev == rec["batch"]
+        rec["queue_at_start"] = _queue_bytes(w, 0)
         R["steps"].append(rec)
         if St.ends == 2:
             _record_stop()
-        save()
         if rec["measured"]:
             CTL.after_step(rec)
     St.window = None
     _counting(None)
     _start_window()
+    if w is not None and R["steps"] and R["steps"][-1]["index"] == St.ends:
+        # what the script keeps of this step into the next (after gc), against what it kept of the previous one:
+        # for a step that followed another batch size, its steady-state peak adds the difference
+        last = R["steps"][-1]
+        kept_delta = St.window["start_bytes"] - last["start_bytes"] - (_queue_bytes(w, 1) - last["queue_at_start"])
+        last["kept_adjust"] = 0 if last["steady"] else max(0, int(kept_delta))
+    save()
 
 
 def _key(sig):
@@ -427,6 +438,14 @@ def save_eval_partial(c):
                          "inputs": c["inputs"], "fwd_flops": c.get("flops", 0.0), "grad": c["grad"],
                          "native_batch": c["native_batch"], "training_mode": c["training_mode"]}
     save()
+
+
+def _queue_bytes(w, shift):
+    """Bytes of the batches a single-process loader holds at the start of the window at ``pos + shift``."""
+    L, pos = w.get("loader"), w.get("pos")
+    if L is None or pos is None or not getattr(L, "_autodl_depth", 0) or not getattr(L, "_autodl_sample_bytes", 0):
+        return 0
+    return sum((CTL.intended.get(pos + shift + j) or 0) * L._autodl_sample_bytes for j in range(L._autodl_depth))
 
 
 def _prefetch_correction(w):
@@ -527,8 +546,8 @@ def _layer_call(self, *a, **k):
             St.models.append(self)
             _attach_flops(self)
         training = self.training and _grad_enabled()
-        if not training and St.window is not None and St.window["fwd_calls"] and not _trained(self):
-            training = True  # a frozen model (teacher, feature extractor) inside a training step
+        if not training and St.opt_param_ids and not _trained(self):
+            training = True  # a frozen model (teacher, feature extractor) the optimizers do not train: in the step
         sig = _sig((a, k), [], first=R["inputs"] is None and training)
         if training:
             if St.eval_call is not None:
@@ -552,14 +571,15 @@ def _layer_call(self, *a, **k):
                     St.call_args = (self, _structure(a), _structure(k))
                     _count_params()
                     save()
-            w["fwd_calls"] += 1
+            if _trained(self):  # a frozen helper's forward adds FLOPs to the step, not a forward call
+                w["fwd_calls"] += 1
             _counting("train")
         else:
             if St.window is not None and St.window["fwd_bwd"] is None and St.steps_seen:
                 St.window["tainted"] = True
             _close_eval()
             _mark_eval_loader()
-            if not R["eval_seen"]:
+            if not R["eval_seen"] and St.opt_param_ids:
                 R["eval_seen"] = True
                 R["seconds"]["eval_start"] = round(time.monotonic() - T0, 3)
             if R["train_done"] and (len(R["evals"]) >= int(CFG.get("max_eval_calls") or 4) or
@@ -601,8 +621,11 @@ paddle.nn.Layer.__call__ = _layer_call
 
 def _on_step_enter(opt):
     if opt not in St.optimizers:
+        # an optimizer's first update creates its state (moments): that step is a warm-up, not measured
         St.optimizers.append(opt)
         St.opt_param_ids.update(id(p) for p in _opt_params(opt))
+        if St.window is not None:
+            St.window["warmup"] = True
     L = St.last_loader
     if L is not None and getattr(L, "_autodl_role", None) is None and CTL.train_loader is None:
         L._autodl_role = "train"

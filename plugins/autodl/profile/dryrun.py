@@ -246,8 +246,9 @@ def run_dry_run(
     budget = float(budget_s or os.environ.get("AUTODL_DRYRUN_BUDGET_S") or min(DRY_RUN_BUDGET_S, timeout * 0.5))
     memory = int(os.environ.get("AUTODL_PROBE_MEMORY_BYTES") or DRY_RUN_ADDRESS_SPACE_BYTES)
     target = batch
-    lo = first_batch(target, hints.get("act_bytes_per_sample"), hints.get("forward_flops_per_sample"),
-                     hints.get("params")) if target else None
+    plan_batch = batch or script_batch  # the script's own batch (static reading) sizes the first steps too
+    lo = first_batch(plan_batch, hints.get("act_bytes_per_sample"), hints.get("forward_flops_per_sample"),
+                     hints.get("params")) if plan_batch else None
     natives = sorted({b for b in (batch, script_batch) if isinstance(b, int) and b > 1})
     cfg = {"script": str(script.resolve()), "argv": list(argv or []), "user_dirs": [str(script.resolve().parent)],
            "target_batch": target if batch_from_spec else None, "lo": lo, "budget_s": budget,
@@ -343,6 +344,18 @@ def _line(points: dict[int, int], b: int) -> tuple[int, float | None, bool]:
     return int(points[x2] + (b - x2) * slope), slope, True
 
 
+def script_native(raw: dict) -> int | None:
+    """The batch the script itself trains with, as the dry run saw it: its training DataLoader's batch size, or
+    the first dimension of the tensors it created before the dry run reduced them."""
+    plan = raw.get("plan") or {}
+    if plan.get("native"):
+        return int(plan["native"])
+    created = [c[0] for c in raw.get("created_batches") or []]
+    if created:
+        return max(created)
+    return None
+
+
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
     """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
     seconds = res.seconds if res is not None else 0.0
@@ -393,22 +406,33 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     main_key = max(groups, key=lambda k: (len({s["batch"] for s in groups[k]}), len(groups[k])))
     main = groups[main_key]
     b_seen = max(s["batch"] for s in main)
-    target = target_batch or max(s["batch"] for s in main)
+    target = target_batch or script_native(raw) or b_seen
     dr.batch = target
     replay = raw.get("replay") or []
     replay_slope = None
     if len(replay) >= 2 and replay[-1][0] != replay[0][0]:
         replay_slope = max(0.0, (replay[-1][1] - replay[0][1]) / (replay[-1][0] - replay[0][0]))
 
+    v_fb_at: dict[int, int] = {}
+    v_up_at: dict[int, int] = {}
+
     def phase_at(group: list[dict]) -> tuple[int, float | None, bool, str]:
         fb: dict[int, int] = {}
         up: dict[int, int] = {}
         start: dict[int, int] = {}
+        steady = {s["batch"] for s in group if s.get("steady")}
         for s in group:
             b = s["batch"]
-            fb[b] = max(fb.get(b, 0), s["fwd_bwd_peak"])
-            up[b] = max(up.get(b, 0), s["update_peak"])
+            if b in steady and not s.get("steady"):
+                continue  # a first step at this size, after another size: the steady one stands
+            adj = 0 if s.get("steady") else int(s.get("kept_adjust") or 0)
+            fb[b] = max(fb.get(b, 0), s["fwd_bwd_peak"] + adj)
+            up[b] = max(up.get(b, 0), s["update_peak"] + adj)
             start[b] = min(start.get(b, 1 << 62), s["start_bytes"])
+        v_fb_at.clear()
+        v_up_at.clear()
+        v_fb_at.update(fb)
+        v_up_at.update(up)
         v_fb, sl_fb, ex = _line(fb, target)
         v_up, sl_up, _ = _line(up, target)
         src = "measured"
@@ -436,7 +460,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     dr.forward_flops_per_sample = max(flops) if flops else None
     phases = [PhasePeak(
         name="train", batch_size=target, peak_bytes=peak, extrapolated=extrapolated,
-        measured=sorted({(s["batch"], max(x["peak"] for x in main if x["batch"] == s["batch"])) for s in main}),
+        measured=sorted({(b, max(v_fb_at[b], v_up_at[b])) for b in v_fb_at}),
         input_shapes=[d["shape"][1:] for d in main[0].get("inputs") or [] if d.get("shape")],
         input_dtypes=[d["dtype"] for d in main[0].get("inputs") or [] if d.get("shape")],
         forward_flops_per_sample=dr.forward_flops_per_sample, slope_bytes_per_sample=dr.act_bytes_per_sample)]
