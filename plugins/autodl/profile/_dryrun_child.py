@@ -197,7 +197,7 @@ class Ctl:
         """Called after each measured step: decide the plan, or that training is measured."""
         elapsed = time.monotonic() - T0
         b = rec["batch"] or 1
-        top = self.target or self.native or b
+        top = self.target or self.native or (max(NATIVE_BATCHES) if NATIVE_BATCHES and R["created_batches"] else b)
         m, lo = self.sizes(top)
         c = self.counts()
         want = self.intended.get(rec["index"] - 1)
