@@ -234,11 +234,11 @@ class Ctl:
         # each size measured in a steady step (after a step of the same size: what the script keeps of the
         # previous step is then of this size); a first step at a size is enough when time is short
         if all(steady.get(s) for s in need) or (all(c.get(s) for s in need)
-                                                  and elapsed + rec["seconds"] > self.budget_s):
+                                                  and elapsed + rec["seconds"] > 1.5 * self.budget_s):
             self.mark_done()
             return
-        if elapsed > self.budget_s and c:
-            note(f"time budget of {self.budget_s:.0f} s reached after measuring batch sizes {sorted(c)}")
+        if elapsed > 1.5 * self.budget_s and c:
+            note(f"time budget of {self.budget_s:.0f} s (+50%) reached after measuring batch sizes {sorted(c)}")
             self.mark_done()
 
     def mark_done(self):
