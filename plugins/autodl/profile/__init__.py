@@ -313,12 +313,19 @@ def profile_script(
         fixed = max(0, measured_peak - (w + g + o) - act_total)
     else:
         act_total = int(act_per_sample or 0) * batch
-    if facts.recompute:
+    if facts.recompute and measured_peak is None:  # a dry run ran the recompute itself
         act_total = int(act_total * E.RECOMPUTE_FACTOR)
         act_per_sample = int((act_per_sample or 0) * E.RECOMPUTE_FACTOR)
     bd, terms, tensor_peak = E.breakdown(params or 0, trainable or 0, optimizer, amp, act_total, fixed, st.has_conv)
-    if measured_peak is not None and not amp and not facts.recompute:
+    if measured_peak is not None:
+        # tensor_peak_bytes is what a CPU allocator measures: the dry run's own reading. Under AMP (a GPU feature:
+        # on CPU the script ran in fp32) the device breakdown above scales the activations instead.
         tensor_peak = measured_peak
+        if amp:
+            findings.append(Finding(severity="info", code="amp-on-cpu", message=(
+                f"the script uses AMP ({amp}); the dry run ran on CPU in fp32, so tensor_peak_bytes is the fp32 "
+                f"peak, and the device estimate scales activations by {E.AMP_ACTIVATION_FACTOR[amp]} (an assumption "
+                "until run records calibrate it).")))
     per_sample_scaled = int((act_per_sample or 0) * E.AMP_ACTIVATION_FACTOR.get(amp, 1.0))
     prof = ResourceProfile(
         script=str(path.resolve()),

@@ -200,7 +200,7 @@ class Ctl:
         top = self.target or self.native or (max(NATIVE_BATCHES) if NATIVE_BATCHES and R["created_batches"] else b)
         m, lo = self.sizes(top)
         c = self.counts()
-        want = self.intended.get(rec["index"] - 1)
+        want = self.intended.get(rec.get("pos"))
         if self.reduce and want is not None and want != b:
             self.mismatch += 1
         if self.mismatch >= 2:
@@ -233,7 +233,8 @@ class Ctl:
         steady = self.counts(steady=True)
         # each size measured in a steady step (after a step of the same size: what the script keeps of the
         # previous step is then of this size); a first step at a size is enough when time is short
-        if all(steady.get(s) for s in need) or (all(c.get(s) for s in need)
+        n_opt = max(1, len(St.optimizers))  # a GAN's step is one window per optimizer: each needs a steady one
+        if all(steady.get(s, 0) >= n_opt for s in need) or (all(c.get(s) for s in need)
                                                   and elapsed + rec["seconds"] > 1.5 * self.budget_s):
             self.mark_done()
             return
@@ -381,12 +382,19 @@ def _record_stop():
         R["alloc_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
 
+def _position():
+    """The schedule position of the current training step for tensors the script creates: one per optimizer
+    update, or per round of updates when several optimizers take turns (a GAN)."""
+    return St.ends // max(1, len(St.optimizers))
+
+
 def _start_window():
     gc.collect()
     _record_start()
     _reset()
     St.window = {"t0": time.monotonic(), "start_bytes": _current(), "fwd_bwd": None, "batch": None,
-                 "inputs": None, "flops": 0.0, "fwd_calls": 0, "tainted": False, "warmup": St.ends == 0}
+                 "inputs": None, "flops": 0.0, "fwd_calls": 0, "tainted": False, "warmup": St.ends == 0,
+                 "cpos": _position()}
     FL.state["flops"] = 0.0
     _counting("train")
 
@@ -410,6 +418,7 @@ def _end_step():
         # during this step is of this batch, as in a real run
         prev = R["steps"][-1]["batch"] if R["steps"] else None
         rec["steady"] = prev == rec["batch"]
+        rec["pos"] = w["pos"] if w.get("pos") is not None else w.get("cpos")
         rec["queue_at_start"] = _queue_bytes(w, 0)
         R["steps"].append(rec)
         if St.ends == 2:
@@ -893,7 +902,7 @@ def _creation_batch():
     """The batch a tensor created by the script with the run's batch as first dimension should get now."""
     if not NATIVE_BATCHES or not CTL.reduce:
         return None
-    return CTL.at(St.ends, max(NATIVE_BATCHES))
+    return CTL.at(_position(), max(NATIVE_BATCHES))
 
 
 def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
@@ -908,7 +917,7 @@ def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
             if isinstance(shp, (list, tuple)) and shp and isinstance(shp[0], int) and shp[0] in NATIVE_BATCHES \
                     and b < shp[0]:
                 new = [b, *shp[1:]]
-                CTL.intended[St.ends] = b
+                CTL.intended[_position()] = b
                 if len(R["created_batches"]) < 50:
                     R["created_batches"].append([shp[0], b])
                 R["reduced"] = True

@@ -137,19 +137,22 @@ class DryRun:
 # ----------------------------------------------------------------------------------------------- planning
 def first_batch(batch: int, act_per_sample: int | None, fwd_flops_per_sample: float | None,
                 params: int | None) -> int:
-    """The batch the dry run starts at: the run's own when the static hints say a step is cheap, else small.
-
-    Running at the real batch gives the peak without extrapolation (the slope then comes from a short replay);
-    starting small lets the child choose the large batch from a measurement.
+    """``lo`` of the dry run's schedule (``lo // 2`` twice, ``lo`` twice, then the largest affordable batch twice):
+    the run's own batch when the static hints say a step is cheap (no extrapolation at all), else small enough
+    for a step within the probe's budgets (:data:`autodl.profile.probe.PROBE_STEP_FLOPS`,
+    :data:`~autodl.profile.probe.PROBE_ACTIVATION_BYTES`), so that the child chooses the large batch from a
+    measurement. Without hints: the run's own up to 8 (models under 20M parameters), else 4.
     """
+    from autodl.profile.probe import PROBE_ACTIVATION_BYTES, PROBE_STEP_FLOPS
+
     if batch <= 2:
         return batch
     if fwd_flops_per_sample and act_per_sample is not None:
         if 3 * fwd_flops_per_sample * batch <= NATIVE_STEP_FLOPS and act_per_sample * batch <= NATIVE_STEP_ACT_BYTES:
             return batch
-        cap = int(5e10 // (3 * fwd_flops_per_sample)) if fwd_flops_per_sample else batch
+        cap = int(PROBE_STEP_FLOPS // (3 * fwd_flops_per_sample))
         if act_per_sample:
-            cap = min(cap, int((1 << 30) // act_per_sample))
+            cap = min(cap, int(PROBE_ACTIVATION_BYTES // 2 // act_per_sample))
         return max(1, min(batch // 2, cap))
     if batch <= 8 and (params or 0) < 20_000_000:
         return batch
