@@ -935,6 +935,25 @@ _patch_creation(paddle, "randint", 2)
 _patch_creation(paddle, "full", 0)
 _patch_creation(paddle, "uniform", 0)
 _patch_creation(paddle, "normal", 2)
+_orig_to_tensor = paddle.to_tensor
+
+
+def _to_tensor(data, *a, **k):
+    """``paddle.to_tensor(array)`` of an array the script made with the run's batch as first dimension: the rows
+    the schedule's batch needs (the same data, fewer samples)."""
+    b = _creation_batch() if _user_frame(2) else None
+    shape = getattr(data, "shape", None)
+    if b is not None and shape is not None and len(shape) >= 1 and int(shape[0]) in NATIVE_BATCHES \
+            and b < int(shape[0]):
+        CTL.intended[_position()] = b
+        if len(R["created_batches"]) < 50:
+            R["created_batches"].append([int(shape[0]), b])
+        R["reduced"] = True
+        data = data[:b]
+    return _orig_to_tensor(data, *a, **k)
+
+
+paddle.to_tensor = _to_tensor
 
 
 # ---------------------------------------------------------------------------------------- CPU, one process

@@ -531,6 +531,14 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
                 f"after the measured training steps the dry run stopped because {why}; what ran before is used.")))
     for n in raw.get("notes") or []:
         dr.findings.append(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}."))
+    rep = raw.get("alloc_replay")
+    if rep and rep.get("peak_allocated"):
+        dr.findings.append(Finding(severity="info", code="allocator-replay", message=(
+            f"the first measured step's {rep['events']} allocation events, replayed through a model of Paddle's GPU "
+            f"auto_growth allocator (256-byte alignment, best fit, chunks kept), reserve "
+            f"{rep['peak_reserved'] / 2**20:,.1f} MiB for an allocated peak of {rep['peak_allocated'] / 2**20:,.1f} MiB "
+            f"(x{rep['peak_reserved'] / rep['peak_allocated']:.3f}); not yet checked against a GPU, so not in the "
+            "estimate.")))
     return dr
 
 
