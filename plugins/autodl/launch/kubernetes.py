@@ -100,13 +100,14 @@ def product_label_value(model_name: str, catalog: Catalog) -> str | None:
 
 
 def _uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
-    uid, _, gid = user.partition(":")
-    if not uid.isdigit() or (gid and not gid.isdigit()):
+    from autodl.spec import parse_container_user
+
+    try:
+        return parse_container_user(user)  # the same check as the spec's: never uid 0, however it is spelt
+    except ValueError as exc:
         raise LaunchError(
-            f"run {run_key}: launcher.user {user!r} must be numeric uid[:gid] for Kubernetes "
-            "(securityContext.runAsUser takes numbers); write e.g. '1000:1000'."
-        )
-    return int(uid), int(gid) if gid else None
+            f"run {run_key}: launcher.user: {exc}; Kubernetes' securityContext.runAsUser takes a numeric uid."
+        ) from None
 
 
 def pod_resource_total(pod: dict[str, Any], resource: str) -> int:

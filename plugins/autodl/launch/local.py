@@ -143,7 +143,10 @@ class LocalLauncher:
             proc = psutil.Process(handle.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            return any(handle.exit_path and handle.exit_path in part for part in proc.cmdline())
+            cmdline = proc.cmdline()
+            if not cmdline:  # read while the process execs: not known dead, so alive (kernel threads: ppid 2)
+                return bool(handle.exit_path) and proc.ppid() != 2
+            return any(handle.exit_path and handle.exit_path in part for part in cmdline)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return False
 
