@@ -445,35 +445,40 @@ def read_yaml(path: str | Path, error: type[Exception], missing: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- scripts
-def compile_script(source: str, error: type[Exception], shown: str) -> ast.Module:
-    """Parse and compile ``source`` as Python would, returning its syntax tree.
+def compile_script(source: str, error: type[Exception], shown: str) -> ast.Module | None:
+    """Compile ``source`` as Python would, then parse it into the syntax tree the static analysis reads.
 
     ``compile`` runs the checks ``ast.parse`` skips (``return``/``yield`` outside a function, duplicate
     argument names, bad ``nonlocal``/``global``, ``break`` outside a loop), so a script autodl accepts
     is one Python would run.
 
+    :returns: the tree, or ``None`` when Python compiles the script but its syntax tree is nested too deeply to
+        build as Python objects (the tool's limit, not the script's fault: the caller says so in a warning).
     :raises error: ``"<script>:<line>: syntax error: ..."``; also for expressions nested or chained too
-        deeply for the parser (which Python itself refuses with RecursionError/MemoryError).
+        deeply for Python's own compiler (``python script.py`` fails the same way).
     """
     try:
-        tree = ast.parse(source, filename=shown)
-        compile(tree, shown, "exec", dont_inherit=True)
+        compile(source, shown, "exec", dont_inherit=True)
     except SyntaxError as exc:
         near = f" near {short(exc.text.strip(), 60)}" if exc.text and exc.text.strip() else ""
         raise error(f"{shown}:{exc.lineno or '?'}: syntax error: {clip(exc.msg)}{near}; fix the "
                     "script (`python -m py_compile` shows the same) and try again.") from None
     except (RecursionError, MemoryError):
-        raise error(f"{shown}: an expression is nested or chained too deeply for Python's parser (it cannot compile "
-                    "either); split it into several statements.") from None
+        raise error(f"{shown}: an expression is nested or chained too deeply for Python to compile (`python "
+                    "-m py_compile` fails the same way); split it into several statements.") from None
     except ValueError as exc:  # e.g. a NUL byte in the source (3.11 raises ValueError, not SyntaxError)
         raise error(f"{shown}: not a valid Python source file ({short(str(exc), 80)}).") from None
-    return tree
+    try:
+        return ast.parse(source, filename=shown)
+    except (RecursionError, MemoryError):
+        return None
 
 
-def read_script(path: str | Path, error: type[Exception], what: str = "training script") -> tuple[Path, str, ast.Module]:
+def read_script(path: str | Path, error: type[Exception],
+                what: str = "training script") -> tuple[Path, str, ast.Module | None]:
     """Read a Python script (bounded, UTF-8) and compile it as Python would.
 
-    :returns: ``(resolved path, source, syntax tree)``.
+    :returns: ``(resolved path, source, syntax tree or None)``; see :func:`compile_script`.
     :raises error: see :func:`read_text` and :func:`compile_script`.
     """
     resolved, source = read_text(path, error, what, max_bytes=MAX_SCRIPT_BYTES,

@@ -46,8 +46,9 @@ _SCHEMELESS = re.compile(
 )
 _ASSIGN = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<value>[^\s'\",;]+))")
 
-MIN_KNOWN_SECRET = 4
-"""Known secret values shorter than this are not searched for in text (a password ``1`` would mask every 1)."""
+MIN_KNOWN_SECRET = 8
+"""Known secret values shorter than this are not searched for in free text: a short password (``autodl``) is a
+common word there; URLs and ``NAME=value`` still hide it by position."""
 
 
 def is_secret_name(name: str) -> bool:
@@ -172,10 +173,11 @@ def redact_obj(obj: Any, _depth: int = 0) -> Any:
         return obj
     if isinstance(obj, Mapping):
         out = {}
+        secret_entry = isinstance(obj.get("name"), str) and is_secret_name(obj["name"]) and "value" in obj
         for key, value in obj.items():
             if key in ("env", "environment") and isinstance(value, Mapping):
                 out[key] = redact_env(value)
-            elif isinstance(key, str) and is_secret_name(key) and isinstance(value, str) and value:
+            elif secret_entry and key == "value" and value:  # a Kubernetes EnvVar {name, value}
                 out[key] = MASK
             else:
                 out[key] = redact_obj(value, _depth + 1)

@@ -200,20 +200,18 @@ def _normpath(path: str) -> str:
     return "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else posixpath.normpath(path)
 
 
-def _engine_sockets() -> set[str]:
-    sockets = set(ENGINE_SOCKETS)
+def _engine_sockets() -> list[str]:
+    sockets = list(ENGINE_SOCKETS)
     host = os.environ.get("DOCKER_HOST", "")
     if host.startswith("unix://"):
-        sockets.add(host[len("unix://"):])
+        sockets.insert(0, host[len("unix://"):])
     if os.environ.get("XDG_RUNTIME_DIR"):
-        sockets.add(os.path.join(os.environ["XDG_RUNTIME_DIR"], "docker.sock"))
-    resolved = set()
+        sockets.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "docker.sock"))
+    resolved: list[str] = []
     for sock in sockets:
-        resolved.add(_normpath(sock))
-        try:
-            resolved.add(os.path.realpath(sock))
-        except (OSError, ValueError):
-            pass
+        for name in (_normpath(sock), os.path.realpath(sock)):
+            if name not in resolved:
+                resolved.append(name)
     return resolved
 
 
@@ -411,7 +409,8 @@ def _format_errors(exc: ValidationError, where: str) -> str:
             lines.append(f"{where}: unknown key '{loc}'; remove it or check its spelling.")
         else:
             got = err.get("input")
-            lines.append(f"{where}: field '{loc}': {clip(err['msg'], 300)} (got {short(got, 60)}).")
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}).")
     if len(errors) > MAX_ERRORS_SHOWN:
         lines.append(f"{where}: ... and {len(errors) - MAX_ERRORS_SHOWN} more errors.")
     return "\n".join(lines)

@@ -71,7 +71,7 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
         pool = _PoolFile.model_validate(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-        lines = [f"{clip(p)}: field '{clip('.'.join(str(x) for x in err['loc']), 100)}': {clip(err['msg'], 200)} "
+        lines = [f"{clip(p)}: field '{clip('.'.join(str(x) for x in err['loc']), 100)}': {clip(err['msg'].removeprefix('Value error, '), 200)} "
                  f"(got {short(err.get('input'), 60)})" for err in errors[:10]]
         if len(errors) > 10:
             lines.append(f"{clip(p)}: ... and {len(errors) - 10} more errors")

@@ -46,21 +46,11 @@ def paddle_available() -> bool:
     return importlib.util.find_spec("paddle") is not None
 
 
-def _read(script: Path) -> tuple[str, ast.Module]:
-    if not script.is_file():
-        raise ProfileError(f"{script}: training script not found; check task.script in the spec or --script.")
-    try:
-        source = script.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{script}: cannot read the training script ({exc}); make it a UTF-8 text file.") from None
-    try:
-        tree = ast.parse(source, filename=str(script))
-    except SyntaxError as exc:
-        raise ProfileError(
-            f"{script}:{exc.lineno}: syntax error: {exc.msg}"
-            + (f" near {exc.text.strip()!r}" if exc.text else "")
-            + "; fix the script (run `python -m py_compile` on it) and profile again."
-        ) from None
+def _read(script: Path) -> tuple[str, ast.Module | None]:
+    # bounded, UTF-8, no symlink loops, and compiled as Python would (``return`` at module level is an error)
+    from autodl.inputs import read_script
+
+    _, source, tree = read_script(script, ProfileError)
     return source, tree
 
 
@@ -96,7 +86,19 @@ def profile_script(
     threshold = threshold if threshold is not None else (policy.memory_threshold if policy else DEFAULT_MEMORY_THRESHOLD)
     catalog = catalog or load_catalog()
 
-    facts: ScriptFacts = scan(tree, source)
+    try:
+        facts: ScriptFacts = scan(tree, source) if tree is not None else None
+    except RecursionError:
+        facts = None
+    if facts is None:  # valid Python nested deeper than the analysis follows: the tool's limit, not an error
+        from autodl.profile.interp import Interp
+
+        facts = ScriptFacts(interp=Interp(ast.Module(body=[], type_ignores=[])))
+        facts.build_error = "the script nests expressions deeper than the static analysis follows"
+        facts.findings.append(Finding(severity="warning", code="analysis-too-deep",
+                                      message="the script nests expressions deeper than the static analysis follows; "
+                                              "nothing was read from it (model, batch size). Set task.input_shape and "
+                                              "batch_size_per_gpu in the spec or let the probe run."))
     findings: list[Finding] = list(facts.findings)
 
     batch = (task.batch_size_per_gpu if task and task.batch_size_per_gpu else None) or facts.batch_size
