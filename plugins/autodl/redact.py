@@ -44,7 +44,7 @@ _SCHEMELESS = re.compile(
     r"(?<![\w/:@*])(?P<user>[A-Za-z0-9._%+-]{1,128}):(?!//)(?P<pw>\S+)@(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])"
     r"(?P<tail>(?::\d+)?(?:/|\s|$|[,;)'\"]))"
 )
-_ASSIGN = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<value>[^\s'\",;]+))")
+_ASSIGN = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<value>[^\s'\",;&]+))")
 
 MIN_KNOWN_SECRET = 8
 """Known secret values shorter than this are not searched for in free text: a short password (``autodl``) is a

@@ -41,7 +41,7 @@ def get_engine(url: str | None = None) -> Engine:
     url = url or store_url()
     try:
         return _engine(url)
-    except (SQLAlchemyError, ImportError, OSError) as exc:
+    except (SQLAlchemyError, ImportError, OSError, ValueError, TypeError) as exc:  # ValueError: a URL SQLAlchemy cannot parse
         shown = redact_url(url)
         reason = redact_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         raise StoreError(
