@@ -54,6 +54,34 @@ def _read(script: Path) -> tuple[str, ast.Module | None]:
     return source, tree
 
 
+def _bound_script_values(facts: ScriptFacts) -> None:
+    """Drop sizes read from the script that no run can have (a batch of 10**400), with a warning saying so: the
+    same bounds as the spec's (:mod:`autodl.fields`), so nothing downstream overflows or is planned from them."""
+    from autodl.fields import (MAX_BATCH_PER_DEVICE, MAX_DEVICES_PER_RUN, MAX_INPUT_DIM, MAX_INPUT_ELEMENTS,
+                               MAX_INPUT_RANK, MAX_SEQUENCE_LENGTH)
+
+    def fits(value, limit) -> bool:
+        return type(value) is int and 0 < value <= limit
+
+    dropped = []
+    for name, limit, what in (("batch_size", MAX_BATCH_PER_DEVICE, "batch size"),
+                              ("sequence_length", MAX_SEQUENCE_LENGTH, "sequence length"),
+                              ("distributed_nprocs", MAX_DEVICES_PER_RUN, "process count")):
+        value = getattr(facts, name)
+        if value is not None and not fits(value, limit):
+            dropped.append(f"{what} {str(value)[:40]}")
+            setattr(facts, name, None)
+    shape = facts.input_shape
+    if shape is not None and not (len(shape) <= MAX_INPUT_RANK and all(fits(d, MAX_INPUT_DIM) for d in shape)
+                                  and math.prod(shape) <= MAX_INPUT_ELEMENTS):
+        dropped.append(f"input shape {str(shape)[:60]}")
+        facts.input_shape = None
+    if dropped:
+        facts.findings.append(Finding(severity="warning", code="implausible-size",
+                                      message=f"ignored what the script says about the {', '.join(dropped)}: no run can "
+                                              "have it; set the real value in the spec (task.*)."))
+
+
 def _max_batches(profile: ResourceProfile, catalog: Catalog, threshold: float) -> dict[str, int]:
     return {name: profile.max_batch_size(m.memory_bytes, threshold) for name, m in catalog.models.items()}
 
@@ -99,6 +127,7 @@ def profile_script(
                                       message="the script nests expressions deeper than the static analysis follows; "
                                               "nothing was read from it (model, batch size). Set task.input_shape and "
                                               "batch_size_per_gpu in the spec or let the probe run."))
+    _bound_script_values(facts)
     findings: list[Finding] = list(facts.findings)
 
     batch = (task.batch_size_per_gpu if task and task.batch_size_per_gpu else None) or facts.batch_size
@@ -139,6 +168,8 @@ def profile_script(
     st = StaticEstimate()
     try:
         st = estimate(facts, batch, input_shape, seq_len)
+    except OverflowError as exc:  # a size past what floats hold: the analysis' limit, said, and the work goes on
+        st.why_not = f"a size in the model is too large to follow ({exc})"
     except L.ShapeMismatch as exc:
         st.why_not = "a shape error stops the forward trace"
         msg = str(exc)
