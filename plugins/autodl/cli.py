@@ -17,6 +17,8 @@ from typing import Any
 from autodl.errors import AutoDLError
 
 GiB = 1 << 30
+MAX_MESSAGE_CHARS = 4000
+"""An error message is cut here: it names the input and the fix, it never echoes a whole input."""
 
 
 def _console():
@@ -279,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("runs", help="run records")
     sp.add_argument("--dag-id")
-    sp.add_argument("--limit", type=int, default=20)
+    sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_runs)
 
@@ -290,6 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         register(sub)
     return p
+
+
+def _count(text: str) -> int:
+    """argparse type: a record count in 1..100000 (argparse turns the ValueError into a usage error, exit 2)."""
+    value = int(text)
+    if not 1 <= value <= 100_000:
+        raise ValueError(text)
+    return value
 
 
 def _terminate(_signum, _frame):
@@ -308,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AutoDLError as exc:
-        print(f"autodl: error: {redact_text(exc)}", file=sys.stderr)
+        message = redact_text(exc)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS] + f"... ({len(message) - MAX_MESSAGE_CHARS:,} more characters)"
+        print(f"autodl: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autodl: interrupted", file=sys.stderr)

@@ -24,7 +24,10 @@ def include_dir() -> Path:
 
 
 def autodl_home() -> Path:
-    """State folder for run logs and metric samples; created on first use."""
+    """State folder for run logs and metric samples; created on first use.
+
+    :raises StoreError: when it cannot be created (naming AUTODL_HOME and the reason).
+    """
     env = os.environ.get("AUTODL_HOME")
     if env:
         home = Path(env)
@@ -32,7 +35,13 @@ def autodl_home() -> Path:
         home = Path(os.environ["AIRFLOW_HOME"]) / "autodl"
     else:
         home = Path.home() / ".autodl"
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        from autodl.errors import StoreError
+
+        raise StoreError(f"autodl's state folder {str(home)[:300]} (AUTODL_HOME) cannot be created: "
+                         f"{getattr(exc, 'strerror', None) or exc}; set AUTODL_HOME to a writable folder.") from None
     return home
 
 

@@ -11,10 +11,10 @@ from typing import Annotated
 
 from pydantic import Field, Strict
 
-MAX_BATCH_PER_DEVICE = 1 << 24
-"""Samples per device per step (16,777,216): hundreds of times the largest published batches, which are 32k-64k
-samples *in total* (LARS on ImageNet, You et al. 2017, arXiv:1708.03888: 32,768 over hundreds of devices); a
-larger one is a typo (an extra digit run, a 10**400), and what it would need is still computed without overflow."""
+MAX_BATCH_PER_DEVICE = 1 << 30
+"""Samples per device per step (1,073,741,824): ten thousand times the largest published batches, which are 32k-64k
+samples *in total* (LARS on ImageNet, You et al. 2017, arXiv:1708.03888: 32,768 over hundreds of devices); a larger
+one is a typo (a 10**400), and what a batch up to it would need is still computed without overflow."""
 
 MAX_SEQUENCE_LENGTH = 1 << 24
 """Tokens per sample (16,777,216): over ten times the longest published context windows (1M-10M tokens)."""

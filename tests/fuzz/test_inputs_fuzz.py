@@ -76,7 +76,7 @@ def check_valid_spec(spec: TaskSpec) -> None:
     task, launcher = spec.task, spec.launcher
     for name in ("batch_size_per_gpu", "sequence_length"):
         value = getattr(task, name)
-        assert value is None or (type(value) is int and 0 < value <= 1 << 24), (name, value)
+        assert value is None or (type(value) is int and 0 < value <= 1 << 30), (name, value)
     assert task.num_gpus_estimate == "auto" or type(task.num_gpus_estimate) is int and task.num_gpus_estimate >= 1
     assert all(type(d) is int and d > 0 for d in task.input_shape or [])
     assert 0 < spec.resource_policy.memory_threshold <= 1

@@ -36,6 +36,9 @@ DEFAULT_DISTRIBUTED_GPUS = 2
 """Devices assumed for a data-parallel/fleet script when the spec says ``num_gpus_estimate: auto`` and the
 script does not fix ``nprocs``: the smallest data-parallel group. Per-card memory does not depend on it."""
 
+INT64_MAX = (1 << 63) - 1
+"""Paddle's tensor sizes and autodl's store columns are signed 64-bit: a need past this is an error, not a number."""
+
 COLD_START_FACTOR = 1.5
 """Cold-start activations = batch x seq_len x hidden x 4 bytes x 1.5 (issue 2's fallback formula: one fp32
 hidden state per token, 1.5x for the tensors kept around it)."""
@@ -249,6 +252,11 @@ def profile_script(
         act_per_sample = int((act_per_sample or 0) * E.RECOMPUTE_FACTOR)
     bd, terms, tensor_peak = E.breakdown(params or 0, trainable or 0, facts.optimizer, amp, act_total, fixed, st.has_conv)
     per_sample_scaled = int((act_per_sample or 0) * E.AMP_ACTIVATION_FACTOR.get(amp, 1.0))
+    if bd.total_bytes > INT64_MAX or (params or 0) > INT64_MAX:
+        findings.append(Finding(severity="error", code="beyond-int64",
+                                message=f"this run needs {bd.total_bytes:.3g} bytes per device for {params or 0:.3g} "
+                                        "parameters: more than Paddle's int64 sizes (and any device) can address; "
+                                        "lower the batch or the model size."))
     prof = ResourceProfile(
         script=str(path.resolve()),
         model_name=(task.model_name if task and task.model_name else None) or facts.model_name,
