@@ -132,7 +132,12 @@ def read_text(path: str | Path, error: type[Exception], what: str = "file", *, m
     resolved = resolve_file(path, error, what, missing=missing)
     shown = clip(os.fspath(path))
     try:
-        with open(resolved, "rb") as fh:
+        # O_NONBLOCK and a second check on the open file: a file swapped for a FIFO after the check above
+        # still cannot block the reader
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise error(f"{shown}: is not a regular file (a FIFO, socket or device); pass the path of a {what}.")
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         raise error(f"{shown}: cannot read the {what} ({exc.strerror}).") from None

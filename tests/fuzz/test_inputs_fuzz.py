@@ -30,7 +30,8 @@ from autodl.spec import TaskSpec, load_spec
 from tests.fuzz import strategies as S
 
 EXAMPLES = {"spec": 500, "pool": 300, "script": 400, "cli": 100}
-"""Cases per property and run: 1,300 in all (the issue asks for at least 1,000)."""
+"""Cases per property and run: with the Linear property (100) and the paths one (60), 1,460 in all (the issue
+asks for at least 1,000)."""
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -250,8 +251,73 @@ def test_the_cli_answers_every_input_with_a_documented_exit_code(workdir, capsys
 
 
 def test_the_suite_runs_at_least_1000_cases():
-    assert EXAMPLES["spec"] + EXAMPLES["pool"] + EXAMPLES["script"] + EXAMPLES["script"] // 4 + EXAMPLES["cli"] >= 1000
+    assert EXAMPLES["spec"] + EXAMPLES["pool"] + EXAMPLES["script"] + EXAMPLES["script"] // 4 + EXAMPLES["cli"] + 60 >= 1000
 
 
 def test_every_error_kind_is_an_autodl_error():
     assert all(issubclass(e, AutoDLError) for e in (SpecError, InventoryError, ProfileError, LaunchError))
+
+
+PATH_KINDS = ["long-name", "long-path", "loop", "dangling", "folder", "fifo", "empty", "dot", "text", "ok"]
+
+
+def make_path(workdir: Path, kind: str, name: str) -> str:
+    """A path of the given kind under ``workdir`` (created on the fly)."""
+    base = workdir / "paths"
+    base.mkdir(exist_ok=True)
+    safe = "".join(c for c in name if c not in "/\x00") or "x"
+    if kind == "long-name":
+        return str(base / (safe * 300)[:300])
+    if kind == "long-path":
+        return str(base / "/".join([safe[:10] or "d"] * 600))
+    if kind == "loop":
+        a, b = base / "loop_a", base / "loop_b"
+        for p, target in ((a, b), (b, a)):
+            if not p.is_symlink():
+                p.symlink_to(target)
+        return str(a)
+    if kind == "dangling":
+        link = base / "dangling"
+        if not link.is_symlink():
+            link.symlink_to(base / "nowhere")
+        return str(link)
+    if kind == "folder":
+        return str(base)
+    if kind == "fifo":
+        fifo = base / "fifo"
+        if not fifo.exists():
+            os.mkfifo(fifo)
+        return str(fifo)
+    if kind == "empty":
+        (base / "empty").write_bytes(b"")
+        return str(base / "empty")
+    if kind == "dot":
+        return "."
+    if kind == "text":
+        return str(base / safe[:200])
+    return str(workdir / "pool4.yaml")
+
+
+@settings(FUZZ, max_examples=60)
+@given(kind=st.sampled_from(PATH_KINDS), name=st.text(max_size=30),
+       use=st.sampled_from(["spec", "pool", "script", "catalog"]))
+def test_any_path_is_read_or_refused_clearly(workdir, kind, name, use):
+    """Long names, symlink loops, folders and FIFOs (reading one would block forever) as every kind of input."""
+    from autodl.catalog import _load_cached
+    from autodl.errors import CatalogError
+
+    path = make_path(workdir, kind, name)
+    try:
+        if use == "spec":
+            load_spec(path)
+        elif use == "pool":
+            read_pool_file(path, load_catalog())
+        elif use == "script":
+            profile(Path(path))
+        else:
+            _load_cached(path, path)
+    except (SpecError, InventoryError, ProfileError, CatalogError) as exc:
+        assert len(str(exc)) < 1000
+        event(f"{use}: {outcome(exc)}")
+        return
+    event(f"{use}: read")
