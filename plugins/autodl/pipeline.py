@@ -137,6 +137,9 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     catalog = catalog or load_catalog()
     check_spec_against_catalog(spec, catalog)
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
+    from autodl.records import calibrate_profile  # never below what this script needed when it ran out of memory
+
+    profile = calibrate_profile(profile)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
         if spec.task.input_shape and any(f.code == "shape-mismatch" for f in profile.errors):
@@ -354,6 +357,10 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
         log(f"launch ({launcher.name}): {rendered['shell']}")
     if request.on_cpu:
         log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
+    else:  # whose memory is whose on the booked devices: the processes there before the run are someone else's
+        from autodl.metrics import write_baseline
+
+        write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
     handle = launcher.launch(request)
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
@@ -369,7 +376,7 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
     :returns: the :class:`RunMetrics` summary as a dict (also kept in the run's state folder).
     :raises LaunchError: when the training exits non-zero (the metrics are kept all the same).
     """
-    from autodl.metrics import follow, make_sampler
+    from autodl.metrics import finish, follow, make_sampler
 
     handle = LaunchHandle.model_validate(handle_json)
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
@@ -378,14 +385,20 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
     def keep(m: RunMetrics) -> None:
         (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
 
-    metrics = follow(launcher, handle, sampler=make_sampler(handle, uuids), log_sink=lambda line: log(f"[train] {line}"),
-                     interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep)
+    notes: list[str] = []
+    sampler = make_sampler(handle, uuids, folder=folder, notes=notes)
+    metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
+                     interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep, notes=notes)
+    metrics = finish(metrics, handle, folder, log=log)  # OOM explanation, timeline PNG
     keep(metrics)
-    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, peak memory "
-        f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} metric samples"
+    peak = ("unknown" if metrics.peak_memory_bytes is None
+            else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
+    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
+        f"{metrics.samples} {metrics.source} samples"
         + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
-        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
+        why = f" ({metrics.oom['explanation']})" if metrics.oom else ""
+        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; its log: {handle.log_path}")
     return metrics.to_json()
 
 
@@ -456,6 +469,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     placement = selection.get("placement") if selection else None
     declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
     error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
+    oom = (metrics_json or {}).get("oom")
+    if outcome == "failed" and oom:
+        error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
     if outcome == "failed" and not error and exit_code is not None:
         error = f"training failed with exit code {exit_code}"
     record = RunRecord(
@@ -467,6 +483,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         launch=handle.to_json() if handle else None, metrics=metrics_json,
         estimated_peak_bytes=profile.get("peak_memory_bytes") if profile else None,
         actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
+        allocated_peak_bytes=(metrics_json or {}).get("allocated_peak_bytes"),
+        reserved_peak_bytes=(metrics_json or {}).get("reserved_peak_bytes"), oom=oom,
         device_model=(placement or {}).get("model"), error=error,
     )
     store = RecordStore()
