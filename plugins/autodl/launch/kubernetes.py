@@ -24,7 +24,7 @@ from typing import Any
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
-from autodl.launch.docker import DEFAULT_IMAGE, complete_utf8_length
+from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, complete_utf8_length
 from autodl.types import LaunchHandle
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,9 @@ class KubernetesLauncher:
         vendor = self._vendor(request)
         on_cpu = request.on_cpu or not request.devices
         _, script_inside = container_script(request, opts.code_dir)
-        argv = list(opts.command) if opts.command else training_command(request, python=opts.python, script=script_inside)
+        # no visibility variable in the pod (the device plugin pins): --devices lists positions 0..n-1
+        argv = list(opts.command) if opts.command else training_command(
+            request, python=opts.python, script=script_inside, visible="", log_dir=LAUNCH_LOG_DIR)
         uid, gid = _uid_gid(opts.user, request.run_key)
 
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **request.env, **opts.env}
