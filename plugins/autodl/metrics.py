@@ -541,3 +541,52 @@ def finish(metrics: RunMetrics, handle: LaunchHandle, folder: str | Path, *,
     except Exception as exc:  # noqa: BLE001 - a picture never fails a run
         log(f"could not draw the timeline: {type(exc).__name__}: {exc}")
     return metrics
+
+
+def run_processes_on_devices(device_uuids: list[str], baseline: dict[str, dict[str, Any]] | None,
+                             nvml: ModuleType | None = None) -> dict[str, list[str]] | None:
+    """The run's processes still on its devices per NVML: ``{uuid: [pid, ...]}`` for devices that have any.
+
+    The run's are the processes not in the launch-time ``baseline``. None when it cannot be told
+    (no NVML here, or no baseline).
+    """
+    if baseline is None:
+        return None
+    procs = nvml_processes(device_uuids, nvml)
+    if procs is None:
+        return None
+    out = {}
+    for uuid in device_uuids:
+        mine = [pid for pid in procs.get(uuid, {}) if pid not in baseline.get(uuid, {})]
+        if mine:
+            out[uuid] = mine
+    return out
+
+
+def wait_devices_clear(device_uuids: list[str], folder: str | Path, *, timeout_s: float = 30.0, poll_s: float = 0.5,
+                       nvml: ModuleType | None = None, log: Callable[[str], None] = print) -> bool:
+    """Before a lease is freed: wait until NVML shows none of the run's processes on its devices.
+
+    :param timeout_s: how long a stopped process may take to release its device (the driver frees a
+        context when the process is gone; a process stuck in the driver never does).
+    :returns: True when the devices are clear, or when NVML cannot tell (no NVML, no baseline: said in
+        the log); False when the run's processes still hold a device after ``timeout_s``.
+    """
+    if not device_uuids:
+        return True
+    baseline = read_baseline(folder)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = run_processes_on_devices(device_uuids, baseline, nvml)
+        if left is None:
+            log("devices not checked empty before release: " + ("no NVML here" if baseline is not None
+                                                                  else "no launch-time NVML baseline"))
+            return True
+        if not left:
+            log(f"devices {', '.join(device_uuids)} checked empty (NVML): none of the run's processes left")
+            return True
+        if time.monotonic() >= deadline:
+            log("devices still hold the run's processes after it was stopped: "
+                + "; ".join(f"{u}: pid {', '.join(p)}" for u, p in left.items()))
+            return False
+        time.sleep(poll_s)

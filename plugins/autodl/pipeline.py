@@ -429,17 +429,18 @@ def release_by_hand(run_key: str, *, log: Callable[[str], None] = print) -> dict
         raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
     note_failure(run_key, "release", "released by hand (autodl leases --release) after its Airflow run was lost")
     return step_release_and_record(RunContext(run_key=run_key), script=None, spec_path=None, profile_out=None,
-                                   selection=None, handle_json=None, metrics_json=None, log=log)
+                                   selection=None, handle_json=None, metrics_json=None, log=log, force_release=True)
 
 
 def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
                             profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
                             handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
                             launcher_kwargs: dict[str, Any] | None = None,
-                            log: Callable[[str], None] = print) -> dict[str, Any]:
+                            log: Callable[[str], None] = print, force_release: bool = False) -> dict[str, Any]:
     """Step 6: stop a training still running, free the lease (idempotent), write the run record.
 
-    Runs whatever happened upstream; any input may be None.
+    Runs whatever happened upstream; any input may be None. Where NVML is present, the lease is freed
+    only once the booked devices hold none of the run's processes (``force_release``: free it anyway).
 
     :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
     """
@@ -451,11 +452,22 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     if profile_out is None and (folder / "profile.json").exists():
         profile_out = json.loads((folder / "profile.json").read_text())
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
+    clear = True
     if handle is not None:
         stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
                       why="still running after collect ended: stopping it before releasing its devices")
-    released = Ledger().release(ctx.run_key)
-    log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+        if not handle.on_cpu:  # where NVML is present: the devices hold none of the run's processes any more
+            from autodl.metrics import wait_devices_clear
+
+            clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder, log=log)
+    if clear or force_release:
+        released = Ledger().release(ctx.run_key)
+        log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+    else:
+        released = None
+        note_failure(ctx.run_key, "release", "lease kept: the run's processes still hold its devices after the stop; "
+                                             f"free it with `autodl leases --release {ctx.run_key}` once they are gone")
+        log(f"lease of {ctx.run_key} KEPT: its devices are not empty")
 
     failures = read_failures(ctx.run_key)
     exit_code = metrics_json.get("exit_code") if metrics_json else None
