@@ -299,11 +299,12 @@ def read_memory_reports(path: str | Path | None) -> dict[str, Any]:
 
     :returns: ``allocated_peak_bytes`` / ``reserved_peak_bytes`` (max over devices, None when nothing was
         reported), ``peak_by_device`` (``{device: {"allocated_peak_bytes", "reserved_peak_bytes"}}``, the
-        device being the UUID from the visibility variable, or Paddle's place such as ``cpu``),
-        ``allocator_strategy`` (``FLAGS_allocator_strategy`` as the training saw it, when reported) and
+        device being the UUID from the visibility variable, or Paddle's place such as ``cpu``), ``places``
+        (``{device: Paddle place}``, e.g. ``gpu:0``), ``allocator_strategy`` (``FLAGS_allocator_strategy`` as the training saw it, when reported) and
         ``series`` (``[(t, reserved peak so far)]`` for the timeline).
     """
     per: dict[str, dict[str, int]] = {}
+    places: dict[str, str] = {}
     series: list[tuple[float, int]] = []
     strategy = None
     running = 0
@@ -311,6 +312,7 @@ def read_memory_reports(path: str | Path | None) -> dict[str, Any]:
         if row.get("kind") != "memory":
             continue
         device = str(row.get("device") or row.get("place") or "?")
+        places[device] = str(row.get("place") or device)
         entry = per.setdefault(device, {"allocated_peak_bytes": 0, "reserved_peak_bytes": 0})
         for key in ("allocated_peak_bytes", "reserved_peak_bytes"):
             try:
@@ -327,6 +329,7 @@ def read_memory_reports(path: str | Path | None) -> dict[str, Any]:
         "allocated_peak_bytes": max((e["allocated_peak_bytes"] for e in per.values()), default=None) if per else None,
         "reserved_peak_bytes": max((e["reserved_peak_bytes"] for e in per.values()), default=None) if per else None,
         "peak_by_device": per,
+        "places": places,
         "allocator_strategy": strategy,
         "series": series,
     }

@@ -178,8 +178,9 @@ def explain(
         used = total - free
     run = None
     place = _place_of(f["device"])
+    places = reports.get("places") or {}
     for device, peaks in (reports.get("peak_by_device") or {}).items():
-        if device == place or peaks.get("place") == place:
+        if device == place or places.get(device) == place:
             run = peaks.get("reserved_peak_bytes")
     if run is None:
         per = reports.get("peak_by_device") or {}

@@ -115,8 +115,9 @@ def test_a08_17_busy_versus_too_big(tmp_path):
                               breakdown=MemoryBreakdown(weights_bytes=4 * GiB, activations_bytes=16 * GiB))
     text = ("ResourceExhaustedError: \n\nOut of memory error on GPU 0. Cannot allocate 4.000000GB memory on GPU 0, "
             "38.500000GB memory has been allocated and available memory is only 1.500000GB.\n")
-    reports = {"peak_by_device": {"GPU-8888": {"place": "gpu:0", "reserved_peak_bytes": 27 * GiB}},
-               "allocator_strategy": "naive_best_fit"}
+    reports = {"peak_by_device": {"GPU-8888": {"allocated_peak_bytes": 3 * GiB, "reserved_peak_bytes": 27 * GiB},
+                                  "GPU-9999": {"allocated_peak_bytes": GiB, "reserved_peak_bytes": 2 * GiB}},
+               "places": {"GPU-8888": "gpu:0", "GPU-9999": "gpu:1"}, "allocator_strategy": "naive_best_fit"}
     busy = explain([text], profile=profile, memory_reports=reports, others_bytes=10 * GiB, env={})
     assert busy.verdict == "busy" and busy.others_bytes == 10 * GiB and busy.allocator_strategy == "naive_best_fit"
     assert busy.allocator_strategy_source == "training" and busy.wanted_bytes == 31 * GiB
