@@ -83,7 +83,7 @@ class _PeakReporter:
             return
         if not final and self.last == (place, allocated, reserved):
             return
-        if final and self.steps == 0 and not reserved:
+        if final and self.steps == 0 and (not reserved or place.startswith("cpu")):
             return  # a process that never trained (e.g. paddle.distributed.launch itself)
         self.last = (place, allocated, reserved)
         device = place
