@@ -242,15 +242,17 @@ def get_record(run_key: str) -> RunRecord | None:
 def ranking(rec: RunRecord) -> list[dict[str, Any]]:
     """The candidates the booking was decided on: kept ones ranked best first (``rank`` 1..n), then the
     dropped ones with their reasons. Older records without the decision have only the chosen placement."""
+    blank = {"devices": [], "model": None, "host": None, "kept": False, "score": None, "terms": {},
+             "est_step_time_s": None, "reasons": []}
     if rec.decision and rec.decision.get("candidates"):
         out, rank = [], 0
         for c in rec.decision["candidates"]:
             if c.get("kept"):
                 rank += 1
-            out.append({**c, "rank": rank if c.get("kept") else None})
+            out.append({**blank, **c, "rank": rank if c.get("kept") else None})
         return out
     if rec.placement and rec.placement.get("reasons") is not None:
-        return [{**rec.placement, "kept": True, "rank": 1}]
+        return [{**blank, **rec.placement, "kept": True, "rank": 1}]
     return []
 
 
