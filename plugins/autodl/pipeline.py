@@ -283,7 +283,7 @@ def format_profile(profile: ResourceProfile, threshold: float | None = None) -> 
         lines.append(f"  {label:<18} {size(value):>12}")
         if label == "workspace":
             for term, n in sorted(profile.workspace_terms_bytes.items(), key=lambda kv: -kv[1]):
-                lines.append(f"    {term:<16} {size(n):>12}")
+                lines.append(f"    {term:<20} {size(n):>10}")
     lines.append(f"  {'peak':<18} {size(profile.peak_memory_bytes):>12}"
                  + (f"  (activations {size(profile.activation_bytes_per_sample)} per sample)"
                     if profile.activation_bytes_per_sample else ""))

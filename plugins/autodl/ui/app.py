@@ -26,6 +26,7 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from autodl.errors import AutoDLError
 from autodl.ui import data, plots
 from autodl.ui.urls import APP_PREFIX
 
@@ -101,6 +102,14 @@ def create_app(*, pool: str | None = None) -> FastAPI:
 
     def base(request: Request) -> str:
         return _base_path(request)
+
+    @app.exception_handler(AutoDLError)
+    def autodl_error(request: Request, exc: AutoDLError) -> Response:
+        """The store or the inventory cannot be read: say so (503), never a traceback."""
+        if request.url.path.startswith(f"{_app_root(request)}/api/") or request.url.path.endswith(".png"):
+            return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+        html = TEMPLATES.get_template("error.html").render(app_root=_app_root(request), message=str(exc))
+        return HTMLResponse(html, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
     # ------------------------------------------------------------------ pages
     @app.get("/", response_class=HTMLResponse, name="index")

@@ -82,10 +82,13 @@ def timeline_png(samples: list[dict[str, float]], *, estimated_peak_bytes: int |
     ax2.plot(ts, [u if u is not None else float("nan") for u in util], color="#2ca02c", alpha=0.7,
              label="utilization (%)" if source == "nvml" else "CPU (% of one core)")
     temps = [s.get("temperature_c") for s in samples]
-    if any(t is not None for t in temps):
+    has_temp = any(t is not None for t in temps)
+    if has_temp:
         ax2.plot(ts, [t if t is not None else float("nan") for t in temps], color="#9467bd", alpha=0.7,
                  label="temperature (deg C)")
-    ax2.set_ylabel("% / deg C")
+    ax2.set_ylabel("% / deg C" if has_temp else "%")
+    ax.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=0)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
