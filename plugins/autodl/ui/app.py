@@ -183,8 +183,8 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         path, why = data.samples_file(rec)
         if path is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, why)
-        return _png(plots.timeline_png(data.read_samples(path), estimated_peak_bytes=rec.estimated_peak_bytes,
-                                       source=(rec.metrics or {}).get("source"),
-                                       title=f"{rec.run_key} on {rec.device_model or 'unknown device'}"))
+        return _png(plots.run_timeline_png(path, estimated_peak_bytes=rec.estimated_peak_bytes,
+                                           source=(rec.metrics or {}).get("source"),
+                                           title=f"{rec.run_key} on {rec.device_model or 'unknown device'}"))
 
     return app

@@ -53,6 +53,8 @@ class DeviceRow(_View):
     utilization_pct: float | None
     temperature_c: float | None
     health: str = Field(description="'healthy', 'unhealthy' or 'unknown'.")
+    health_reason: str | None = None
+    unknown: list[str] = Field(default_factory=list, description="What the source could not read, and why.")
     declared: bool = Field(description="Values come from a pool file, not from a driver.")
     holder: Holder | None = None
 
@@ -143,6 +145,7 @@ def device_row(device: Device, holder: Holder | None) -> DeviceRow:
         utilization_pct=getattr(device, "utilization_pct", None),
         temperature_c=getattr(device, "temperature_c", None),
         health="unknown" if healthy is None else ("healthy" if healthy else "unhealthy"),
+        health_reason=getattr(device, "health_reason", None), unknown=list(getattr(device, "unknown", None) or []),
         declared=device.declared, holder=holder,
     )
 

@@ -4,6 +4,8 @@ run's timeline from its metric samples."""
 from __future__ import annotations
 
 import io
+import tempfile
+from pathlib import Path
 
 import matplotlib
 
@@ -94,3 +96,21 @@ def timeline_png(samples: list[dict[str, float]], *, estimated_peak_bytes: int |
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
     ax.set_title(title, fontsize=9)
     return _png(fig)
+
+
+def run_timeline_png(samples_path: Path, *, estimated_peak_bytes: int | None, source: str | None, title: str) -> bytes:
+    """One run's timeline as PNG bytes: drawn by :func:`autodl.timeline.plot_run` (the metrics side's
+    picture of the run folder) where this autodl has it, else by :func:`timeline_png` from the samples."""
+    try:
+        from autodl.timeline import plot_run
+    except ImportError:
+        plot_run = None
+    if plot_run is not None:
+        with tempfile.TemporaryDirectory(prefix="autodl-timeline-") as tmp:
+            out = Path(tmp) / "timeline.png"
+            plot_run(samples_path.parent, out=out, estimate_bytes=estimated_peak_bytes, title=title)
+            return out.read_bytes()
+    from autodl.ui.data import read_samples
+
+    return timeline_png(read_samples(samples_path), estimated_peak_bytes=estimated_peak_bytes, source=source,
+                        title=title)
