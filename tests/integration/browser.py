@@ -221,8 +221,19 @@ class AirflowServer:
         return http_json(f"{self.url}/api/v2{path}", method=method, body=body, token=self.token())
 
     def stop(self) -> None:
+        """Stop Airflow's processes, then any training a run left behind (its lease is released by hand,
+        which stops the training: a training runs in its own process group, outside Airflow's)."""
         for proc in self.procs.values():
             stop_group(proc)
+        autodl = [sys.executable, "-m", "autodl.cli"]
+        try:
+            out = subprocess.run([*autodl, "leases", "--json"], env=self.env, capture_output=True, text=True,
+                                 timeout=120)
+            for lease in json.loads(out.stdout or "[]"):
+                subprocess.run([*autodl, "leases", "--release", lease["run_key"]], env=self.env, timeout=120,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        except (ValueError, subprocess.SubprocessError, KeyError, TypeError):
+            pass  # nothing more this harness can stop
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-3000:] for p in self.home.glob("*.log"))

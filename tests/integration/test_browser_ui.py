@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pytest
 
-from tests.integration.browser import AirflowServer, Chromium, find_chromium, wait_until
+from tests.integration.browser import AirflowServer, Chromium, find_chromium, http_json, wait_until
 from tests.integration.conftest import require_service
 
 pytestmark = pytest.mark.integration
@@ -89,6 +91,13 @@ def login(browser: Chromium, airflow: AirflowServer, shots: Path) -> None:
 
 
 def test_gpu_page_trigger_form_and_a_run_that_succeeds(airflow, browser, shots):
+    # the page is behind Airflow's auth in the real api-server too
+    for path in ("/autodl/", "/autodl/api/pool", "/autodl/plots/estimate_vs_actual.png"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{airflow.url}{path}", timeout=30)
+        assert refused.value.code == 401
+    assert http_json(f"{airflow.url}/autodl/api/pool", token=airflow.token())["declared"] is True
+
     login(browser, airflow, shots)
 
     # --- the GPU page, inside Airflow's UI: the pool table and the plot render
