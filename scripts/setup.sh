@@ -20,3 +20,7 @@ fi
 # there and in the installed package, and reports "Plugin 'autodl' already registered". The installed
 # metadata is all that is needed.
 rm -rf plugins/*.egg-info
+# the sandbox user code runs in (autodl.sandbox) is bubblewrap: install it when missing, where this user may
+if ! command -v bwrap >/dev/null 2>&1; then
+  bash .ci/bubblewrap.sh || echo "setup.sh: without bubblewrap autodl does not run user code (the probe falls back to the static estimate)" >&2
+fi
