@@ -219,11 +219,10 @@ def test_split_run_key(key, expected):
 
 
 def test_every_step_links_to_its_run_record():
-    from airflow.sdk.types import TaskInstanceKey  # noqa: F401 - the type the link is called with
+    import importlib.util
 
     from autodl.operators.links import AutoDLRunRecordLink
     from autodl.operators.steps import AutoDLPoolSensor, _AutoDLStep
-    import importlib.util
 
     spec = importlib.util.spec_from_file_location("dag_simple", REPO / "dags/autodl_train_simple_cnn.py")
     module = importlib.util.module_from_spec(spec)
@@ -232,7 +231,7 @@ def test_every_step_links_to_its_run_record():
         assert isinstance(task, (_AutoDLStep, AutoDLPoolSensor))
         assert [link.name for link in task.operator_extra_links] == ["autodl run record"]
 
-    class Key:
+    class Key:  # the fields of airflow.sdk.types.TaskInstanceKey the link reads
         dag_id, run_id, task_id, map_index, try_number = "d.x", "manual__2026-01-01T00:00:00+00:00", "g.launch", -1, 1
 
     task = module.dag.get_task("train_simple_cnn.launch")
