@@ -113,9 +113,11 @@ TRAINING_ENV_NAMES = frozenset({
     "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONHASHSEED", "VIRTUAL_ENV",
     "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "AUTODL_PEAK_HOOK",
 })
 """Variables of the worker's environment a training may inherit: what Python, Paddle and the CUDA libraries
-need to start (search paths, locale, threads)."""
+need to start (search paths, locale, threads), and ``AUTODL_PEAK_HOOK`` (``0`` turns the child-side memory
+peak hook off, :mod:`autodl.launch.child_path`)."""
 
 TRAINING_ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "FLAGS_", "PADDLE_", "GLOG_", "KMP_", "MKL_",
                          "XPU_", "BKCL_", "ASCEND_", "HCCL_", "HIP_", "ROCR_", "HSA_", "MIOPEN_", "RCCL_")
@@ -134,8 +136,8 @@ def training_environment(inherited: Mapping[str, str], added: Mapping[str, str])
     """
     env = {
         name: value for name, value in inherited.items()
-        if (name in TRAINING_ENV_NAMES or name.startswith(TRAINING_ENV_PREFIXES))
-        and not is_secret_name(name) and not name.startswith(("AUTODL_", "AIRFLOW"))
+        if not is_secret_name(name) and (name in TRAINING_ENV_NAMES or (
+            name.startswith(TRAINING_ENV_PREFIXES) and not name.startswith(("AUTODL_", "AIRFLOW"))))
     }
     env.update(added)
     return env
