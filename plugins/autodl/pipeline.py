@@ -474,7 +474,9 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     if rendered.get("shell"):
         log(f"launch ({launcher.name}): {rendered['shell']}")
     if request.on_cpu:
-        log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
+        log("devices are declared, not real: the training runs on CPU (visible devices hidden)"
+            + (f"; as ONE process: the {len(request.devices)}-device data-parallel launch (paddle.distributed.launch, "
+               "one rank per device) is not exercised here" if len(request.devices) > 1 else ""))
     else:  # whose memory is whose on the booked devices: the processes there before the run are someone else's
         from autodl.metrics import write_baseline
 
