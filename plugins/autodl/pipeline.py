@@ -203,7 +203,7 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
     from autodl.records import calibrate_profile  # never below what this script needed when it ran out of memory
 
-    profile = calibrate_profile(profile)
+    profile = calibrate_profile(profile, threshold=spec.resource_policy.memory_threshold)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
         if spec.task.input_shape and any(f.code == "shape-mismatch" for f in profile.errors):

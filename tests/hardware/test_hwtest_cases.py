@@ -290,9 +290,11 @@ def test_paddle3_message_forms_are_recognised_even_when_unparsed():
                      "512.000000MB."])[0] == "device"
 
 
-def test_paddle3_cpu_oom_through_the_pipeline_is_explained(tmp_path):
+def test_paddle3_cpu_oom_through_the_pipeline_is_explained(tmp_path, catalog):
     """The real thing end to end on the declared pool (CPU here): a training whose last batch asks for 1 TiB past
-    its 6 GiB RLIMIT_AS fails with Paddle's CPU message; the collect step's error and the record explain it."""
+    its 6 GiB RLIMIT_AS fails with Paddle's CPU message; the collect step's error and the record explain it. Seen
+    too: the next plan raised the estimate but advised from the failed one ('model states alone do not fit at any
+    batch' beside 'AMP O1 would fit batch 32 (0.5 GiB)')."""
     script = tmp_path / "oom_train.py"
     text = (HW / "oom" / "oom_train.py").read_text().replace("a.batch * 2_000_000", "a.batch * 2**25")
     script.write_text(text)
@@ -306,6 +308,21 @@ def test_paddle3_cpu_oom_through_the_pipeline_is_explained(tmp_path):
     with pytest.raises(LaunchError, match="out of memory on cpu: asked for 1024.00 GiB") as err:
         pipeline.step_collect(ctx, handle, log=lambda _l: None, interval_s=0.2)
     assert "errno 12" in str(err.value)
+    pipeline.step_release_and_record(ctx, script=None, spec_path=str(spec), profile_out=out, selection=sel,
+                                     handle_json=handle, metrics_json=None, log=lambda _l: None)
+    from autodl.profile.advice import advice
+    from autodl.records import RecordStore
+
+    assert RecordStore().get(ctx.run_key).oom["requested_bytes"] == 2**40
+    # the next estimate is raised to what failed, and what is advised is worked out from that figure
+    _spec, again = pipeline.profile_run(None, str(spec), probe=False)
+    assert again.peak_memory_bytes >= 2**40 and any(f.code == "oom-calibration" for f in again.findings)
+    assert abs(again.peak_at_batch(again.batch_size) - again.peak_memory_bytes) < again.batch_size  # whole bytes per sample
+    a100 = catalog.get("A100-SXM4-80GB")
+    assert again.max_batch_size_by_device["A100-SXM4-80GB"] == again.max_batch_size(a100.memory_bytes, 0.85) < 32
+    lines = advice(again, [a100], 0.85)
+    assert not any("model states alone do not fit" in line for line in lines)
+    assert not any("would fit batch 32 (0." in line for line in lines)   # not the failed estimate's 0.5 GiB
 
 
 # ------------------------------------------------------------------------------------------ CLI: plot, exporter
