@@ -102,6 +102,9 @@ def test_each_identity_field_in_its_own_guard(nvml, catalog, capsys):
     assert no_handle.to_json()["memory_total_bytes"] is None                       # JSON: unknown is null
     assert Inventory.model_validate(Inventory(source="x", declared=False, devices=[no_handle]).to_json()).devices[0] \
         .memory_total_bytes == 0                                                   # and reads back (XCom)
+    from autodl.ui.data import device_row
+
+    assert device_row(no_handle, None).memory_total_bytes is None                  # the GPU page: 'unknown'
     decision = place(profile(), read_nvml(catalog), catalog=catalog, policy=ResourcePolicySection())
     assert decision.chosen.devices == [ok.device_id]
     code, out, _ = cli_run(capsys, "inventory", "--pool", "nvml", "--json")
