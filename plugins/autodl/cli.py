@@ -18,6 +18,8 @@ from typing import Any
 from autodl.errors import AutoDLError
 
 GiB = 1 << 30
+POOL_HELP = ("auto | nvml | prometheus+http://HOST:PORT[?max_age_s=60&window_s=300] | pool file "
+             "(default $AUTODL_POOL or auto)")
 MAX_MESSAGE_CHARS = 4000
 """An error message is cut here: it names the input and the fix, it never echoes a whole input."""
 
@@ -329,13 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
     sp.add_argument("spec", help="task spec YAML")
     sp.add_argument("--script", help="override the spec's task.script")
-    sp.add_argument("--pool", help="auto | nvml | pool file (default $AUTODL_POOL or auto)")
+    sp.add_argument("--pool", help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_plan)
 
     sp = sub.add_parser("inventory", help="the devices in the pool and their leases")
-    sp.add_argument("--pool")
+    sp.add_argument("--pool", help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_inventory)
 
