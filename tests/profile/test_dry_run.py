@@ -233,3 +233,13 @@ def test_a_script_without_a_training_loop_is_probed(tmp_path):
     assert p.method == "probe" and p.errors == []
     (w,) = [f for f in p.findings if f.code == "dry-run-failed"]
     assert "without an optimizer step" in w.message
+
+
+def test_a_steady_step_supersedes_the_first_step_at_a_new_size():
+    """The first step at a new batch ran while the script still held the previous (smaller) step's outputs: its
+    peak is raised by what the script kept more at the next step's start; a steady step at that size replaces it."""
+    first = dict(_step(8, 3000, 1000), steady=False, kept_adjust=250)
+    raw = {"steps": [dict(_step(4, 2000, 1000), steady=True), first]}
+    assert summarize(raw, None, target_batch=8, timeout=60).train_peak_bytes == 3250
+    raw["steps"].append(dict(_step(8, 3100, 1000), steady=True))
+    assert summarize(raw, None, target_batch=8, timeout=60).train_peak_bytes == 3100

@@ -12,13 +12,17 @@ What the hooks do:
   (reset at the step end before it, read when ``step`` is entered) and the optimizer update (reset there, read at
   the step end): ``core.host_memory_stat_peak_value("Allocated", 0)``, as the benchmark's truth does. The first
   step is a warm-up (gradients and optimizer moments are created in it) and is not measured.
-* **batch**: every ``paddle.io.DataLoader`` gets a batch sampler whose batch size the controller chooses per
-  batch (small first, then as large as the time and memory budgets allow, up to the script's own); tensors the
-  script creates itself with the run's batch as first dimension (``paddle.randn([B, ...])``) follow the same
-  choice. The batch of a step is the first dimension of the model's input, as seen.
-* **eval**: a top-level forward of the model under ``no_grad`` or in ``eval()`` mode is an evaluation call; each
-  is measured (peak reset at its entry, read at the next call or when training resumes). Evaluation loaders are
-  cut after a few batches; training loaders after the measured steps, so the script reaches its evaluation pass.
+* **batch**: every ``paddle.io.DataLoader`` gets a batch sampler whose batch size follows :class:`Ctl`'s schedule
+  (``lo // 2`` twice, ``lo`` twice, then the largest batch the time and memory budgets allow, up to the run's own,
+  twice); tensors the script creates itself with the run's batch as first dimension (``paddle.randn([B, ...])``,
+  ``paddle.to_tensor(array)``) follow the same schedule. The batch of a step is the first dimension of the model's
+  input, as seen. A step counts as steady when the one before had the same batch (what the script keeps of the
+  previous step is then of this size); the loader's prefetched batches are corrected to this size.
+* **eval**: a top-level forward, under ``no_grad`` or in ``eval()`` mode, of a model the optimizers train is an
+  evaluation call (a frozen teacher's forward is part of the training step); each is measured (peak reset at its
+  entry, read at the next call or when training resumes). Evaluation loaders are cut after two batches (half and
+  full size); training loaders after the measured steps, so the script reaches its evaluation pass. An input shape
+  met a second time ends the run, its peak raised by what the script kept of the previous call.
 * **end**: after the measured steps (and the evaluation pass, when the script has one) the next hook raises
   ``_DryRunDone`` (a ``BaseException``), which unwinds the script.
 * **FLOPs**: 2 x MACs of Conv*/Linear/RNN layers and of ``paddle.matmul``/``bmm``/``@`` per forward call.
@@ -35,7 +39,6 @@ import os
 import runpy
 import signal
 import sys
-import threading
 import time
 import traceback
 
@@ -57,7 +60,6 @@ R = {
     "distributed_calls": [], "loaders": [], "error": None, "end": None, "notes": [], "seconds": {},
     "train_done": False, "eval_seen": False, "created_batches": [],
 }
-_lock = threading.Lock()
 
 
 
