@@ -178,6 +178,81 @@ def summarise(samples: list[dict[str, float]], *, source: str, duration_s: float
     )
 
 
+class Follower:
+    """Follows a launched training one poll at a time: streams new log lines to ``log_sink``, samples
+    metrics into ``samples_path`` (JSON lines) while it runs, and summarises at the end.
+
+    :func:`follow` loops over :meth:`step` in the calling thread; the collect trigger calls :meth:`step`
+    from the triggerer's event loop (in a thread), so no worker slot is held while a training runs.
+
+    :param offset: log byte offset to start from (a follower resumed after a triggerer restart).
+    :param resume: reload the samples already in ``samples_path`` so the summary covers the whole run.
+    """
+
+    def __init__(self, launcher: Launcher, handle: LaunchHandle, *, sampler: Sampler | None,
+                 log_sink: Callable[[str], None] = print, samples_path: str | Path | None = None,
+                 offset: int = 0, resume: bool = False):
+        self.launcher = launcher
+        self.handle = handle
+        self.sampler = sampler
+        self.log_sink = log_sink
+        self.samples_path = samples_path
+        self.offset = offset
+        self.pending = ""
+        self.samples: list[dict[str, float]] = []
+        self.exit_code: int | None = None
+        if resume and samples_path and Path(samples_path).is_file():
+            for line in Path(samples_path).read_text().splitlines():
+                try:
+                    self.samples.append(json.loads(line))
+                except ValueError:
+                    continue  # a torn last line
+        self._out = open(samples_path, "a") if samples_path else None
+
+    def step(self) -> int | None:
+        """One poll: the exit code once the training ended (its last log lines flushed), else None."""
+        code = self.launcher.poll(self.handle)
+        self._read_logs()
+        if self.sampler is not None and code is None:
+            s = self.sampler.sample()
+            if s is not None:
+                s["t"] = time.time()
+                self.samples.append(s)
+                if self._out:
+                    self._out.write(json.dumps(s) + "\n")
+                    self._out.flush()
+        if code is not None:
+            self._read_logs()
+            for line in self.pending.split("\n"):
+                if line:
+                    self.log_sink(line)
+            self.pending = ""
+            self.exit_code = code
+        return code
+
+    def _read_logs(self) -> None:
+        text, self.offset = self.launcher.read_logs(self.handle, self.offset)
+        if text:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            for line in lines:
+                self.log_sink(line)
+
+    def summary(self, exit_code: int | None = None) -> RunMetrics:
+        """What the run did so far (``exit_code`` None while it still runs or when it was interrupted)."""
+        return summarise(self.samples, source=self.sampler.source if self.sampler else "none",
+                         duration_s=time.time() - self.handle.started_at.timestamp(), exit_code=exit_code,
+                         samples_path=str(self.samples_path) if self.samples_path else None,
+                         steps_path=self.handle.steps_path)
+
+    def close(self) -> None:
+        if self._out:
+            self._out.close()
+            self._out = None
+        if self.sampler is not None:
+            self.sampler.close()
+
+
 def follow(
     launcher: Launcher,
     handle: LaunchHandle,
@@ -187,55 +262,30 @@ def follow(
     interval_s: float = 1.0,
     samples_path: str | Path | None = None,
     partial_sink: Callable[[RunMetrics], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> RunMetrics:
     """Follow a launched training until it exits: stream its log lines to ``log_sink``, sample metrics
     every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise.
 
     :param partial_sink: called with the metrics gathered so far (exit code None) when following is
-        interrupted (the task killed, Ctrl-C), before the interruption propagates.
+        interrupted (the task killed, Ctrl-C, ``on_tick`` raised), before the interruption propagates.
+    :param on_tick: called after each poll while the training runs (heartbeats, time limits); what it
+        raises ends the following.
     :returns: :class:`RunMetrics` with the exit code; duration counts from the handle's start.
     """
-    offset = 0
-    pending = ""
-    samples: list[dict[str, float]] = []
-    out = open(samples_path, "a") if samples_path else None
+    follower = Follower(launcher, handle, sampler=sampler, log_sink=log_sink, samples_path=samples_path)
     try:
         while True:
-            code = launcher.poll(handle)
-            text, offset = launcher.read_logs(handle, offset)
-            if text:
-                pending += text
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    log_sink(line)
-            if sampler is not None and code is None:
-                s = sampler.sample()
-                if s is not None:
-                    s["t"] = time.time()
-                    samples.append(s)
-                    if out:
-                        out.write(json.dumps(s) + "\n")
-                        out.flush()
+            code = follower.step()
             if code is not None:
-                text, offset = launcher.read_logs(handle, offset)
-                pending += text
-                for line in pending.split("\n"):
-                    if line:
-                        log_sink(line)
                 break
+            if on_tick is not None:
+                on_tick()
             time.sleep(interval_s)
     except BaseException:
         if partial_sink is not None:
-            partial_sink(summarise(samples, source=sampler.source if sampler else "none",
-                                   duration_s=time.time() - handle.started_at.timestamp(), exit_code=None,
-                                   samples_path=str(samples_path) if samples_path else None,
-                                   steps_path=handle.steps_path))
+            partial_sink(follower.summary(None))
         raise
     finally:
-        if out:
-            out.close()
-        if sampler is not None:
-            sampler.close()
-    duration = time.time() - handle.started_at.timestamp()
-    return summarise(samples, source=sampler.source if sampler else "none", duration_s=duration, exit_code=code,
-                     samples_path=str(samples_path) if samples_path else None, steps_path=handle.steps_path)
+        follower.close()
+    return follower.summary(code)

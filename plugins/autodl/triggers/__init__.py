@@ -1,1 +1,2 @@
-"""Airflow triggers (run in the triggerer): waiting for the pool without holding a worker slot."""
+"""Airflow triggers (run in the triggerer): waiting in the admission queue and following a training
+without holding a worker slot."""
