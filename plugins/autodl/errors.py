@@ -69,6 +69,11 @@ class LaunchError(AutoDLError):
     exit_code = 7
 
 
+class TrainingFailed(LaunchError):
+    """The training ended badly (non-zero exit) or was stopped for a reason a retry cannot mend (its lease
+    lost, a time limit, an unschedulable pod): following it again would see the same end."""
+
+
 class CatalogError(AutoDLError):
     """The GPU catalog is invalid or lacks a device model."""
 

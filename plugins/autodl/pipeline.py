@@ -31,6 +31,7 @@ from autodl.errors import (
     PoolBusy,
     ProfileError,
     SpecError,
+    TrainingFailed,
     WaitTimeout,
 )
 from autodl.inventory import read_inventory
@@ -555,7 +556,7 @@ class CollectLimits:
                    max_pending_s=sched.max_pending_time, heartbeat_every_s=min(30.0, lease_ttl_s() / 5.0))
 
 
-class CollectStopped(LaunchError):
+class CollectStopped(TrainingFailed):
     """The training was stopped before it ended by itself: ``status`` says why (``lease_lost``,
     ``timed_out``, ``unschedulable``)."""
 
@@ -635,7 +636,7 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
         f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} metric samples"
         + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
-        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
+        raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
     return metrics.to_json()
 
 

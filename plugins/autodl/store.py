@@ -145,28 +145,28 @@ def migrate(engine: Engine) -> str:
 
     :returns: the head revision.
     """
-    head = head_revision()
-    with engine.connect() as conn:
-        if current_revision(conn) == head:
-            return head
-    with _migration_lock(engine) as conn:
-        current = current_revision(conn)
-        if current != head:
-            import logging
+    import logging
 
-            from alembic import command
+    chatty = logging.getLogger("alembic")
+    level = chatty.level
+    chatty.setLevel(logging.WARNING)  # not Alembic's "Context impl ..." lines in every task's log
+    try:
+        head = head_revision()
+        with engine.connect() as conn:
+            if current_revision(conn) == head:
+                return head
+        with _migration_lock(engine) as conn:
+            current = current_revision(conn)
+            if current != head:
+                from alembic import command
 
-            chatty = logging.getLogger("alembic")
-            level = chatty.level
-            chatty.setLevel(logging.WARNING)  # not Alembic's per-step lines in every task's log
-            try:
                 command.upgrade(_alembic_config(conn), "head")
                 conn.commit()
-            finally:
-                chatty.setLevel(level)
-            logging.getLogger(__name__).info("autodl's store %s migrated from %s to %s",
-                                             redact_url(str(engine.url)), current or "empty", head)
-    return head
+                logging.getLogger(__name__).info("autodl's store %s migrated from %s to %s",
+                                                 redact_url(str(engine.url)), current or "empty", head)
+        return head
+    finally:
+        chatty.setLevel(level)
 
 
 @contextlib.contextmanager

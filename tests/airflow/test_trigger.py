@@ -42,7 +42,7 @@ def test_trigger_waits_for_a_release_then_books(autodl_home):
 
     ledger = Ledger()
     ledger.book("other-run", DEMO_IDS)
-    trigger = PoolTrigger(run=run_fields("mine"), profile_out=profile_out(1.0), pool=None, poke_interval=0.05)
+    trigger = PoolTrigger(run=run_fields("mine"), profile_out=profile_out(1.0), pool=None, poke_interval=0.05, min_deferral_s=0)
     classpath, kwargs = trigger.serialize()
     assert classpath == "autodl.triggers.pool.PoolTrigger" and kwargs["poke_interval"] == 0.05
     assert PoolTrigger(**kwargs).serialize() == (classpath, kwargs)
@@ -72,8 +72,8 @@ def test_two_triggers_book_one_after_the_other_in_queue_order(autodl_home, tmp_p
     pool = tmp_path / "one.yaml"
     pool.write_text("host: box\ndevices:\n  - {index: 0, model: A100-SXM4-40GB, uuid: GPU-one}\n")
     Ledger().book("holder", ["GPU-one"])
-    first = PoolTrigger(run=run_fields("first"), profile_out=profile_out(1.0), pool=str(pool), poke_interval=0.05)
-    second = PoolTrigger(run=run_fields("second"), profile_out=profile_out(1.0), pool=str(pool), poke_interval=0.05)
+    first = PoolTrigger(run=run_fields("first"), profile_out=profile_out(1.0), pool=str(pool), poke_interval=0.05, min_deferral_s=0)
+    second = PoolTrigger(run=run_fields("second"), profile_out=profile_out(1.0), pool=str(pool), poke_interval=0.05, min_deferral_s=0)
 
     async def scenario():
         a = asyncio.ensure_future(first_event(first))
@@ -98,7 +98,7 @@ def test_two_triggers_book_one_after_the_other_in_queue_order(autodl_home, tmp_p
 def test_trigger_reports_no_fit(autodl_home):
     from autodl.triggers.pool import PoolTrigger
 
-    trigger = PoolTrigger(run=run_fields("big"), profile_out=profile_out(500.0), poke_interval=0.05)
+    trigger = PoolTrigger(run=run_fields("big"), profile_out=profile_out(500.0), poke_interval=0.05, min_deferral_s=0)
     event = asyncio.run(first_event(trigger))
     assert event.payload["status"] == "no_fit" and "no device in the pool" in event.payload["message"]
     assert AdmissionQueue().entries() == []
@@ -108,7 +108,7 @@ def test_trigger_times_out_from_when_the_run_joined(autodl_home):
     from autodl.triggers.pool import PoolTrigger
 
     Ledger().book("other-run", DEMO_IDS)
-    trigger = PoolTrigger(run=run_fields("late"), profile_out=profile_out(1.0), poke_interval=0.05, timeout_s=0.3)
+    trigger = PoolTrigger(run=run_fields("late"), profile_out=profile_out(1.0), poke_interval=0.05, timeout_s=0.3, min_deferral_s=0)
     event = asyncio.run(first_event(trigger))
     assert event.payload["status"] == "timeout" and "within 0.3 s (scheduler.timeout)" in event.payload["message"]
     assert AdmissionQueue().entries() == [] and Ledger().get("late") is None
@@ -130,7 +130,7 @@ def collect_trigger(ctx, handle, **limits):
 
     fields = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id, "user": ctx.user}
     limits.setdefault("heartbeat_every_s", 0.1)
-    trigger = CollectTrigger(run=fields, handle=handle, limits=limits, interval_s=0.05)
+    trigger = CollectTrigger(run=fields, handle=handle, limits=limits, interval_s=0.05, min_deferral_s=0)
     classpath, kwargs = trigger.serialize()
     json.dumps(kwargs)  # stored by Airflow as JSON
     return CollectTrigger(**kwargs)
@@ -216,3 +216,20 @@ def test_collect_trigger_stops_the_training_when_its_lease_is_lost(autodl_home, 
 
     assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
     assert "is gone" in pipeline.read_failures(ctx.run_key)["collect"]
+
+
+def test_a_quick_grant_books_at_once_but_fires_after_the_minimum_deferral(autodl_home):
+    """Airflow 3.3 fails a deferred task whose trigger fires before the scheduler has read the deferring
+    exit's executor event (apache/airflow#71580, #72716): the booking happens at the first poll, the event
+    is held for the minimum deferral."""
+    from autodl.triggers.pool import PoolTrigger
+
+    trigger = PoolTrigger(run=run_fields("quick"), profile_out=profile_out(1.0), poke_interval=0.05, min_deferral_s=1.0)
+
+    async def scenario():
+        pending = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(0.5)
+        return Ledger().get("quick") is not None, pending.done(), await pending
+
+    booked_early, fired_early, event = asyncio.run(scenario())
+    assert booked_early and not fired_early and event.payload["status"] == "booked"

@@ -44,6 +44,11 @@ def _spec_scheduler(spec: str | None) -> tuple[int, int]:
     return sched.timeout, sched.poke_interval
 
 
+DEFERRED_STEP_RETRIES = 3
+"""Retries of the select and collect steps: a try failed by Airflow itself (a stale executor event after a
+quick resume, apache/airflow#72716) is followed again; a training that failed is final (no retry)."""
+
+
 def reschedule_retries(timeout_s: float, poke_interval_s: float) -> int:
     """Retries that let a rescheduled wait survive Airflow's reschedule race (apache/airflow#71172): the
     scheduler may fail the sensor once per poke, so one retry per poke the wait can make; the wait itself
@@ -68,7 +73,8 @@ class AutoDLTrainOperator(TaskGroup):
     :param execution_timeout: the longest the training may run (the collect step's
         ``execution_timeout``); past it the training is stopped and the record says why. The spec's
         ``scheduler.max_run_time`` does the same from the spec.
-    :param retries: retries of the launch and release steps (profile errors never retry).
+    :param retries: retries of the launch and release steps (at least :data:`DEFERRED_STEP_RETRIES` for
+        select and collect; profile errors and failed trainings never retry).
     """
 
     def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
@@ -86,13 +92,16 @@ class AutoDLTrainOperator(TaskGroup):
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
-                                     retries=reschedule_retries(timeout, poke), retry_delay=timedelta(seconds=poke))
+                                     retries=reschedule_retries(timeout, poke), retry_delay=timedelta(seconds=min(poke, 5)))
+        # select and collect defer too: retries absorb Airflow's stale-event race on a quick resume (see
+        # autodl.triggers.MIN_DEFERRAL_S); a failed training is final (no retry)
+        deferred = {"retries": max(retries, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
-                                           wait_timeout_s=wait_timeout_s, **common, **retry)
+                                           wait_timeout_s=wait_timeout_s, **common, **deferred)
         self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
         self.collect = AutoDLCollectOperator(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
                                              deferrable=deferrable, execution_timeout=execution_timeout,
-                                             **common, retries=0)
+                                             **common, **deferred)
         self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
         self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
         # release also runs when anything before launch failed (it waits for every upstream to be done).

@@ -22,10 +22,11 @@ from autodl.errors import (
     PoolBusy,
     ProfileError,
     SpecError,
+    TrainingFailed,
     WaitTimeout,
 )
 
-PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost)
+PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
 
 STEP_IDS = {
@@ -371,6 +372,8 @@ class AutoDLCollectOperator(_AutoDLStep):
         except AutoDLError as exc:
             pipeline.note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
+            if isinstance(exc, PERMANENT_ERRORS):
+                raise AirflowFailException(str(exc)) from exc
             raise
         message = (event or {}).get("message") or f"following the training ended without its exit: {event}"
         pipeline.note_failure(ctx.run_key, self.step, message)

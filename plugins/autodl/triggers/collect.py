@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from autodl.triggers import MIN_DEFERRAL_S, hold_until
 
 
 class CollectTrigger(BaseTrigger):
@@ -26,11 +29,14 @@ class CollectTrigger(BaseTrigger):
     :param handle: the launch step's :class:`~autodl.types.LaunchHandle` as a dict.
     :param limits: :class:`autodl.pipeline.CollectLimits` fields.
     :param interval_s: seconds between polls.
+    :param min_deferral_s: the event is held until this long after the trigger started: see
+        :data:`autodl.triggers.MIN_DEFERRAL_S`.
     """
 
     def __init__(self, run: dict[str, Any], handle: dict[str, Any], limits: dict[str, Any] | None = None,
-                 interval_s: float = 5.0):
+                 interval_s: float = 5.0, min_deferral_s: float = MIN_DEFERRAL_S):
         super().__init__()
+        self.min_deferral_s = min_deferral_s
         self.run_ctx = dict(run)
         self.handle = handle
         self.limits = dict(limits or {})
@@ -38,7 +44,8 @@ class CollectTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("autodl.triggers.collect.CollectTrigger",
-                {"run": self.run_ctx, "handle": self.handle, "limits": self.limits, "interval_s": self.interval_s})
+                {"run": self.run_ctx, "handle": self.handle, "limits": self.limits, "interval_s": self.interval_s,
+                 "min_deferral_s": self.min_deferral_s})
 
     def log_line(self, line: str) -> None:
         """One line of the training's log, into the task's log (the triggerer routes ``self.log`` there)."""
@@ -62,6 +69,12 @@ class CollectTrigger(BaseTrigger):
         return ctx, handle, launcher, follower, guard, keep, offset_file
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
+        event = await self._follow()
+        await hold_until(started, self.min_deferral_s)
+        yield event
+
+    async def _follow(self) -> TriggerEvent:
         from autodl.pipeline import stop_early
 
         ctx, handle, launcher, follower, guard, keep, offset_file = await asyncio.to_thread(self._setup)
@@ -72,16 +85,15 @@ class CollectTrigger(BaseTrigger):
                 if code is not None:
                     metrics = follower.summary(code)
                     keep(metrics)
-                    yield TriggerEvent({"status": "ended", "exit_code": code, "metrics": json.loads(metrics.model_dump_json())})
-                    return
+                    return TriggerEvent({"status": "ended", "exit_code": code,
+                                         "metrics": json.loads(metrics.model_dump_json())})
                 stopped = await asyncio.to_thread(guard.check)
                 if stopped is not None:
                     await asyncio.to_thread(stop_early, ctx, handle, launcher, stopped, self.log.warning)
                     metrics = follower.summary(None)
                     keep(metrics)
-                    yield TriggerEvent({"status": stopped.status, "message": str(stopped),
-                                        "metrics": json.loads(metrics.model_dump_json())})
-                    return
+                    return TriggerEvent({"status": stopped.status, "message": str(stopped),
+                                         "metrics": json.loads(metrics.model_dump_json())})
                 await asyncio.sleep(self.interval_s)
         finally:
             await asyncio.to_thread(follower.close)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from autodl.triggers import MIN_DEFERRAL_S, hold_until
 
 PERMANENT = ("SpecError", "ProfileError", "CatalogError", "InventoryError")
 """Errors a later poll cannot mend (names, to keep the Airflow-free core's classes out of the import path)."""
@@ -29,11 +32,15 @@ class PoolTrigger(BaseTrigger):
     :param pool: inventory source (see :func:`autodl.inventory.read_inventory`).
     :param poke_interval: seconds between polls.
     :param timeout_s: seconds the run may wait from when it joined the queue.
+    :param min_deferral_s: the event is held until this long after the trigger started (the booking is not):
+        see :data:`autodl.triggers.MIN_DEFERRAL_S`.
     """
 
     def __init__(self, *, run: dict[str, Any], profile_out: dict[str, Any], pool: str | None = None,
-                 poke_interval: float = 30.0, timeout_s: float | None = None):
+                 poke_interval: float = 30.0, timeout_s: float | None = None,
+                 min_deferral_s: float = MIN_DEFERRAL_S):
         super().__init__()
+        self.min_deferral_s = min_deferral_s
         self.profile_out = profile_out
         self.pool = pool
         self.poke_interval = poke_interval
@@ -43,7 +50,7 @@ class PoolTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("autodl.triggers.pool.PoolTrigger",
                 {"profile_out": self.profile_out, "pool": self.pool, "poke_interval": self.poke_interval,
-                 "run": self.run_ctx, "timeout_s": self.timeout_s})
+                 "run": self.run_ctx, "timeout_s": self.timeout_s, "min_deferral_s": self.min_deferral_s})
 
     def _poll(self) -> dict[str, Any] | None:
         from autodl.operators.steps import _launcher_kwargs
@@ -56,23 +63,27 @@ class PoolTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from autodl.errors import AutoDLError, NoFitError, WaitTimeout
 
+        started = time.monotonic()
+        event = await self._wait()
+        await hold_until(started, self.min_deferral_s)
+        yield event
+
+    async def _wait(self) -> TriggerEvent:
+        from autodl.errors import AutoDLError, NoFitError, WaitTimeout
+
         while True:
             try:
                 selection = await asyncio.to_thread(self._poll)
             except NoFitError as exc:
-                yield TriggerEvent({"status": "no_fit", "message": str(exc)})
-                return
+                return TriggerEvent({"status": "no_fit", "message": str(exc)})
             except WaitTimeout as exc:
-                yield TriggerEvent({"status": "timeout", "message": str(exc)})
-                return
+                return TriggerEvent({"status": "timeout", "message": str(exc)})
             except AutoDLError as exc:
                 if type(exc).__name__ in PERMANENT:
-                    yield TriggerEvent({"status": "error", "message": str(exc)})
-                    return
+                    return TriggerEvent({"status": "error", "message": str(exc)})
                 self.log.warning("this poll failed, the next one tries again: %s", exc)
                 selection = None
             if selection is not None:
-                yield TriggerEvent({"status": "booked", "selection": selection,
-                                    "message": f"booked {selection['lease']['device_ids']}"})
-                return
+                return TriggerEvent({"status": "booked", "selection": selection,
+                                     "message": f"booked {selection['lease']['device_ids']}"})
             await asyncio.sleep(self.poke_interval)
