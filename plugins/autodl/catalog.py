@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -56,7 +56,8 @@ class GPUModel(BaseModel):
 
 
 class VendorInfo(BaseModel):
-    """How one accelerator vendor's devices are pinned and requested."""
+    """How one accelerator vendor's devices are pinned and requested: process, distributed launcher,
+    container, pod (field meanings in ``include/catalog/vendors.yaml``'s header, sources per entry)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -65,11 +66,20 @@ class VendorInfo(BaseModel):
     container_visible_env: str
     cpu_only_container_env: dict[str, str] = Field(default_factory=dict)
     paddle_device: str
+    launch_devices: Literal["members", "positions"] = Field(
+        "positions", description="What paddle.distributed.launch --devices lists: entries of the visibility variable, or 0..n-1.")
     k8s_resource: str
-    k8s_product_label: str
+    k8s_product_label: str | None = None
+    k8s_product_values: dict[str, str] = Field(default_factory=dict)
     k8s_taint_key: str
+    k8s_mig_strategy: Literal["single", "mixed"] | None = None
     docker_capabilities: list[list[str]] = Field(default_factory=list)
+    docker_runtime: str | None = None
+    docker_device_nodes: list[str] = Field(default_factory=list, description="Per booked device; '{index}' = host index.")
+    docker_shared_device_nodes: list[str] = Field(default_factory=list)
+    docker_mounts: list[str] = Field(default_factory=list, description="Host paths mounted read-only with the device nodes.")
     source: str
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each convention is documented.")
 
 
 def _norm(name: str) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +41,7 @@ from autodl.launch.local import run_dir_name
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
-from autodl.spec import TaskSpec, load_spec
+from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
 from autodl.types import (
     Device,
     Inventory,
@@ -55,6 +56,13 @@ from autodl.types import (
 )
 
 GiB = 1 << 30
+MiB = 1 << 20
+OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
+"""Where the training keeps checkpoints across runs (the spec's ``task.output_dir``, see
+:func:`autodl.spec.output_dir_path`); a nightly job resumes from what the last night left there."""
+REPORT_FILE_ENV = "AUTODL_REPORT_FILE"
+"""A JSON file the training may write about itself (checkpoint resumed from, epoch, accuracy); the run
+record keeps it as ``report``."""
 DEFAULT_SHM_BYTES = 8 * GiB
 """/dev/shm given to a run whose DataLoader uses worker processes: 8 GiB, the design card's
 ``docker run --shm-size=8g`` (Docker's own default of 64 MiB makes Paddle's DataLoader workers fail
@@ -108,6 +116,60 @@ def read_failures(run_key: str) -> dict[str, str]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+# ------------------------------------------------------------------------------------ overrides
+OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "launcher": ("launcher", "type", typing.get_args(LauncherSection.model_fields["type"].annotation)),
+    "policy": ("scheduler", "algorithm", typing.get_args(SchedulerSection.model_fields["algorithm"].annotation)),
+}
+"""Run-time overrides of the spec (e.g. from a DAG's Params): name -> (spec section, field, allowed values).
+The allowed values are the spec's own (``launcher.type``, ``scheduler.algorithm``)."""
+
+KEEP_SPEC = ("", "spec", "None", None)
+"""Override values that mean "as the spec says"."""
+
+
+def check_overrides(overrides: dict[str, Any] | None) -> dict[str, str]:
+    """The overrides that change something, validated.
+
+    :param overrides: name -> value; ``"spec"``, ``""`` or None mean "as the spec says" and are dropped.
+    :raises SpecError: for an unknown name or value, naming the known ones.
+    """
+    out: dict[str, str] = {}
+    for name, value in (overrides or {}).items():
+        if name not in OVERRIDES:
+            raise SpecError(f"unknown override {name!r}; known: {', '.join(OVERRIDES)}.")
+        if value in KEEP_SPEC:
+            continue
+        allowed = OVERRIDES[name][2]
+        if value not in allowed:
+            section, key, _ = OVERRIDES[name]
+            raise SpecError(f"{name}: {value!r} is not a {section}.{key}; use 'spec' (as the spec says) or one of: "
+                            f"{', '.join(allowed)}.")
+        out[name] = str(value)
+    return out
+
+
+def apply_overrides(spec: TaskSpec, overrides: dict[str, str] | None) -> TaskSpec:
+    """``spec`` with the (already checked) overrides applied."""
+    for name, value in (overrides or {}).items():
+        section, key, _ = OVERRIDES[name]
+        part = getattr(spec, section)
+        spec = spec.model_copy(update={section: part.model_copy(update={key: value})})
+    return spec
+
+
+def run_spec(profile_out: dict[str, Any]) -> TaskSpec:
+    """The spec a run goes by after its profile step: the spec file with the run's overrides applied."""
+    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    return apply_overrides(spec, profile_out.get("overrides"))
+
+
+def keep_decision(run_key: str, decision: PlacementDecision) -> None:
+    """Keep the placement decision a booking was made on (every candidate, kept or dropped, with its
+    reasons) in the run's state folder; the run record takes it as ``decision``."""
+    (state_dir(run_key) / "decision.json").write_text(decision.model_dump_json())
+
+
 # --------------------------------------------------------------------------------------- inputs
 def load_inputs(script: str | Path | None, spec_path: str | Path | None) -> tuple[TaskSpec, Path]:
     """The validated spec (defaults when ``spec_path`` is None) and the resolved script path.
@@ -157,6 +219,9 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     catalog = catalog or load_catalog()
     check_spec_against_catalog(spec, catalog)
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
+    from autodl.records import calibrate_profile  # never below what this script needed when it ran out of memory
+
+    profile = calibrate_profile(profile)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
         if spec.task.input_shape and any(f.code == "shape-mismatch" for f in profile.errors):
@@ -223,22 +288,70 @@ def format_candidates(decision: PlacementDecision) -> list[str]:
     return lines
 
 
+def format_profile(profile: ResourceProfile, threshold: float | None = None) -> list[str]:
+    """The profile as log lines: the memory breakdown per device (weights, gradients, optimizer state,
+    activations, each workspace term), the findings, and the largest batch per device model.
+
+    :param threshold: the spec's memory threshold the largest batches were computed under (shown only).
+    """
+    b = profile.breakdown
+    def size(n: int | None) -> str:
+        return "unknown" if n is None else (f"{n / GiB:.3f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB")
+    lines = [f"memory per device at batch {profile.batch_size} ({profile.method}, {profile.dtype}"
+             + (f", amp {profile.amp}" if profile.amp else "") + (f", optimizer {profile.optimizer}" if profile.optimizer else "")
+             + "):"]
+    for label, value in (("weights", b.weights_bytes), ("gradients", b.gradients_bytes),
+                         ("optimizer state", b.optimizer_state_bytes), ("activations", b.activations_bytes),
+                         ("workspace", b.workspace_bytes)):
+        lines.append(f"  {label:<18} {size(value):>12}")
+        if label == "workspace":
+            for term, n in sorted(profile.workspace_terms_bytes.items(), key=lambda kv: -kv[1]):
+                lines.append(f"    {term:<20} {size(n):>10}")
+    lines.append(f"  {'peak':<18} {size(profile.peak_memory_bytes):>12}"
+                 + (f"  (activations {size(profile.activation_bytes_per_sample)} per sample)"
+                    if profile.activation_bytes_per_sample else ""))
+    for method, n in sorted(profile.estimates_bytes.items()):
+        lines.append(f"  tensor peak by {method:<9} {size(n):>12}")
+    if profile.findings:
+        lines.append(f"findings ({len(profile.findings)}):")
+        for f in profile.findings:
+            lines.append(f"  {f.severity:<7} [{f.code}]" + (f" line {f.line}" if f.line else "") + f": {f.message}")
+    else:
+        lines.append("findings: none")
+    if profile.max_batch_size_by_device:
+        under = f" under memory threshold {threshold:g}" if threshold is not None else ""
+        lines.append(f"largest batch per device{under}:")
+        for model, n in sorted(profile.max_batch_size_by_device.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {model:<18} {n if n else 'does not fit'}")
+    return lines
+
+
 # ----------------------------------------------------------------------------------- the steps
 def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
-                 log: Callable[[str], None] = print, run_key: str | None = None) -> dict[str, Any]:
+                 log: Callable[[str], None] = print, run_key: str | None = None,
+                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Step 1: profile and pre-check. Refuses at once when nothing in the pool can ever fit.
+
+    Logs the memory breakdown, the findings and the largest batch per device model (:func:`format_profile`).
 
     :param run_key: when given, the result is also kept in the run's state folder, so that the record
         of a refused run still holds what the profile found.
-    :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool"}``.
+    :param overrides: run-time overrides of the spec (:data:`OVERRIDES`, e.g. ``{"launcher": "docker"}``);
+        the later steps read the spec through :func:`run_spec` with them applied.
+    :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool", "overrides"}``.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
+    checked = check_overrides(overrides)
     catalog = load_catalog()
     spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog)
-    for f in profile.findings:
-        log(f"finding {f.severity} [{f.code}] line {f.line}: {f.message}")
+    for name, value in checked.items():
+        section, key, _ = OVERRIDES[name]
+        log(f"override: {section}.{key} = {value} (the spec says {getattr(getattr(spec, section), key)})")
+    spec = apply_overrides(spec, checked)
     log(f"profile ({profile.method}): {profile.params:,} params, peak {profile.peak_memory_bytes / GiB:.3f} GiB per device, "
         f"{profile.flops_per_step:.3g} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
+    for line in format_profile(profile, spec.resource_policy.memory_threshold):
+        log(line)
     inventory = read_inventory(pool, catalog=catalog)
     out = {
         "profile": profile.to_json(),
@@ -246,6 +359,7 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
         "spec_path": spec.source_path,
         "pool_source": inventory.source,
         "declared_pool": inventory.declared,
+        "overrides": checked,
     }
     if run_key:
         (state_dir(run_key) / "profile.json").write_text(json.dumps(out))
@@ -253,10 +367,6 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     if not decision.fits:
         raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
     return out
-
-
-def _spec_of(profile_out: dict[str, Any]) -> TaskSpec:
-    return load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
 
 
 def owner_of(ctx: RunContext) -> LeaseOwner:
@@ -317,7 +427,7 @@ def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None 
     """
     from autodl.queue import AdmissionQueue, candidate_groups, decide, free_devices, running_run, stale_after
 
-    spec = _spec_of(profile_out)
+    spec = run_spec(profile_out)
     profile = ResourceProfile.model_validate(profile_out["profile"])
     poke = float(poke_interval_s or spec.scheduler.poke_interval)
     timeout = float(timeout_s or spec.scheduler.timeout)
@@ -382,6 +492,8 @@ def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None 
         log(f"lost a booking race ({exc}); still waiting")
         return None
     queue.leave(ctx.run_key)
+    if decision is not None:
+        keep_decision(ctx.run_key, decision)
     lines = format_candidates(decision) if decision else []
     for line in lines:
         log(line)
@@ -422,7 +534,7 @@ def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | Non
     :raises PoolBusy: no lease and the queue grants none now (the operator goes back to waiting).
     :raises LeaseLost: the lease expired before this step could renew it.
     """
-    spec = _spec_of(profile_out)
+    spec = run_spec(profile_out)
     ledger = Ledger()
     lease = ledger.get(ctx.run_key)
     if lease is not None:
@@ -465,7 +577,7 @@ def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: st
 
 def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any]) -> tuple[TaskSpec, LaunchRequest]:
     """The launch request for the booked devices (CPU when the pool is declared)."""
-    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    spec = run_spec(profile_out)
     profile = ResourceProfile.model_validate(profile_out["profile"])
     catalog = load_catalog()
     devices = [Device.model_validate(d) for d in selection["devices"]]
@@ -476,6 +588,10 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
     if spec.task.batch_size_per_gpu:
         # the batch the estimate was made for; scripts that read it train with what was planned
         env[BATCH_SIZE_ENV] = str(spec.task.batch_size_per_gpu)
+    output_dir = output_dir_path(spec, profile_out["script"], autodl_home())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    env[OUTPUT_DIR_ENV] = str(output_dir)
+    env[REPORT_FILE_ENV] = str(state_dir(ctx.run_key) / "report.json")
     request = LaunchRequest(
         run_key=ctx.run_key,
         script=profile_out["script"],
@@ -513,6 +629,10 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
         log(f"launch ({launcher.name}): {rendered['shell']}")
     if request.on_cpu:
         log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
+    else:  # whose memory is whose on the booked devices: the processes there before the run are someone else's
+        from autodl.metrics import write_baseline
+
+        write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
     handle = launcher.launch(request)
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
@@ -551,7 +671,7 @@ class CollectLimits:
         a heartbeat every TTL/5, at most every 30 s, so four in a row may be missed before the lease dies."""
         from autodl.config import lease_ttl_s
 
-        sched = _spec_of(profile_out or {}).scheduler if profile_out else TaskSpec().scheduler
+        sched = run_spec(profile_out or {}).scheduler if profile_out else TaskSpec().scheduler
         return cls(max_run_time_s=sched.max_run_time, deadline_ts=deadline_ts, deadline_why=deadline_why,
                    max_pending_s=sched.max_pending_time, heartbeat_every_s=min(30.0, lease_ttl_s() / 5.0))
 
@@ -617,7 +737,8 @@ class CollectGuard:
 
 
 def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, launcher_kwargs: dict[str, Any] | None):
-    """(launcher, sampler, samples path, keep(metrics)) for following ``handle``; keep writes metrics.json."""
+    """(launcher, sampler, samples path, keep(metrics), notes) for following ``handle``: keep writes
+    metrics.json; notes say what could not be measured (e.g. no NVML)."""
     from autodl.metrics import make_sampler
 
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
@@ -627,16 +748,27 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     def keep(m: RunMetrics) -> None:
         (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
 
-    return launcher, make_sampler(handle, uuids), folder / "samples.jsonl", keep
+    notes: list[str] = []
+    return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
 
 
 def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, log: Callable[[str], None]) -> dict[str, Any]:
-    """Log how the training ended; raise when it failed (the metrics are kept all the same)."""
-    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, peak memory "
-        f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} metric samples"
+    """Finish the metrics (out-of-memory explanation, timeline PNG: :func:`autodl.metrics.finish`), keep them,
+    log how the training ended; raise when it failed (the metrics are kept all the same)."""
+    from autodl.metrics import finish
+
+    folder = state_dir(ctx.run_key)
+    metrics = finish(metrics, handle, folder, log=log)
+    (folder / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
+    peak = ("unknown" if metrics.peak_memory_bytes is None
+            else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
+    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
+        f"{metrics.samples} {metrics.source} samples"
         + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
-        raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
+        why = f" ({metrics.oom['explanation']})" if metrics.oom else ""
+        raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; "
+                             f"its log: {handle.log_path}")
     return metrics.to_json()
 
 
@@ -659,13 +791,13 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
     heartbeating the lease.
 
     :returns: the :class:`RunMetrics` summary as a dict (also kept in the run's state folder).
-    :raises LaunchError: when the training exits non-zero (the metrics are kept all the same).
+    :raises TrainingFailed: when the training exits non-zero (the metrics are kept all the same).
     :raises CollectStopped: when it was stopped early (lease lost, a time limit, an unschedulable pod).
     """
     from autodl.metrics import follow
 
     handle = LaunchHandle.model_validate(handle_json)
-    launcher, sampler, samples_path, keep = collect_sinks(ctx, handle, launcher_type, launcher_kwargs)
+    launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, launcher_type, launcher_kwargs)
     guard = CollectGuard(ctx, handle, launcher, limits or CollectLimits(), log)
 
     def tick() -> None:
@@ -675,11 +807,11 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
 
     try:
         metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
-                         interval_s=interval_s, samples_path=samples_path, partial_sink=keep, on_tick=tick)
+                         interval_s=interval_s, samples_path=samples_path, partial_sink=keep, notes=notes,
+                         on_tick=tick)
     except CollectStopped as stopped:
         stop_early(ctx, handle, launcher, stopped, log)
         raise
-    keep(metrics)
     return summarise_end(ctx, handle, metrics, log)
 
 
@@ -816,7 +948,8 @@ def release_by_hand(run_key: str, *, user: str | None = None, force: bool = Fals
     note_failure(run_key, "release", how)
     ctx = RunContext(run_key=run_key, dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, user=lease.owner.user)
     return step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
-                                   handle_json=handle, metrics_json=None, log=log, lease_id=lease.lease_id)
+                                   handle_json=handle, metrics_json=None, log=log, lease_id=lease.lease_id,
+                                   force_release=True)
 
 
 def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | None = None,
@@ -840,15 +973,32 @@ def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | 
     return freed
 
 
+def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when absent, or (said in the log) when it is not a JSON object."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
+        return None
+    if not isinstance(data, dict):
+        log(f"{what} in {path} is not a JSON object; the record goes without it")
+        return None
+    return data
+
+
 def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
                             profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
                             handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
                             launcher_kwargs: dict[str, Any] | None = None,
-                            log: Callable[[str], None] = print, lease_id: str | None = None) -> dict[str, Any]:
+                            log: Callable[[str], None] = print, lease_id: str | None = None,
+                            force_release: bool = False) -> dict[str, Any]:
     """Step 6: stop a training still running, free the lease (idempotent), leave the queue, write the run record.
 
     Runs whatever happened upstream; any input may be None. A training that ended by itself before it was
-    stopped is recorded with its own exit code.
+    stopped is recorded with its own exit code. Where NVML is present, the lease is freed only once the
+    booked devices hold none of the run's processes (``force_release``: free it anyway).
 
     :param lease_id: free only this lease (a reaper or a manual release), not a newer one of the run.
     :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
@@ -864,8 +1014,11 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         profile_out = json.loads((folder / "profile.json").read_text())
     if selection is None and (folder / "selection.json").exists():
         selection = json.loads((folder / "selection.json").read_text())
+    report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
+    decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
     exit_code = metrics_json.get("exit_code") if metrics_json else None
+    clear = True
     if handle is not None:
         if exit_code is None:  # nobody followed it to the end: its own exit code, when it has one already
             try:
@@ -874,9 +1027,19 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                 exit_code = None
         stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
                       why="still running after collect ended: stopping it before releasing its devices")
+        if not handle.on_cpu:  # where NVML is present: the devices hold none of the run's processes any more
+            from autodl.metrics import wait_devices_clear
+
+            clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder, log=log)
     AdmissionQueue().leave(ctx.run_key)
-    released = Ledger().release(ctx.run_key, lease_id)
-    log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+    if clear or force_release:
+        released = Ledger().release(ctx.run_key, lease_id)
+        log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+    else:
+        released = None
+        note_failure(ctx.run_key, "release", "lease kept: the run's processes still hold its devices after the stop; "
+                                             f"free it with `autodl leases --release {ctx.run_key}` once they are gone")
+        log(f"lease of {ctx.run_key} KEPT: its devices are not empty")
 
     failures = read_failures(ctx.run_key)
     if handle is None:
@@ -889,6 +1052,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     placement = selection.get("placement") if selection else (released.placement if released else None)
     declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
     error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
+    oom = (metrics_json or {}).get("oom")
+    if outcome == "failed" and oom:
+        error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
     if outcome == "failed" and not error and exit_code is not None:
         error = f"training failed with exit code {exit_code}"
     record = RunRecord(
@@ -900,7 +1066,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         launch=handle.to_json() if handle else None, metrics=metrics_json,
         estimated_peak_bytes=profile.get("peak_memory_bytes") if profile else None,
         actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
-        device_model=(placement or {}).get("model"), error=error,
+        allocated_peak_bytes=(metrics_json or {}).get("allocated_peak_bytes"),
+        reserved_peak_bytes=(metrics_json or {}).get("reserved_peak_bytes"), oom=oom,
+        device_model=(placement or {}).get("model"), error=error, report=report, decision=decision,
     )
     store = RecordStore()
     previous = store.get(ctx.run_key)

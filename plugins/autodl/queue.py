@@ -167,6 +167,12 @@ class AdmissionQueue:
         return gone
 
 
+def waiting_runs(url: str | None = None) -> list[QueueEntry]:
+    """The runs waiting for devices, in the order the queue serves them (live entries first, then those
+    whose poller has not been seen lately), for the GPU page and ``autodl queue``."""
+    return AdmissionQueue(url).in_order()
+
+
 # ----------------------------------------------------------------------------------------- the decision
 def queued_run(entry: QueueEntry) -> QueuedRun:
     """The queue entry as the pure decision sees it (times as epoch seconds)."""
@@ -234,4 +240,4 @@ def candidate_groups(inventory: Inventory, devices_fit: Callable[[Device], bool]
 
 
 __all__ = ["AdmissionQueue", "QueueRow", "candidate_groups", "decide", "free_devices", "place_from_candidates",
-           "queued_run", "running_run", "stale_after"]
+           "queued_run", "running_run", "stale_after", "waiting_runs"]

@@ -133,18 +133,6 @@ def test_ten_overlapping_runs_with_the_defaults_all_succeed(airflow, store):
     assert "[train] stand-in training of" in log and "training ended: exit code 0" in log
 
 
-def _wait_until(what: str, check, airflow: RealAirflow, patience_s: float):
-    deadline = time.monotonic() + patience_s
-    while True:
-        airflow._check_alive()
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen:\n--- scheduler\n{airflow.logs('scheduler')}")
-        time.sleep(1)
-
-
 def _last_heartbeat(error: str) -> float:
     match = re.search(r"no heartbeat since (\S+) \(TTL", error)
     assert match, error
@@ -160,12 +148,12 @@ def test_a_worker_killed_mid_training_has_its_lease_reclaimed_and_the_next_run_t
     airflow.wait_for_dag(dag_id)
     first = airflow.trigger(dag_id)  # a long training
     key_a = run_key(dag_id, first)
-    lease = _wait_until("the first run launched", lambda: (le := ledger.get(key_a)) and le.handle and le, airflow, 600)
-    ti = _wait_until("collect_metrics running", lambda: (t := airflow.task_instances(dag_id, first).get("train.collect_metrics"))
-                     and t["state"] == "running" and t.get("pid") and t, airflow, 600)
+    lease = airflow.until("the first run launched", lambda: (le := ledger.get(key_a)) and le.handle and le, 600)
+    ti = airflow.until("collect_metrics running", lambda: (t := airflow.task_instances(dag_id, first).get("train.collect_metrics"))
+                     and t["state"] == "running" and t.get("pid") and t, 600)
     second = airflow.trigger(dag_id, conf={"spec": SHORT_SPEC})
     key_b = run_key(dag_id, second)
-    _wait_until("the second run waiting in the queue", lambda: queue.get(key_b), airflow, 600)
+    airflow.until("the second run waiting in the queue", lambda: queue.get(key_b), 600)
 
     task = psutil.Process(ti["pid"])
     worker = task.parent()  # the LocalExecutor worker that supervises the task
@@ -204,12 +192,12 @@ def test_a_killed_triggerer_leaves_a_lease_that_is_reclaimed_after_its_ttl(airfl
     airflow.wait_for_dag(dag_id)
     first = airflow.trigger(dag_id)
     key_a = run_key(dag_id, first)
-    lease = _wait_until("the first run launched", lambda: (le := ledger.get(key_a)) and le.handle and le, airflow, 600)
-    _wait_until("collect_metrics deferred", lambda: (airflow.task_instances(dag_id, first).get("train.collect_metrics")
-                                                     or {}).get("state") == "deferred", airflow, 600)
+    lease = airflow.until("the first run launched", lambda: (le := ledger.get(key_a)) and le.handle and le, 600)
+    airflow.until("collect_metrics deferred", lambda: (airflow.task_instances(dag_id, first).get("train.collect_metrics")
+                                                     or {}).get("state") == "deferred", 600)
     second = airflow.trigger(dag_id, conf={"spec": SHORT_SPEC})
     key_b = run_key(dag_id, second)
-    _wait_until("the second run waiting in the queue", lambda: queue.get(key_b), airflow, 600)
+    airflow.until("the second run waiting in the queue", lambda: queue.get(key_b), 600)
     training = psutil.Process(lease.handle["pid"])
 
     airflow.kill_component("triggerer")

@@ -4,12 +4,20 @@ Layout of one run's folder (``$AUTODL_HOME/runs/<run key>/``)::
 
     handle.json          the current attempt's LaunchHandle
     attempt-N.log        stdout+stderr of attempt N
+    attempt-N.ranks/     per-rank logs of a distributed attempt (paddle.distributed.launch --log_dir)
     attempt-N.exit       its exit code, written by the runner wrapper when it ends
-    attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE
+    attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE, and the
+                         memory peaks autodl's start-up hook reports there (:mod:`autodl.metrics`)
     launch.lock          serialises concurrent launches of the same run key
 
 A launch while the current attempt still runs reattaches to it (``reattached=True``) instead of
 starting a second copy; a launch after it ended starts attempt N+1.
+
+The training's ``PYTHONPATH`` starts with :data:`CHILD_PATH`, whose ``sitecustomize`` reports the
+process's own memory peaks without touching the script. Every process of an attempt carries
+``AUTODL_ATTEMPT_ID`` (its exit file's path), and the runner wrapper is a child subreaper: ranks
+that ``paddle.distributed.launch`` starts in their own sessions stay findable, so :meth:`LocalLauncher.stop`
+ends every one of them, not only the launcher's process group.
 """
 
 from __future__ import annotations
@@ -35,6 +43,13 @@ STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
 a training that checkpoints on SIGTERM should finish within this)."""
 
+CHILD_PATH = str(Path(__file__).resolve().parent / "child_path")
+"""Folder put first on the training's ``PYTHONPATH``: its ``sitecustomize`` reports Paddle's memory peaks."""
+
+ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
+"""Variable every process of an attempt inherits (the attempt's exit file path): how its processes are
+found again, whatever session or parent they ended up in."""
+
 
 def run_dir_name(run_key: str) -> str:
     """A file-system safe folder name for ``run_key``."""
@@ -49,8 +64,9 @@ class LocalLauncher:
 
     name = "local"
 
-    def __init__(self, base_dir: str | Path | None = None, **_ignored: Any):
+    def __init__(self, base_dir: str | Path | None = None, *, stop_grace_s: float = STOP_GRACE_S, **_ignored: Any):
         self.base_dir = Path(base_dir) if base_dir else autodl_home() / "runs"
+        self.stop_grace_s = stop_grace_s
 
     # -------------------------------------------------------------------------------- helpers
     def run_dir(self, run_key: str) -> Path:
@@ -67,10 +83,22 @@ class LocalLauncher:
         env["AUTODL_RUN_KEY"] = request.run_key
         if request.labels.get("lease_id"):
             env["AUTODL_LEASE_ID"] = request.labels["lease_id"]
+        if request.vendor is not None:  # which variable maps Paddle's place to a device id, for the peak hook
+            env["AUTODL_VISIBLE_ENV"] = request.vendor.visible_devices_env
+        prior = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = CHILD_PATH + (os.pathsep + prior if prior else "")
         return env
 
+    def _next_attempt(self, folder: Path) -> int:
+        handle_file = folder / "handle.json"
+        if not handle_file.exists():
+            return 1
+        previous = LaunchHandle.model_validate_json(handle_file.read_text())
+        return int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
+
     def render(self, request: LaunchRequest) -> dict[str, Any]:
-        argv = training_command(request)
+        folder = self.run_dir(request.run_key)
+        argv = training_command(request, log_dir=str(folder / f"attempt-{self._next_attempt(folder)}.ranks"))
         env = self.environment(request)
         return {"launcher": self.name, "command": argv, "env": env, "shell": shell_line(argv, env),
                 "workdir": request.workdir or str(request.script_path.parent)}
@@ -96,10 +124,12 @@ class LocalLauncher:
                 attempt = int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
             log_path = folder / f"attempt-{attempt}.log"
             exit_path = folder / f"attempt-{attempt}.exit"
-            argv = training_command(request)
+            argv = training_command(request, log_dir=str(folder / f"attempt-{attempt}.ranks"))
             added = self.environment(request)
             steps_path = folder / f"attempt-{attempt}.steps.jsonl"
             added["AUTODL_METRICS_FILE"] = str(steps_path)
+            added[ATTEMPT_ENV] = str(exit_path)
+            added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
             env = {**os.environ, **added}
             workdir = request.workdir or str(request.script_path.parent)
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *argv]
@@ -164,13 +194,17 @@ class LocalLauncher:
             proc = psutil.Process(handle.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            return any(handle.exit_path and handle.exit_path in part for part in proc.cmdline())
+            cmdline = proc.cmdline()
+            if not cmdline:  # just forked and still exec'ing: /proc/PID/cmdline is briefly empty
+                return True
+            return any(handle.exit_path and handle.exit_path in part for part in cmdline)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return False
 
     def poll(self, handle: LaunchHandle) -> int | None:
-        """Exit code of the attempt, or None while it runs. A process that vanished without
-        writing its exit code (the wrapper was SIGKILLed) counts as exit code 137."""
+        """Exit code of the attempt, or None while it runs. A wrapper that vanished without writing its
+        exit code (it was SIGKILLed) counts as exit code 137 — once none of the attempt's processes
+        (ranks it left behind included) is alive any more; until then the run still runs."""
         exit_path = Path(handle.exit_path or "")
         if exit_path.is_file():
             return int(exit_path.read_text().strip() or 255)
@@ -178,6 +212,8 @@ class LocalLauncher:
             return None
         if exit_path.is_file():  # ended between the two checks
             return int(exit_path.read_text().strip() or 255)
+        if self._attempt_processes(handle):  # the wrapper died but ranks it started live on
+            return None
         if handle.pid in self._reaped:  # our own child, and its exit file is missing: its status says why
             code = self._reaped[handle.pid]
             return 128 - code if code < 0 else code
@@ -192,26 +228,77 @@ class LocalLauncher:
             data = fh.read()
         return data.decode("utf-8", errors="replace"), offset + len(data)
 
+    def _attempt_processes(self, handle: LaunchHandle) -> list[psutil.Process]:
+        """Live processes carrying the attempt's :data:`ATTEMPT_ENV` (found whatever their session or parent)."""
+        if not handle.exit_path:
+            return []
+        found = []
+        me = os.getpid()
+        uid = os.getuid()
+        for proc in psutil.process_iter(["uids"]):
+            try:
+                if proc.pid == me or (uid != 0 and proc.info["uids"] and proc.info["uids"].real != uid):
+                    continue
+                if proc.environ().get(ATTEMPT_ENV) == handle.exit_path and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+        return found
+
+    def processes(self, handle: LaunchHandle) -> list[psutil.Process]:
+        """Every live process of the attempt: the wrapper, its descendants (a subreaper keeps orphaned
+        ranks among them) and any process carrying the attempt's :data:`ATTEMPT_ENV`."""
+        procs: dict[int, psutil.Process] = {}
+        if handle.pid is not None and self._alive(handle):
+            try:
+                root = psutil.Process(handle.pid)
+                procs[root.pid] = root
+                for child in root.children(recursive=True):
+                    procs[child.pid] = child
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        for proc in self._attempt_processes(handle):
+            procs.setdefault(proc.pid, proc)
+        return list(procs.values())
+
+    @staticmethod
+    def _signal(procs: list[psutil.Process], sig: int) -> None:
+        groups = set()
+        for proc in procs:
+            try:
+                groups.add(os.getpgid(proc.pid))
+                proc.send_signal(sig)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+                continue
+        for pgid in groups:  # ranks in their own sessions are group leaders: reach their helpers too
+            if pgid in (os.getpgid(0),):
+                continue
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+
     def stop(self, handle: LaunchHandle) -> None:
-        """SIGTERM the process group, SIGKILL after :data:`STOP_GRACE_S`. Idempotent."""
-        if handle.pgid is None or not self._alive(handle):
+        """End every process of the attempt: SIGTERM to each (and to each process group among them:
+        ``paddle.distributed.launch`` starts every rank in its own session, so the wrapper's group alone
+        misses them), SIGKILL after ``stop_grace_s`` to whatever is left, and wait until none is alive.
+        Idempotent; records the signal as the exit code when the wrapper could not."""
+        procs = self.processes(handle)
+        if not procs:
             return
         code = 128 + signal.SIGTERM
-        try:
-            os.killpg(handle.pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and self._alive(handle):
-            time.sleep(0.1)
-        if self._alive(handle):
+        self._signal(procs, signal.SIGTERM)
+        _gone, alive = psutil.wait_procs(procs, timeout=self.stop_grace_s)
+        left = {p.pid: p for p in alive}
+        for proc in self.processes(handle):  # started during the grace period
+            left.setdefault(proc.pid, proc)
+        while left:
             code = 128 + signal.SIGKILL
-            try:
-                os.killpg(handle.pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            while self._alive(handle):
-                time.sleep(0.05)
+            self._signal(list(left.values()), signal.SIGKILL)
+            psutil.wait_procs(list(left.values()), timeout=5)
+            left = {p.pid: p for p in self.processes(handle)}
+        if handle.pid is not None:
+            self._alive(handle)  # reap the wrapper if it is our own child
         exit_path = Path(handle.exit_path or "")
         if handle.exit_path and not exit_path.exists():
             # the wrapper died with the group before it could write the code: record the signal we sent

@@ -65,7 +65,10 @@ class AutoDLTrainOperator(TaskGroup):
     :param pool: inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml`` or a
         pool file path. Default ``$AUTODL_POOL`` or ``auto``.
     :param probe: run the sandboxed CPU probe (None: when Paddle is importable).
-    :param launcher: override the spec's ``launcher.type`` (``local``, ``docker``, ``kubernetes``).
+    :param launcher: override the spec's ``launcher.type`` (templated: ``local``, ``docker``, ``kubernetes``;
+        ``spec`` or None: the spec's).
+    :param policy: override the spec's ``scheduler.algorithm`` (templated: ``rule_based``, ``rl_based``;
+        ``spec`` or None: the spec's).
     :param deferrable: wait in the admission queue and follow the training from the triggerer (default),
         holding no worker slot; False: the wait reschedules between polls and collect follows the training
         in a worker.
@@ -78,7 +81,8 @@ class AutoDLTrainOperator(TaskGroup):
     """
 
     def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
-                 probe: bool | None = None, launcher: str | None = None, deferrable: bool = True,
+                 probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
+                 deferrable: bool = True,
                  wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
                  execution_timeout: timedelta | None = None, **group_kwargs: Any):
         super().__init__(group_id=task_id, **group_kwargs)
@@ -88,7 +92,8 @@ class AutoDLTrainOperator(TaskGroup):
         timeout = wait_timeout_s or timeout
         common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
         retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
-        self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, retries=0, **common)
+        self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
+                                             retries=0, **common)
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
@@ -98,7 +103,7 @@ class AutoDLTrainOperator(TaskGroup):
         deferred = {"retries": max(retries, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
-        self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
+        self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], **common, **retry)
         self.collect = AutoDLCollectOperator(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
                                              deferrable=deferrable, execution_timeout=execution_timeout,
                                              **common, **deferred)

@@ -346,6 +346,11 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             facts.build_error = f"the model construction at line {site.node.lineno} could not be followed ({exc})"
         except L.ShapeMismatch as exc:
             facts.build_error = str(exc)
+    if interp.budget.exceeded:  # the bounds of autodl.profile.bounds: a warning and the fallback, never a hang
+        add(Finding(severity="warning", code="analysis-bounded",
+                    message=f"{interp.budget.exceeded}; the estimate falls back to what it knows without the model "
+                            "(cold start) unless the probe measures it. Set task.input_shape and batch_size_per_gpu "
+                            "in the spec, or simplify the model's __init__ (no long loops or deep recursion)."))
     if facts.recompute:
         add(Finding(severity="info", code="recompute", message="recompute is used: activations of recomputed "
                     "segments are not kept; the activation estimate is an upper bound."))

@@ -59,12 +59,12 @@ class CollectTrigger(BaseTrigger):
 
         ctx = RunContext(**self.run_ctx)
         handle = LaunchHandle.model_validate(self.handle)
-        launcher, sampler, samples_path, keep = collect_sinks(ctx, handle, handle.launcher,
-                                                              _launcher_kwargs(handle.launcher))
+        launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, handle.launcher,
+                                                                     _launcher_kwargs(handle.launcher))
         offset_file = state_dir(ctx.run_key) / "collect.offset"
         offset = int(offset_file.read_text() or 0) if offset_file.exists() else 0
         follower = Follower(launcher, handle, sampler=sampler, log_sink=self.log_line,
-                            samples_path=samples_path, offset=offset, resume=offset > 0)
+                            samples_path=samples_path, notes=notes, offset=offset, resume=offset > 0)
         guard = CollectGuard(ctx, handle, launcher, CollectLimits(**self.limits), log=self.log.info)
         return ctx, handle, launcher, follower, guard, keep, offset_file
 
