@@ -211,6 +211,11 @@ class Ledger:
             )
             s.commit()
             if result.rowcount != 1:
+                s.expire_all()
+                row = s.execute(select(LeaseRow).where(LeaseRow.lease_id == row.lease_id)).scalar_one_or_none()
+                if row is None:  # released between the read and the update
+                    raise LeaseLost(f"run {run_key}: its lease {lease_id or ''} is gone (released, or reclaimed after "
+                                    "it expired); the training must not go on without it.".replace("  ", " "))
                 expired = _utc(row.expires_at)
                 if row.reaping_by:
                     why = f"a reaper ({row.reaping_by}) is reclaiming it"
