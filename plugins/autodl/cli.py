@@ -1,19 +1,24 @@
 """The ``autodl`` command: profile, plan, inventory, leases, queue, runs, simulate — JSON with ``--json``, tables without.
 
 Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 130 interrupted (see
-:mod:`autodl.errors`).
+:mod:`autodl.errors`); 1 an unexpected internal error (a bug: one line, no traceback unless ``AUTODL_DEBUG=1``).
+Messages never show a secret (:mod:`autodl.redact`); ``--json`` is strict JSON (a number that is not finite is ``null``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from typing import Any
 
 from autodl.errors import AutoDLError
 
 GiB = 1 << 30
+MAX_MESSAGE_CHARS = 4000
+"""An error message is cut here: it names the input and the fix, it never echoes a whole input."""
 
 
 def _console():
@@ -27,8 +32,22 @@ def _gib(n: int | float | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
 
 
+def json_safe(data: Any, _depth: int = 0) -> Any:
+    """``data`` with every float that is not finite (NaN, inf) as ``None``: JSON has no such numbers, and an
+    unknown is null, never a made-up figure."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if _depth > 64:
+        return data
+    if isinstance(data, dict):
+        return {k: json_safe(v, _depth + 1) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v, _depth + 1) for v in data]
+    return data
+
+
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    print(json.dumps(json_safe(data), indent=2, default=str, allow_nan=False))
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -362,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("runs", help="run records")
     sp.add_argument("--dag-id")
-    sp.add_argument("--limit", type=int, default=20)
+    sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--plot", metavar="RUN_KEY", help="draw the run's memory/utilization timeline (PNG beside its log)")
     sp.add_argument("--out", help="with --plot: write the PNG here instead")
@@ -382,6 +401,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _count(text: str) -> int:
+    """argparse type: a record count in 1..100000 (argparse turns the ValueError into a usage error, exit 2)."""
+    value = int(text)
+    if not 1 <= value <= 100_000:
+        raise ValueError(text)
+    return value
+
+
 def _terminate(_signum, _frame):
     # SIGTERM (timeout, kill) unwinds like Ctrl-C, so the probe sandbox and temporary files are cleaned up
     raise SystemExit(143)
@@ -393,19 +420,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    from autodl.redact import redact_text
+
     try:
         return int(args.func(args) or 0)
     except AutoDLError as exc:
-        print(f"autodl: error: {exc}", file=sys.stderr)
+        message = redact_text(exc)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS] + f"... ({len(message) - MAX_MESSAGE_CHARS:,} more characters)"
+        print(f"autodl: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autodl: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `autodl runs --json | head`: the reader left; say nothing more
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug is one line, never a traceback
+        if os.environ.get("AUTODL_DEBUG"):
+            raise
+        reason = redact_text(f"{type(exc).__name__}: {exc}")
+        print(f"autodl: internal error ({args.command}): {reason[:300]}; this is a bug in autodl, not your input: "
+              "report it with the command line (AUTODL_DEBUG=1 shows the traceback).", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

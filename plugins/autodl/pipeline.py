@@ -37,7 +37,7 @@ from autodl.errors import (
 )
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
-from autodl.launch.local import run_dir_name
+from autodl.launch.local import run_folder
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
@@ -97,10 +97,12 @@ def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
 
 
 def state_dir(run_key: str) -> Path:
-    """Per-run state folder (shared with the local launcher's run folder)."""
-    path = autodl_home() / "runs" / run_dir_name(run_key)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Per-run state folder (shared with the local launcher's run folder): named by a hash of the full run key
+    and holding that key, so two runs never share one (see :func:`autodl.launch.local.run_folder`).
+
+    :raises LaunchError: when the folder records another run key.
+    """
+    return run_folder(autodl_home() / "runs", run_key)
 
 
 def note_failure(run_key: str, step: str, message: str) -> None:
@@ -919,6 +921,15 @@ def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = N
     return freed
 
 
+def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None) -> int | None:
+    """The training's exit code as its launcher reports it, or None while it runs or when it cannot be read."""
+    handle = LaunchHandle.model_validate(handle_json)
+    try:
+        return get_launcher(handle.launcher, **(launcher_kwargs or {})).poll(handle)
+    except AutoDLError:
+        return None
+
+
 def release_by_hand(run_key: str, *, user: str | None = None, force: bool = False,
                     log: Callable[[str], None] = print) -> dict[str, Any]:
     """Free a lease left behind by a run whose Airflow process died: stop its training, release, record.
@@ -1008,6 +1019,10 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     folder = state_dir(ctx.run_key)
     if handle_json is None and (folder / "handle-latest.json").exists():
         handle_json = json.loads((folder / "handle-latest.json").read_text())
+    if handle_json and handle_json.get("run_key") not in (None, ctx.run_key):
+        log(f"ignoring a launch handle of another run ({str(handle_json.get('run_key'))[:200]!r}) found for "
+            f"{ctx.run_key}: its training is not this run's to stop")
+        handle_json = None
     if metrics_json is None and (folder / "metrics.json").exists():
         metrics_json = json.loads((folder / "metrics.json").read_text())
     if profile_out is None and (folder / "profile.json").exists():
@@ -1017,16 +1032,12 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
     decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
-    exit_code = metrics_json.get("exit_code") if metrics_json else None
     clear = True
+    launcher_exit = None
     if handle is not None:
-        if exit_code is None:  # nobody followed it to the end: its own exit code, when it has one already
-            try:
-                exit_code = get_launcher(handle.launcher, **(launcher_kwargs or {})).poll(handle)
-            except AutoDLError:
-                exit_code = None
         stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
                       why="still running after collect ended: stopping it before releasing its devices")
+        launcher_exit = exit_status(handle_json, launcher_kwargs=launcher_kwargs)
         if not handle.on_cpu:  # where NVML is present: the devices hold none of the run's processes any more
             from autodl.metrics import wait_devices_clear
 
@@ -1042,6 +1053,12 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         log(f"lease of {ctx.run_key} KEPT: its devices are not empty")
 
     failures = read_failures(ctx.run_key)
+    exit_code = metrics_json.get("exit_code") if metrics_json else None
+    if exit_code is None and launcher_exit is not None:
+        # collect never saw the end (its Airflow process was lost): the launcher's exit status is the outcome
+        exit_code = launcher_exit
+        metrics_json = {**(metrics_json or {}), "exit_code": launcher_exit}
+        log(f"training {ctx.run_key} exit status from the launcher: {launcher_exit}")
     if handle is None:
         outcome = "not_started"
     elif exit_code == 0:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from autodl.config import store_url
 from autodl.errors import StoreError
+from autodl.redact import redact_text, redact_url  # noqa: F401 - redact_url re-exported for existing callers
 
 VERSION_TABLE = "autodl_alembic_version"
 """Alembic's version table for autodl's schema; not ``alembic_version``, so a store that shares a database
@@ -33,11 +33,6 @@ with another Alembic-managed application (Airflow's own metadata uses ``alembic_
 the two histories."""
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for logs and messages."""
-    return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)
 
 
 class Base(DeclarativeBase):
@@ -62,9 +57,9 @@ def get_engine(url: str | None = None) -> Engine:
     url = url or store_url()
     try:
         return _engine(url)
-    except (SQLAlchemyError, ImportError, OSError) as exc:
+    except (SQLAlchemyError, ImportError, OSError, ValueError, TypeError) as exc:  # ValueError: a URL SQLAlchemy cannot parse
         shown = redact_url(url)
-        reason = redact_url(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        reason = redact_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         raise StoreError(
             f"autodl's store {shown} (AUTODL_STORE_URL) cannot be used: {reason}. Set AUTODL_STORE_URL to "
             "sqlite:///PATH (a writable file) or postgresql+psycopg2://USER:PASSWORD@HOST/DB."

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Severity = Literal["info", "warning", "error"]
 
@@ -34,8 +34,16 @@ class Finding(_Frozen):
 
     severity: Severity
     code: str = Field(description="Stable identifier, e.g. 'hardcoded-device', 'shape-mismatch'.")
-    message: str
+    message: str = Field(description="Shown to people: secrets in it (URLs' passwords, tokens) are redacted.")
     line: int | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _redacted(cls, value: str) -> str:
+        # a probe's stderr may echo what the script read (e.g. the worker's environment): never print a secret
+        from autodl.redact import redact_text
+
+        return redact_text(value)
 
 
 class MemoryBreakdown(_Frozen):
@@ -347,7 +355,7 @@ class RunRecord(_Frozen):
     reserved_peak_bytes: int | None = Field(None, description="Paddle's reserved (allocator pool) peak, bytes.")
     oom: dict[str, Any] | None = Field(None, description="Out-of-memory explanation (autodl.oom.OOMReport) when it died of one.")
     device_model: str | None = None
-    error: str | None = None
+    error: str | None = Field(None, description="Why the run failed; secrets in it are redacted.")
     decision: dict[str, Any] | None = Field(
         None, description="The PlacementDecision the booking was made on: every candidate, ranked, kept or "
                           "dropped, with its score terms and reasons.")
@@ -355,3 +363,10 @@ class RunRecord(_Frozen):
         None, description="What the training said about itself in AUTODL_REPORT_FILE (e.g. the checkpoint and "
                           "epoch it resumed from); None when it wrote nothing.")
     recorded_at: datetime = Field(default_factory=utcnow)
+
+    @field_validator("error")
+    @classmethod
+    def _redacted(cls, value: str | None) -> str | None:
+        from autodl.redact import redact_text
+
+        return redact_text(value) if value else value

@@ -12,7 +12,7 @@ import pytest
 
 from autodl.catalog import load_catalog
 from autodl.launch import LaunchRequest, get_launcher, training_command
-from autodl.launch.local import LocalLauncher
+from autodl.launch.local import LocalLauncher, run_dir_name
 from autodl.errors import LaunchError
 from autodl.types import Device
 
@@ -157,7 +157,8 @@ def test_distributed_command_lists_members_of_the_visible_list(tmp_path):
     rendered = LocalLauncher().render(req)
     assert rendered["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-4,GPU-6"
     assert "paddle.distributed.launch --devices GPU-4,GPU-6 --log_dir " in rendered["shell"]
-    assert rendered["command"][rendered["command"].index("--log_dir") + 1].endswith("/runs/r1/attempt-1.ranks")
+    log_dir = rendered["command"][rendered["command"].index("--log_dir") + 1]
+    assert log_dir.endswith(f"/runs/{run_dir_name('r1')}/attempt-1.ranks")
     single = training_command(request(tmp_path, devices=[gpu(4)], distributed=True))
     assert "paddle.distributed.launch" not in single
     assert single[0] == sys.executable

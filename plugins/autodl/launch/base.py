@@ -183,7 +183,11 @@ def launcher_options(request: LaunchRequest, launcher: str) -> Any:
     try:
         return LauncherSection.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"launcher.{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        errors = exc.errors(include_url=False)
+        problems = "; ".join(f"launcher.{'.'.join(str(p) for p in e['loc'])[:100] or '<root>'}: "
+                             f"{e['msg'].removeprefix('Value error, ')[:300]}" for e in errors[:10])
+        if len(errors) > 10:
+            problems += f"; and {len(errors) - 10} more"
         raise LaunchError(f"run {request.run_key}: invalid launcher options: {problems}; fix the spec's launcher section.") from None
 
 

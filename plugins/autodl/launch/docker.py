@@ -36,6 +36,7 @@ from autodl.launch.base import (
     training_command,
     visible_devices_value,
 )
+from autodl.redact import redact_env, redact_text
 from autodl.types import LaunchHandle
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,9 @@ class DockerPlan:
 
     @property
     def shell(self) -> str:
-        """The equivalent ``docker run`` line, quoted for a POSIX shell."""
-        return shlex.join(self.cli)
+        """The equivalent ``docker run`` line, quoted for a POSIX shell, secret-named ``--env`` values as ``***``
+        (it is shown in logs and messages)."""
+        return redact_text(shlex.join(self.cli))
 
 
 @dataclass(frozen=True)
@@ -350,19 +352,24 @@ class DockerLauncher:
             "image": plan.image,
             "container_name": plan.name,
             "command": plan.argv,
-            "env": plan.env,
+            "env": redact_env(plan.env),
             "labels": plan.labels,
             "device_ids": plan.device_ids,
             "visible_devices": plan.visible_devices,
             "shell": plan.shell,
-            "create_kwargs": {k: (list(map(dict, v)) if k == "device_requests" else v) for k, v in plan.create_kwargs.items()},
+            "create_kwargs": {k: (list(map(dict, v)) if k == "device_requests" else redact_env(v) if k == "environment" else v)
+                              for k, v in plan.create_kwargs.items()},
         }
 
     # ------------------------------------------------------------------------------- engine
     def containers_of(self, run_key: str) -> list[Any]:
-        """Every container (any state) labelled with ``run_key``, newest first."""
+        """Every container (any state) labelled with ``run_key``, newest first.
+
+        The engine's label filter selects; each container's own ``autodl.run_key`` label is then compared with
+        the whole run key, so a launch never reattaches to (and a stop never removes) another run's container."""
         found = self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}run_key={run_key}"})
-        return sorted(found, key=lambda c: c.attrs.get("Created", ""), reverse=True)
+        mine = [c for c in found if (getattr(c, "labels", None) or {}).get(f"{LABEL_PREFIX}run_key") == run_key]
+        return sorted(mine, key=lambda c: c.attrs.get("Created", ""), reverse=True)
 
     def _ensure_image(self, plan: DockerPlan) -> None:
         import docker

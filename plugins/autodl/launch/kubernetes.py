@@ -25,6 +25,7 @@ from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
 from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, complete_utf8_length
+from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
 
 log = logging.getLogger(__name__)
@@ -152,13 +153,14 @@ def device_resource(device: Any, vendor: VendorInfo, catalog: Catalog) -> tuple[
 
 
 def _uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
-    uid, _, gid = user.partition(":")
-    if not uid.isdigit() or (gid and not gid.isdigit()):
+    from autodl.spec import parse_container_user
+
+    try:
+        return parse_container_user(user)  # the same check as the spec's: never uid 0, however it is spelt
+    except ValueError as exc:
         raise LaunchError(
-            f"run {run_key}: launcher.user {user!r} must be numeric uid[:gid] for Kubernetes "
-            "(securityContext.runAsUser takes numbers); write e.g. '1000:1000'."
-        )
-    return int(uid), int(gid) if gid else None
+            f"run {run_key}: launcher.user: {exc}; Kubernetes' securityContext.runAsUser takes a numeric uid."
+        ) from None
 
 
 def pod_resource_total(pod: dict[str, Any], resource: str) -> int:
@@ -376,17 +378,21 @@ class KubernetesLauncher:
             "pod_name": pod.metadata.name,
             "image": container["image"],
             "command": container["command"],
-            "env": {e["name"]: e.get("value", "") for e in container.get("env", [])},
+            "env": redact_env({e["name"]: e.get("value", "") for e in container.get("env", [])}),
             "limits": (container.get("resources") or {}).get("limits", {}),
             "node_selector": manifest["spec"].get("nodeSelector", {}),
-            "pod": manifest,
+            "pod": redact_obj(manifest),
         }
 
     # ------------------------------------------------------------------------------ cluster
     def pods_of(self, run_key: str, namespace: str) -> list[Any]:
-        """Pods of ``run_key`` in ``namespace`` (selected by :data:`RUN_KEY_HASH_LABEL`), newest first."""
+        """Pods of ``run_key`` in ``namespace``, newest first: selected by :data:`RUN_KEY_HASH_LABEL`, then kept
+        only when their ``autodl/run-key`` annotation is the whole run key (a hash prefix may collide), so a
+        launch never reattaches to (and a stop never deletes) another run's pod."""
         pods = self.api.list_namespaced_pod(namespace, label_selector=f"{RUN_KEY_HASH_LABEL}={run_key_hash(run_key)}")
-        return sorted(pods.items or [], key=lambda p: str(p.metadata.creation_timestamp or ""), reverse=True)
+        mine = [p for p in (pods.items or [])
+                if ((p.metadata.annotations if p.metadata else None) or {}).get(f"{LABEL_PREFIX}run-key") == run_key]
+        return sorted(mine, key=lambda p: str(p.metadata.creation_timestamp or ""), reverse=True)
 
     def launch(self, request: LaunchRequest) -> LaunchHandle:
         """Create the pod, or reattach to the run's live pod; ended pods of the run are deleted first.

@@ -1,7 +1,9 @@
 """Local launcher: the training as a detached process group on this host, pinned by the vendor's visibility variable.
 
-Layout of one run's folder (``$AUTODL_HOME/runs/<run key>/``)::
+Layout of one run's folder (``$AUTODL_HOME/runs/<readable prefix>-<hash of the run key>/``, see
+:func:`run_dir_name`)::
 
+    run_key              the full run key this folder belongs to; every reattach checks it
     handle.json          the current attempt's LaunchHandle
     attempt-N.log        stdout+stderr of attempt N
     attempt-N.ranks/     per-rank logs of a distributed attempt (paddle.distributed.launch --log_dir)
@@ -18,16 +20,23 @@ process's own memory peaks without touching the script. Every process of an atte
 ``AUTODL_ATTEMPT_ID`` (its exit file's path), and the runner wrapper is a child subreaper: ranks
 that ``paddle.distributed.launch`` starts in their own sessions stay findable, so :meth:`LocalLauncher.stop`
 ends every one of them, not only the launcher's process group.
+
+The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA
+process needs from the worker's environment, autodl's contract variables and the spec's own
+``launcher.env`` — never autodl's or Airflow's secrets (``AUTODL_STORE_URL``, ``AIRFLOW__*``, connection
+strings, ``*PASSWORD*``/``*TOKEN*``/... variables).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +46,7 @@ from autodl.config import autodl_home
 from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
+from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
 
 STOP_GRACE_S = 10.0
@@ -51,9 +61,86 @@ ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
 found again, whatever session or parent they ended up in."""
 
 
+RUN_KEY_FILE = "run_key"
+"""File in a run folder holding the full run key the folder belongs to."""
+
+
 def run_dir_name(run_key: str) -> str:
-    """A file-system safe folder name for ``run_key``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_key)[:200]
+    """The folder name of ``run_key``'s run: ``<readable prefix>-<first 20 hex digits of its SHA-256>``.
+
+    The prefix (at most 60 file-name-safe characters) is for people; the hash keeps two run keys apart that
+    differ only in characters the prefix replaces or after its 60th character (2**80 values: a collision
+    needs ~10**12 run keys). Never longer than 81 bytes, so any run key fits a file name.
+    """
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_key)[:60].strip("._") or "run"
+    return f"{prefix}-{hashlib.sha256(run_key.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}"
+
+
+def run_folder(base: str | Path, run_key: str, *, create: bool = True) -> Path:
+    """The folder of ``run_key`` under ``base``, holding the run key it belongs to (written on creation).
+
+    :raises LaunchError: when the folder holds another run key (a hash collision or a folder edited by hand):
+        reattaching there would follow, and stop, another run's training.
+    """
+    folder = Path(base) / run_dir_name(run_key)
+    marker = folder / RUN_KEY_FILE
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not marker.exists():
+            tmp = folder / f".{RUN_KEY_FILE}.{os.getpid()}.tmp"
+            tmp.write_text(run_key, encoding="utf-8", errors="surrogatepass")
+            os.replace(tmp, marker)
+    check_run_folder(folder, run_key)
+    return folder
+
+
+def check_run_folder(folder: Path, run_key: str) -> None:
+    """:raises LaunchError: when ``folder`` records a run key other than ``run_key``."""
+    marker = Path(folder) / RUN_KEY_FILE
+    try:
+        recorded = marker.read_text(encoding="utf-8", errors="surrogatepass")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LaunchError(f"run folder {folder}: cannot read its {RUN_KEY_FILE} ({exc.strerror}); fix its permissions.") from None
+    if recorded != run_key:
+        raise LaunchError(f"run folder {folder} belongs to run {redact_text(recorded)[:200]!r}, not {redact_text(run_key)[:200]!r}; "
+                          "refusing to reattach to (or stop) another run's training. Move that folder away.")
+
+
+TRAINING_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LANGUAGE",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONHASHSEED", "VIRTUAL_ENV",
+    "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "AUTODL_PEAK_HOOK",
+})
+"""Variables of the worker's environment a training may inherit: what Python, Paddle and the CUDA libraries
+need to start (search paths, locale, threads), and ``AUTODL_PEAK_HOOK`` (``0`` turns the child-side memory
+peak hook off, :mod:`autodl.launch.child_path`)."""
+
+TRAINING_ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "FLAGS_", "PADDLE_", "GLOG_", "KMP_", "MKL_",
+                         "XPU_", "BKCL_", "ASCEND_", "HCCL_", "HIP_", "ROCR_", "HSA_", "MIOPEN_", "RCCL_")
+"""Prefixes of inherited variables: CUDA/cuDNN/NCCL, NVIDIA's container variables, Paddle's ``FLAGS_*`` and
+``PADDLE_*`` (https://www.paddlepaddle.org.cn/documentation/docs/en/guides/flags/flags_en.html), glog, Intel
+OpenMP/MKL, and the other vendors' runtimes (Kunlun XPU/BKCL, Ascend/HCCL, ROCm/HIP/RCCL)."""
+
+
+def training_environment(inherited: Mapping[str, str], added: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of a local training: the allow-listed part of ``inherited`` plus ``added``.
+
+    ``inherited`` (the worker's environment) contributes only :data:`TRAINING_ENV_NAMES` and
+    :data:`TRAINING_ENV_PREFIXES`, never a secret-named variable (``*PASSWORD*``, ``*TOKEN*``, ``*KEY*``, ...)
+    nor anything of autodl's (``AUTODL_*``: the store URL) or Airflow's (``AIRFLOW*``). ``added`` (pinning,
+    autodl's contract variables, the spec's ``launcher.env``) is passed as given: it is what the run asked for.
+    """
+    env = {
+        name: value for name, value in inherited.items()
+        if not is_secret_name(name) and (name in TRAINING_ENV_NAMES or (
+            name.startswith(TRAINING_ENV_PREFIXES) and not name.startswith(("AUTODL_", "AIRFLOW"))))
+    }
+    env.update(added)
+    return env
 
 
 class LocalLauncher:
@@ -70,11 +157,16 @@ class LocalLauncher:
 
     # -------------------------------------------------------------------------------- helpers
     def run_dir(self, run_key: str) -> Path:
-        return self.base_dir / run_dir_name(run_key)
+        """The run's folder (created, holding its run key); see :func:`run_folder`."""
+        return run_folder(self.base_dir, run_key)
 
     def environment(self, request: LaunchRequest) -> dict[str, str]:
-        """Variables added to the training's environment: pinning, Paddle device, run identity."""
-        env = dict(request.env)
+        """Variables added to the training's environment: the spec's ``launcher.env``, pinning, Paddle device,
+        run identity. The rest of its environment is the allow-listed part of this process's (see
+        :func:`training_environment`)."""
+        user_env = request.options.get("env") if isinstance(request.options, dict) else None
+        env = {str(k): str(v) for k, v in (user_env or {}).items()}
+        env.update(request.env)
         env.update(pinning_env(request))
         if request.on_cpu or not request.devices:
             env["AUTODL_PADDLE_DEVICE"] = "cpu"
@@ -97,9 +189,11 @@ class LocalLauncher:
         return int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
+        """What would run, for ``autodl plan --json`` and logs: argv, the variables autodl sets (secret-named
+        values shown as ``***``) and a shell line."""
         folder = self.run_dir(request.run_key)
         argv = training_command(request, log_dir=str(folder / f"attempt-{self._next_attempt(folder)}.ranks"))
-        env = self.environment(request)
+        env = redact_env(self.environment(request))
         return {"launcher": self.name, "command": argv, "env": env, "shell": shell_line(argv, env),
                 "workdir": request.workdir or str(request.script_path.parent)}
 
@@ -119,6 +213,10 @@ class LocalLauncher:
             attempt = 1
             if handle_file.exists():
                 previous = LaunchHandle.model_validate_json(handle_file.read_text())
+                if previous.run_key != request.run_key:
+                    raise LaunchError(f"run folder {folder} holds a handle of run {redact_text(previous.run_key)[:200]!r}, "
+                                      f"not {redact_text(request.run_key)[:200]!r}; refusing to reattach to another run's "
+                                      "training. Move that folder away.")
                 if self.poll(previous) is None:
                     return previous.model_copy(update={"reattached": True})
                 attempt = int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
@@ -130,7 +228,7 @@ class LocalLauncher:
             added["AUTODL_METRICS_FILE"] = str(steps_path)
             added[ATTEMPT_ENV] = str(exit_path)
             added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
-            env = {**os.environ, **added}
+            env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *argv]
             try:
