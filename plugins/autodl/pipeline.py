@@ -24,7 +24,6 @@ from autodl.catalog import Catalog, load_catalog
 from autodl.config import autodl_home
 from autodl.errors import (
     AutoDLError,
-    LaunchError,
     LeaseError,
     LeaseLost,
     NoFitError,

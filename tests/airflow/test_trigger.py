@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-import time
-
-import pytest
 
 from autodl import pipeline
 from autodl.ledger import Ledger

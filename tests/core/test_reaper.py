@@ -173,3 +173,27 @@ def test_an_unschedulable_pod_is_given_up_after_max_pending_time(tmp_path, label
     assert exc.value.status == "unschedulable" and labelled.stopped == ["k"]
     assert sum("cannot be scheduled: 0/3 nodes are available" in line for line in logs) == 1  # said once, not per poll
     assert "Insufficient nvidia.com/gpu" in pipeline.read_failures("k")["collect"]
+
+
+def test_the_collect_tasks_execution_timeout_stops_the_training_and_says_so(tmp_path, one_device_pool):
+    """The operator's execution_timeout bounds the training even while it is followed from the triggerer
+    (Airflow does not apply execution_timeout to a deferred task): the limit becomes a deadline."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from autodl.operators.steps import AutoDLCollectOperator
+
+    op = AutoDLCollectOperator(task_id="collect_metrics", group_id="g", execution_timeout=timedelta(seconds=90))
+    started = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    context = {"ti": SimpleNamespace(start_date=started, xcom_pull=lambda task_ids=None: None)}
+    limits = op._limits(context)
+    assert limits.deadline_ts == started.timestamp() + 90 and "execution_timeout (0:01:30)" in limits.deadline_why
+
+    out = profile_out(tmp_path, "import time\ntime.sleep(600)\n")
+    sel = pipeline.step_wait(ctx("a"), out, pool=one_device_pool, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx("a"), out, sel, log=lambda _l: None)
+    limits = pipeline.CollectLimits(deadline_ts=time.time() + 0.5, deadline_why="execution_timeout (0:00:00.5)")
+    with pytest.raises(pipeline.CollectStopped, match="passed the collect task's execution_timeout") as exc:
+        pipeline.step_collect(ctx("a"), handle, log=lambda _l: None, interval_s=0.05, limits=limits)
+    assert exc.value.status == "timed_out" and local_poll(handle) == 143
+    assert "execution_timeout" in pipeline.read_failures("a")["collect"]
