@@ -175,10 +175,13 @@ def _mirror(script_dir: Path, workdir: Path) -> None:
                 pass
 
 
-def _env(batch_env: int | None) -> dict[str, str]:
+def _env(batch_env: int | None, workdir: Path) -> dict[str, str]:
+    """The child's whole environment: the launcher's contract (``AUTODL_PADDLE_DEVICE``, the planned batch, an
+    output folder -- here inside the working directory, so checkpoints land in the sandbox), nothing of the caller's."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "", "AUTODL_PADDLE_DEVICE": "cpu",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-           "GLOG_minloglevel": "2", "LANG": "C.UTF-8", "PYTHONWARNINGS": "ignore", "AUTODL_DRY_RUN": "1"}
+           "GLOG_minloglevel": "2", "LANG": "C.UTF-8", "PYTHONWARNINGS": "ignore", "AUTODL_DRY_RUN": "1",
+           "AUTODL_OUTPUT_DIR": str(workdir / ".autodl-output")}
     if batch_env:
         env["AUTODL_BATCH_SIZE_PER_GPU"] = str(batch_env)
     return env
@@ -195,7 +198,7 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
-        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env),
+        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env, work),
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory),
                                read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path])
         try:
