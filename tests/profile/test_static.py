@@ -277,3 +277,16 @@ def test_calls_that_act_outside_the_process_are_listed():
     (f,) = [f for f in p.findings if f.code == "side-effects"]
     assert f.severity == "info" and f.line == 8 and "os.system" in f.message
     assert not [f for f in prof("simple_cnn.py").findings if f.code == "side-effects"]
+
+
+def test_arguments_paddle_refuses_are_an_error_but_an_inferred_shape_is_a_warning(tmp_path):
+    """A negative layer size is refused by Paddle whatever the input: certain from the script, an error. A
+    mismatch met with an input autodl inferred is its own reading: a warning (issue 8, kind 2)."""
+    script = write(tmp_path, "import paddle.nn as nn\n\nmodel = nn.Linear(8, -4)\n")
+    (err,) = prof_path(script).errors
+    assert err.code == "shape-mismatch" and "negative" in err.message
+    assert prof("bad_linear.py").errors == []
+
+
+def prof_path(path):
+    return profile_script(path, None, probe=False)

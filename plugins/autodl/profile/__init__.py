@@ -180,10 +180,16 @@ def profile_script(
         line = None
         for token in msg.split("'"):
             line = line or layer_line(facts.model, token)
-        # static analysis is autodl's reading, not Paddle running the script: a warning (issue 8, kind 2)
-        static_shape = Finding(severity="warning", code="shape-mismatch", line=line or facts.model_line,
-                               message=(f"line {line}: " if line else "") + msg + " (found by reading the script, "
-                               "not by running it; the dry run did not confirm it).")
+        if isinstance(exc, L.Refused):
+            # arguments Paddle refuses whatever the input (a negative or non-integer size): certain from the script;
+            # an error unless the dry run shows the script building its model after all
+            static_shape = Finding(severity="error", code="shape-mismatch", line=line or facts.model_line,
+                                   message=(f"line {line}: " if line else "") + msg + ".")
+        else:
+            # a shape met with an input autodl inferred: its reading, not Paddle running the script (issue 8, kind 2)
+            static_shape = Finding(severity="warning", code="shape-mismatch", line=line or facts.model_line,
+                                   message=(f"line {line}: " if line else "") + msg + " (found by reading the "
+                                   "script, not by running it; the dry run did not confirm it).")
         from autodl.profile.analysis import count_params
         try:
             t, nt = count_params(facts.model)
@@ -319,7 +325,7 @@ def profile_script(
                         [f for f in assumptions if f.code in ("assumed-batch-size", "assumed-input")])
         if cold is not None and method == "cold_start":
             findings.append(cold)
-        if static_shape is not None and method != "probe" and not user_error:
+        if static_shape is not None and method != "probe" and not user_error:  # what ran shows it builds
             findings.append(static_shape)
     if facts.optimizer is None and not (dr is not None and dr.ok and dr.optimizer):
         findings.append(Finding(severity="info", code="assumed-optimizer",

@@ -459,16 +459,16 @@ def count_params(obj: Any, seen: set | None = None) -> tuple[int, int]:
         d = L.LAYERS.get(obj.type)
         negative = [k for k, v in obj.args.items() if type(v) is int and v < 0 and k in _SIZE_ARGS]
         if negative:  # Paddle refuses a layer of negative size
-            raise L.ShapeMismatch(f"layer '{obj.name}' ({obj.type}) has a negative {negative[0]} "
+            raise L.Refused(f"layer '{obj.name}' ({obj.type}) has a negative {negative[0]} "
                                   f"({str(obj.args[negative[0]])[:30]}); sizes must be positive")
         try:
             t, nt = d.params(obj.args) if d else (0, 0)
         except ValueError as exc:  # int('a'): a concrete argument Paddle itself refuses
-            raise L.ShapeMismatch(f"layer '{obj.name}' ({obj.type}) cannot be built from its arguments: {exc}") from None
+            raise L.Refused(f"layer '{obj.name}' ({obj.type}) cannot be built from its arguments: {exc}") from None
         except (TypeError, OverflowError) as exc:  # a value the analysis could not pin down
             raise L.Unsupported(f"the arguments of layer '{obj.name}' ({obj.type}) could not be followed ({exc})") from None
         if t + nt > _INT64_MAX:  # Paddle's tensor sizes are int64: it refuses to create such a parameter
-            raise L.ShapeMismatch(f"layer '{obj.name}' ({obj.type}) would hold {t + nt:.3g} parameters, more than "
+            raise L.Refused(f"layer '{obj.name}' ({obj.type}) would hold {t + nt:.3g} parameters, more than "
                                   "Paddle's int64 tensor sizes allow")
         for _, v in obj.children:
             a, b = count_params(v, seen)

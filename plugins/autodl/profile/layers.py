@@ -22,6 +22,11 @@ class ShapeMismatch(Exception):
     """A layer got an input whose shape it cannot take; the message names the layer and both shapes."""
 
 
+class Refused(ShapeMismatch):
+    """Paddle refuses to build a layer from these arguments whatever its input (a negative or non-integer size,
+    more parameters than int64 holds): certain from the script alone, unlike a shape met with a guessed input."""
+
+
 class Unsupported(Exception):
     """The static estimator cannot follow this construct (caller falls back)."""
 
