@@ -41,6 +41,7 @@ class Option:
     :ivar load: 0..1, how busy the set (``place``: mean utilization) or its device model
         (simulator: busy fraction of that model's devices) is.
     :ivar order: position in the pool (first-fit order).
+    :ivar nvlink: the set shares an NVLink group.
     """
 
     devices: tuple[Any, ...]
