@@ -52,9 +52,10 @@ CHECKPOINT_S = 60.0
 """Seconds a preemption costs the preempted job (save a checkpoint, restore it on restart). Assumption:
 tens of seconds for a model and optimizer state of a few GiB written to and read from shared storage."""
 
-LAS_THRESHOLD_GPU_S = 3600.0 * 4
+LAS_THRESHOLD_GPU_S = 3600.0 * 16
 """Tiresias 2D-LAS: attained GPU-seconds above which a job drops from the high- to the low-priority
-queue (two queues, as Tiresias recommends). Tuned on the tuning slice by ``benchmarks/scheduling.py --tune``."""
+queue (two queues, as Tiresias recommends). Tuned for this baseline on the tuning slice like autodl's
+own constants (``benchmarks/scheduling.py --tune``: 1, 4, 16 GPU-h; 16 best)."""
 
 LAS_PROMOTE_KNOB = 8.0
 """Tiresias' starvation guard: a waiting job whose waiting time exceeds this multiple of its executed
