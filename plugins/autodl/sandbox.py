@@ -1,29 +1,122 @@
-"""Running untrusted user code (the profile's probe and dry run) in a separate, limited, network-less process.
+"""Running untrusted user code (the profile's probe and dry run) in a bubblewrap sandbox, or not at all.
 
-A user's training script never runs in the calling process (the CLI, an Airflow worker). Whatever
-autodl executes of it goes through :func:`run_sandboxed`, which starts a fresh process with
+A user's training script never runs in the calling process (the CLI, an Airflow worker), and never
+runs unisolated. Whatever autodl executes of it goes through :func:`run_sandboxed`, which starts it
+under `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``, Debian package
+``bubblewrap``: the sandbox Flatpak uses) and bounds the whole process tree with a cgroup where the
+host lets autodl create one. When ``bwrap`` is missing or cannot create its namespaces here,
+:func:`run_sandboxed` raises :class:`SandboxUnavailable` instead of running anything; callers turn
+that into a warning and fall back to what they can work out without running the code (the probe:
+the static estimate).
 
-* a wall-clock timeout, after which the whole process tree is killed;
-* a memory limit (:attr:`SandboxLimits.memory_bytes`);
-* no network (a new network namespace), an empty working directory and ``HOME``;
-* the tree killed when the call returns, whatever happened (success, timeout, Ctrl-C, SIGTERM).
+What each mechanism gives (and what it does not):
 
-:func:`isolation` says which mechanism this host allows; the result carries it, and
-``SandboxResult.notes`` says what was not available, so the caller can put it in a finding.
+* **user namespace** (``--unshare-user --uid 65534 --gid 65534 --disable-userns``): the child is
+  uid/gid 65534 ("nobody") inside, holds no capabilities, and cannot create further user namespaces
+  (the kernel surface unprivileged user namespaces open). Outside, its ids map to the *caller's*
+  uid (bubblewrap, unprivileged, can only map the caller itself): when autodl runs as root, the
+  child's file accesses are checked as root's *without capabilities*, so only what is mounted into
+  the sandbox (below: read-only, minimal) is reachable. A host uid of its own would need
+  bubblewrap's setuid mode, which checks every mounted path as that uid (the interpreter under
+  ``/root`` then is unreadable).
+* **PID namespace** (``--unshare-pid``, fresh ``/proc``): the child sees only its own processes; no
+  ``/proc/<pid>/environ`` or ``cmdline`` of the caller or anyone else. bubblewrap's init is pid 1;
+  when the command exits, or pid 1 is killed, the kernel kills every process left in the namespace
+  (a ``setsid`` daemon included). ``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq`` and
+  ``/proc/bus`` are read-only (bubblewrap).
+* **network namespace** (``--unshare-net``): only a loopback interface of its own: no TCP/UDP to
+  the host's 127.0.0.1, no abstract Unix sockets of the host (they belong to a network namespace).
+* **mount namespace, read-only root**: a fresh tmpfs root holding only ``/usr`` (and the
+  ``/bin``, ``/lib*``, ``/sbin`` links), the dynamic loader's ``/etc/ld.so.*``, ``/etc/localtime``,
+  ``/etc/alternatives``, a synthetic ``/etc/passwd``/``group``/``hosts`` (root and nobody only),
+  the Python prefix and the virtual environment (``sys.base_prefix``, ``sys.prefix``), and the
+  caller's ``read_only_paths``, all read-only and ``nosuid``; ``/sys/devices/system/cpu`` and
+  ``/sys/devices/system/node`` read-only (CPU topology for OpenMP/oneDNN); a fresh ``/dev``
+  (null, zero, full, random, urandom, tty, pts) and private tmpfs ``/tmp`` and ``/dev/shm``. The
+  only host path it can write is ``workdir`` (its cwd and ``HOME``). Not there: ``/run``,
+  ``/var``, ``/home``, ``/root`` (beyond the interpreter's prefix), the rest of ``/etc`` and
+  ``/sys``, and so no filesystem Unix socket of the host (PostgreSQL's in ``/tmp``, Docker's in
+  ``/run``).
+* **IPC and UTS namespaces**: no System V IPC or POSIX message queues shared with the host; its own
+  host name (``sandbox``).
+* ``--new-session`` (no ``TIOCSTI`` into the caller's terminal), ``--die-with-parent`` (pid 1 is
+  killed when the caller dies, even by SIGKILL).
+* **cgroup** (v1 ``memory`` + ``pids``, or v2 with both controllers delegated): ``memory`` bounds
+  the resident memory of the *whole tree* (anonymous memory, tmpfs ``/tmp`` and ``/dev/shm``, page
+  cache, kernel memory; swap through ``memsw`` where accounted) at
+  :attr:`SandboxLimits.memory_bytes`: past it the kernel's OOM killer kills inside the sandbox
+  only; ``pids`` bounds processes plus threads of the whole tree at
+  :attr:`SandboxLimits.max_processes` (a fork bomb gets ``EAGAIN``). The result reports the tree's
+  peak memory, OOM kills and refused forks. After the call every process still in the cgroup is
+  killed and the cgroup removed.
+* **rlimits** (always, on the sandbox's pid 1, so inherited by the tree): ``RLIMIT_AS`` =
+  ``memory_bytes`` per process (a single process gets ``MemoryError``/``bad_alloc`` before the OOM
+  killer; it does *not* bound the sum of several processes), ``RLIMIT_CORE`` = 0, ``RLIMIT_FSIZE``
+  = ``memory_bytes`` (largest file it may write), and when no cgroup could be made,
+  ``RLIMIT_NPROC`` = ``max_processes``: counted per user *in the sandbox's own user namespace*
+  (the sandbox's processes only; measured: 30 forks + pid 1 + the command = 32 at a limit of 32,
+  caller uid 65534), so it bounds the tree's process count without a cgroup, and the tree's
+  total memory only as ``max_processes x memory_bytes``. The kernel never applies
+  ``RLIMIT_NPROC`` to processes whose host uid is 0 (``copy_process``: ``INIT_USER`` is
+  exempt), and the sandbox's host uid is the caller's: **when autodl runs as root without a
+  cgroup, the process count is bounded only by the timeout**. The result's notes say which case
+  applied.
+* **timeout**: after :attr:`SandboxLimits.timeout_s` the sandbox's pid 1 is killed, which takes the
+  whole PID namespace with it; the same happens when the call ends in any way (success, error,
+  Ctrl-C, SIGTERM).
+
+Not bounded: CPU time (only wall-clock, through the timeout; no ``cpu`` cgroup quota), disk space
+written into ``workdir`` (each file at most ``RLIMIT_FSIZE``, their number only by time), and what
+the kernel itself exposes to an unprivileged process (system calls are not filtered: no seccomp
+policy).
+
+Where Docker is the launcher, the same isolation can come from a container instead
+(implemented elsewhere if at all): ``docker run --rm --network none --read-only --tmpfs /tmp
+--pids-limit N --memory M --memory-swap M --user 65534:65534 --cap-drop ALL --security-opt
+no-new-privileges -v WORKDIR:WORKDIR IMAGE ...``: network, a read-only root from the image, a
+process and whole-container memory bound, an unprivileged user, no capabilities, plus Docker's
+default seccomp profile; the image must hold Paddle.
+
+:func:`isolation` says which level this host allows (``"bwrap+cgroup"``, ``"bwrap+rlimit"`` or
+``"none"``); each result carries the level used and ``notes`` saying what was not available.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
+
+from autodl.errors import AutoDLError
+
+SANDBOX_UID = 65534
+"""uid and gid of the sandboxed process inside its user namespace: Debian's ``nobody``/``nogroup``."""
+
+_PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+_GROUP = "root:x:0:\nnogroup:x:65534:\n"
+_HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n"
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
+_SYS_DIRS = ("/sys/devices/system/cpu", "/sys/devices/system/node")
+
+
+class SandboxUnavailable(AutoDLError):
+    """No sandbox can be made on this host (``bwrap`` missing or not allowed to create namespaces).
+
+    autodl then does not run the user's code at all; the message says why and how to enable it.
+    """
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
@@ -31,13 +124,18 @@ class SandboxLimits:
     """Bounds of one sandboxed run.
 
     :ivar timeout_s: wall-clock seconds before the whole tree is killed.
-    :ivar memory_bytes: memory the run may use, bytes.
-    :ivar max_processes: processes (and threads) the run may have at once.
+    :ivar memory_bytes: memory the run may use, bytes: the whole tree's with a cgroup, and each
+        process's address space (``RLIMIT_AS``) in every case.
+    :ivar max_processes: processes and threads the whole tree may have at once (a cgroup's
+        ``pids.max``, else ``RLIMIT_NPROC`` in the sandbox's own user namespace).
+    :ivar max_output_bytes: bytes of stdout and of stderr kept (the last ones); the rest is read and
+        dropped, so a child printing without end cannot fill the caller's memory.
     """
 
     timeout_s: float
     memory_bytes: int
     max_processes: int = 256
+    max_output_bytes: int = 16 << 20
 
 
 @dataclass
@@ -47,8 +145,11 @@ class SandboxResult:
     :ivar returncode: exit status (negative: killed by that signal); None when it was killed on timeout.
     :ivar timed_out: True when :attr:`SandboxLimits.timeout_s` expired and the tree was killed.
     :ivar seconds: wall-clock duration.
-    :ivar isolation: the mechanism used (see :func:`isolation`).
-    :ivar notes: isolation that was asked for but not available here, one sentence each.
+    :ivar isolation: the level used (see :func:`isolation`).
+    :ivar notes: isolation that was not available, or bounds the run hit, one sentence each.
+    :ivar peak_memory_bytes: the whole tree's peak memory (cgroup), bytes; None without a cgroup.
+    :ivar oom_kills: processes the OOM killer killed inside the sandbox; None without a cgroup.
+    :ivar forks_refused: forks refused at :attr:`SandboxLimits.max_processes`; None without a cgroup.
     """
 
     returncode: int | None
@@ -58,77 +159,506 @@ class SandboxResult:
     seconds: float
     isolation: str
     notes: list[str] = field(default_factory=list)
+    peak_memory_bytes: int | None = None
+    oom_kills: int | None = None
+    forks_refused: int | None = None
+
+
+# ----------------------------------------------------------------------------------------------------
+# bubblewrap
+
+
+def _bwrap_path() -> str | None:
+    return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)), None)
+
+
+def _python_dirs() -> list[Path]:
+    """The interpreter's prefix and the virtual environment (where site-packages, Paddle included, live)."""
+    dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent.parent}
+    return sorted(d for d in dirs if d not in (Path("/"), Path("/usr")) and not str(d).startswith("/usr/"))
+
+
+def _root_args() -> list[str]:
+    """The read-only file system of the sandbox (see the module docstring)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    for path in (*_ETC_FILES, *_SYS_DIRS):
+        args += ["--ro-bind-try", path, path]
+    for d in _python_dirs():
+        args += ["--ro-bind", str(d), str(d)]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    return args
+
+
+def _namespace_args() -> list[str]:
+    return ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 
 
 @lru_cache(maxsize=1)
-def _network_prefix() -> tuple[str, ...] | None:
-    exe = shutil.which("unshare")
-    if not exe:
-        return None
-    for flags in (("-n",), ("-rn",)):
+def _bwrap_check() -> tuple[str | None, str]:
+    """(bwrap's path, "") when a sandbox starts here, else (None, why not). Run once per process."""
+    exe = _bwrap_path()
+    if exe is None:
+        return None, "bubblewrap (bwrap) is not installed: install the Debian/Ubuntu package 'bubblewrap'"
+    try:
+        r = subprocess.run([exe, *_namespace_args(), *_root_args(), "--size", str(1 << 20), "--tmpfs", "/tmp",
+                            "--remount-ro", "/", "--", "/bin/true"], capture_output=True,
+                           text=True, errors="replace", timeout=30, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"bwrap ({exe}) could not be started: {exc}"
+    if r.returncode != 0:
+        why = (r.stderr or "").strip().splitlines()
+        return None, (f"bwrap ({exe}) cannot make the sandbox here ({why[-1] if why else f'exit {r.returncode}'}); "
+                      "it needs bubblewrap 0.8 or later and user namespaces (sysctl user.max_user_namespaces > 0, "
+                      "kernel.unprivileged_userns_clone=1, or a container runtime that permits them)")
+    return exe, ""
+
+
+# ----------------------------------------------------------------------------------------------------
+# cgroups
+
+
+def _mountinfo() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, super options) of each cgroup mount."""
+    out = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        pre, _, post = line.partition(" - ")
+        parts, rest = pre.split(), post.split()
+        if len(parts) >= 5 and len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
+            out.append((parts[4].replace("\\040", " "), rest[0], set(rest[2].split(","))))
+    return out
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup path per v1 controller (``"memory"``, ``"pids"``) and ``""`` for v2."""
+    own: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return own
+    for line in lines:
+        _hid, controllers, path = line.split(":", 2)
+        for c in (controllers.split(",") if controllers else [""]):
+            own[c] = path
+    return own
+
+
+class _Cgroup:
+    """A cgroup made for one sandboxed run (v1 ``memory`` + ``pids``, or one v2 group with both)."""
+
+    def __init__(self, memory_bytes: int, max_processes: int):
+        self.dirs: list[Path] = []
+        self.memory: Path | None = None
+        self.pids: Path | None = None
+        self.v2 = False
+        name = f"autodl-sandbox-{uuid.uuid4().hex[:12]}"
+        own = _own_cgroups()
+        mounts = _mountinfo()
         try:
-            if subprocess.run([exe, *flags, "true"], capture_output=True, timeout=10).returncode == 0:
-                return (exe, *flags)
-        except (OSError, subprocess.SubprocessError):
-            continue
-    return None
+            v1 = {c: mp for mp, fs, opts in mounts if fs == "cgroup" for c in ("memory", "pids") if c in opts}
+            if "memory" in v1 and "pids" in v1 and "memory" in own and "pids" in own:
+                self.memory = self._make(Path(v1["memory"]), own["memory"], name)
+                self.pids = self._make(Path(v1["pids"]), own["pids"], name)
+                (self.memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                memsw = self.memory / "memory.memsw.limit_in_bytes"
+                if memsw.exists():
+                    memsw.write_text(str(memory_bytes))
+                (self.pids / "pids.max").write_text(str(max_processes))
+                return
+            v2 = next((mp for mp, fs, _ in mounts if fs == "cgroup2"), None)
+            if v2 is not None and "" in own:
+                d = self._make(Path(v2), own[""], name)
+                if not {"memory", "pids"} <= set((d / "cgroup.controllers").read_text().split()):
+                    raise OSError("the memory and pids controllers are not delegated to this process's cgroup")
+                (d / "memory.max").write_text(str(memory_bytes))
+                if (d / "memory.swap.max").exists():
+                    (d / "memory.swap.max").write_text("0")
+                (d / "pids.max").write_text(str(max_processes))
+                self.memory = self.pids = d
+                self.v2 = True
+                return
+            raise OSError("no memory and pids cgroup controllers are mounted")
+        except BaseException:
+            self.remove()
+            raise
+
+    def _make(self, mount: Path, own: str, name: str) -> Path:
+        d = mount / own.lstrip("/") / name
+        d.mkdir()
+        self.dirs.append(d)
+        return d
+
+    def add(self, pid: int) -> None:
+        for d in self.dirs:
+            (d / "cgroup.procs").write_text(str(pid))
+
+    def _read(self, d: Path | None, name: str) -> str | None:
+        try:
+            return (d / name).read_text() if d is not None else None
+        except OSError:
+            return None
+
+    def _field(self, d: Path | None, name: str, key: str) -> int | None:
+        text = self._read(d, name)
+        if text is None:
+            return None
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == key and v.strip().isdigit():
+                return int(v)
+        return 0
+
+    def peak_memory(self) -> int | None:
+        text = self._read(self.memory, "memory.peak" if self.v2 else "memory.max_usage_in_bytes")
+        return int(text) if text and text.strip().isdigit() else None
+
+    def oom_kills(self) -> int | None:
+        return self._field(self.memory, "memory.events" if self.v2 else "memory.oom_control", "oom_kill")
+
+    def forks_refused(self) -> int | None:
+        return self._field(self.pids, "pids.events", "max")
+
+    def pids_left(self) -> list[int]:
+        text = self._read(self.pids, "cgroup.procs") or ""
+        return [int(p) for p in text.split()]
+
+    def kill_all(self) -> None:
+        """SIGKILL every process still in the group, until none is left (bounded rounds).
+
+        Each pid is held by a pidfd and checked to still be in this group before it is signalled.
+        """
+        if self.v2 and self.pids is not None and (self.pids / "cgroup.kill").exists():
+            try:
+                (self.pids / "cgroup.kill").write_text("1")
+            except OSError:
+                pass
+        name = self.dirs[0].name if self.dirs else None
+        for _ in range(200):
+            left = self.pids_left()
+            if not left or name is None:
+                return
+            for pid in left:
+                p = _Pid(pid)
+                try:
+                    if name in Path(f"/proc/{pid}/cgroup").read_text():
+                        p.kill()
+                except OSError:
+                    pass
+                finally:
+                    p.close()
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        for d in reversed(self.dirs):
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)  # the last killed processes are still being reaped
+        self.dirs = []
+
+
+@lru_cache(maxsize=1)
+def _cgroup_check() -> str:
+    """"" when a cgroup can be made here, else why not."""
+    try:
+        _Cgroup(1 << 30, 64).remove()
+        return ""
+    except OSError as exc:
+        return str(exc)
 
 
 def isolation() -> str:
-    """The isolation this host allows: ``"unshare-net"`` (a network namespace) or ``"none"``."""
-    return "unshare-net" if _network_prefix() else "none"
+    """The isolation this host allows.
+
+    :returns: ``"bwrap+cgroup"`` (bubblewrap's namespaces and a cgroup bounding the tree's memory and
+        processes), ``"bwrap+rlimit"`` (the namespaces, with rlimits instead of a cgroup: see the
+        module docstring) or ``"none"`` (no sandbox: :func:`run_sandboxed` refuses to run anything).
+    """
+    exe, _why = _bwrap_check()
+    if exe is None:
+        return "none"
+    return "bwrap+cgroup" if not _cgroup_check() else "bwrap+rlimit"
 
 
-def _limits(memory_bytes: int, max_processes: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
+def unavailable_reason() -> str | None:
+    """Why :func:`isolation` is ``"none"``, or None when a sandbox can be made."""
+    exe, why = _bwrap_check()
+    return None if exe else why
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+# ----------------------------------------------------------------------------------------------------
+# running
+
+
+class _Pid:
+    """A process to kill later, held by a pidfd where the kernel has them (Linux 5.3), so a recycled
+    pid number is never signalled."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        try:
+            self.fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def kill(self) -> None:
+        try:
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _read_info(fd: int, deadline: float) -> dict:
+    """bubblewrap's ``--info-fd`` JSON (``child-pid``: the sandbox's pid 1 as the host sees it)."""
+    buf = b""
+    poller = select.poll()  # not select(): a worker may hold more than FD_SETSIZE descriptors
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if not poller.poll(left * 1000):
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return json.loads(buf.decode() or "{}")
+    except ValueError:
+        return {}
+
+
+def _data_fd(text: str) -> int:
+    r, w = os.pipe()
+    os.write(w, text.encode())
+    os.close(w)
+    return r
+
+
+class _Output:
+    """The last ``cap`` bytes of a stream (a child printing without end cannot fill the caller's memory)."""
+
+    def __init__(self, cap: int):
+        self.cap, self.buf, self.dropped = cap, bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if len(self.buf) > self.cap:
+            cut = len(self.buf) - self.cap
+            del self.buf[:cut]
+            self.dropped += cut
+
+    def text(self) -> str:
+        return self.buf.decode(errors="replace")
+
+
+def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[_Output, _Output, bool]:
+    """Read the child's stdout and stderr until both close or ``deadline``; True when the deadline passed."""
+    outs = {proc.stdout.fileno(): _Output(cap), proc.stderr.fileno(): _Output(cap)}
+    order = list(outs.values())
+    open_fds = set(outs)
+    poller = select.poll()
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return order[0], order[1], True
+        for fd, _event in poller.poll(min(left, 1.0) * 1000):
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                outs[fd].add(chunk)
+            else:
+                open_fds.discard(fd)
+                poller.unregister(fd)
+    return order[0], order[1], False
+
+
+def _drain(proc: subprocess.Popen, outs: tuple[_Output, _Output]) -> None:
+    """After the tree was killed: what is left in the pipes (bounded by the pipes' size)."""
+    for stream, o in zip((proc.stdout, proc.stderr), outs):
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            o.add(chunk)
+
+
+def _bind_args(workdir: Path, read_only_paths: Sequence[Path]) -> list[str]:
+    """``read_only_paths`` read-only (also at the path a symlink resolves to) and ``workdir`` read-write.
+
+    Paths inside ``workdir`` are bound after it, so they stay read-only; the others before it, so a
+    read-only folder holding ``workdir`` does not cover it.
+    """
+    before: list[str] = []
+    after: list[str] = []
+    for p in read_only_paths:
+        p = Path(p).absolute()
+        real = p.resolve()
+        if not real.exists():
+            continue
+        for dest in dict.fromkeys((real, p)):
+            (after if dest == workdir or workdir in dest.parents else before).extend(["--ro-bind", str(real), str(dest)])
+    return [*before, "--bind", str(workdir), str(workdir), *after]
 
 
 def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, env: dict[str, str],
                   read_only_paths: Sequence[Path] = ()) -> SandboxResult:
-    """Run ``argv`` isolated, wait for it within ``limits.timeout_s``, kill its whole tree, return its output.
+    """Run ``argv`` in a bubblewrap sandbox, wait for it within ``limits.timeout_s``, kill its whole tree.
 
-    :param argv: the command; ``argv[0]`` is usually ``sys.executable``.
-    :param workdir: the run's working directory and ``HOME``; the only place it is meant to write.
-    :param limits: timeout, memory and process bounds.
+    :param argv: the command; ``argv[0]`` is usually ``sys.executable`` (its prefix and virtual
+        environment are mounted read-only). Any other program must lie under ``/usr`` or in
+        ``read_only_paths``.
+    :param workdir: the run's working directory and ``HOME``, mounted read-write at the same path:
+        the only host path the child can write.
+    :param limits: timeout, memory, process and output bounds.
     :param env: the complete environment of the child (nothing of the caller's is inherited).
-    :param read_only_paths: paths the child must be able to read (the script, the interpreter's
-        prefix); used by mechanisms that hide the rest of the file system.
-    :returns: the result; a timeout is ``timed_out=True``, never an exception.
+    :param read_only_paths: files or folders the child must read (the script, a helper), mounted
+        read-only at the same path (also at the path a symlink resolves to); missing ones are left out.
+    :returns: the result; a timeout is ``timed_out=True``, never an exception. ``stdout``/``stderr``
+        hold at most the last :attr:`SandboxLimits.max_output_bytes` of each (a note says what was dropped).
+    :raises SandboxUnavailable: when no sandbox can be made on this host (nothing was run).
     :raises KeyboardInterrupt, SystemExit: re-raised after the tree was killed.
     """
-    del read_only_paths  # the network-namespace mechanism leaves the file system as it is
-    prefix = _network_prefix()
-    notes = [] if prefix else ["no network namespace available (unshare -n failed): the child had network access."]
-    t0 = time.monotonic()
-    proc = subprocess.Popen([*(prefix or ()), *argv], cwd=workdir, env=dict(env, HOME=str(workdir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            preexec_fn=_limits(limits.memory_bytes, limits.max_processes), start_new_session=True)
-    timed_out = False
+    exe, why = _bwrap_check()
+    if exe is None:
+        raise SandboxUnavailable(f"no sandbox can be made on this host ({why}), and user code never runs unisolated.")
+    workdir = Path(workdir).resolve()
+    notes: list[str] = []
+    cgroup: _Cgroup | None = None
     try:
-        out, err = proc.communicate(timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_tree(proc)
-        out, err = proc.communicate()
-    except BaseException:  # Ctrl-C, SIGTERM: never leave the sandbox running
-        _kill_tree(proc)
-        proc.communicate()
+        cgroup = _Cgroup(limits.memory_bytes, limits.max_processes)
+    except OSError as exc:
+        if os.geteuid() == 0:
+            procs = ("the number of processes was bounded only by the timeout (RLIMIT_NPROC does not apply to "
+                     "uid 0, which the sandbox maps to)")
+        else:
+            procs = f"processes were bounded by RLIMIT_NPROC={limits.max_processes}"
+        notes.append(f"no cgroup could be created ({exc}): {procs}, and memory only per process "
+                     f"(RLIMIT_AS={limits.memory_bytes} bytes), not for the whole tree.")
+    level = "bwrap+cgroup" if cgroup is not None else "bwrap+rlimit"
+
+    fds: list[int] = []  # every descriptor this call opened, closed in the end
+    data = [_data_fd(text) for text in (_PASSWD, _GROUP, _HOSTS)]
+    fds += data
+    block_r, block_w = os.pipe()
+    info_r, info_w = os.pipe()
+    fds += [block_r, block_w, info_r, info_w]
+    args = [exe, *_namespace_args(), *_root_args(),
+            "--ro-bind-data", str(data[0]), "/etc/passwd", "--ro-bind-data", str(data[1]), "/etc/group",
+            "--ro-bind-data", str(data[2]), "/etc/hosts",
+            "--size", str(limits.memory_bytes), "--tmpfs", "/tmp",
+            "--size", str(limits.memory_bytes), "--tmpfs", "/dev/shm",
+            *_bind_args(workdir, read_only_paths), "--remount-ro", "/", "--chdir", str(workdir),
+            "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
+    t0 = time.monotonic()
+    deadline = t0 + limits.timeout_s
+    proc: subprocess.Popen | None = None
+    pid1: _Pid | None = None
+    timed_out = False
+    outs = (_Output(limits.max_output_bytes), _Output(limits.max_output_bytes))
+
+    def close(*which: int) -> None:
+        for fd in which:
+            if fd in fds:
+                fds.remove(fd)
+                os.close(fd)
+
+    try:
+        proc = subprocess.Popen(args, cwd=workdir, env=dict(env, HOME=str(workdir)), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                pass_fds=(*data, block_r, info_w))
+        close(*data, block_r, info_w)
+        child = _read_info(info_r, t0 + max(10.0, limits.timeout_s)).get("child-pid")
+        if isinstance(child, int) and child > 0:
+            pid1 = _Pid(child)
+            # bounds on pid 1 while it waits on --block-fd, before it forks the command: the tree inherits them
+            if cgroup is not None:
+                cgroup.add(child)
+            for res, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CORE, 0),
+                               (resource.RLIMIT_FSIZE, limits.memory_bytes)):
+                resource.prlimit(child, res, (value, value))
+            if cgroup is None:
+                resource.prlimit(child, resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+            os.write(block_w, b"x")
+        else:
+            proc.kill()  # never let it go on without its bounds (closing --block-fd would release it)
+        close(block_w)
+        out, err, timed_out = _collect(proc, deadline, limits.max_output_bytes)
+        outs = (out, err)
+        if timed_out:
+            if pid1 is not None:
+                pid1.kill()
+            proc.kill()
+    except BaseException:  # Ctrl-C, SIGTERM, an error placing the tree: never leave the sandbox running
+        if pid1 is not None:
+            pid1.kill()
+        if proc is not None:
+            proc.kill()
         raise
     finally:
-        _kill_tree(proc)
-    return SandboxResult(returncode=None if timed_out else proc.returncode, stdout=out or "", stderr=err or "",
-                         timed_out=timed_out, seconds=round(time.monotonic() - t0, 3),
-                         isolation="unshare-net" if prefix else "none", notes=notes)
+        close(*list(fds))
+        if pid1 is not None:  # the command is done: whatever it left in its PID namespace dies with pid 1
+            pid1.kill()
+            pid1.close()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            _drain(proc, outs)
+            proc.stdout.close()
+            proc.stderr.close()
+        peak = oom = refused = None
+        if cgroup is not None:
+            cgroup.kill_all()
+            peak, oom, refused = cgroup.peak_memory(), cgroup.oom_kills(), cgroup.forks_refused()
+            cgroup.remove()
+    if not pid1:
+        notes.append("bwrap did not start the sandbox (see stderr).")
+    returncode = None if timed_out else proc.returncode
+    if returncode is not None and 128 < returncode <= 128 + 64:
+        returncode = 128 - returncode  # bwrap reports a command killed by signal N as 128+N, like a shell
+    for name, o in zip(("stdout", "stderr"), outs):
+        if o.dropped:
+            notes.append(f"{name} was longer than {limits.max_output_bytes} bytes: its first {o.dropped} bytes were dropped.")
+    if oom:
+        notes.append(f"the sandbox reached its memory limit ({limits.memory_bytes} bytes for the whole tree): "
+                     f"the OOM killer killed {oom} process(es).")
+    if refused:
+        notes.append(f"the sandbox reached its process limit ({limits.max_processes}): {refused} fork(s) refused.")
+    return SandboxResult(returncode=returncode, stdout=outs[0].text(), stderr=outs[1].text(), timed_out=timed_out,
+                         seconds=round(time.monotonic() - t0, 3), isolation=level, notes=notes,
+                         peak_memory_bytes=peak, oom_kills=oom, forks_refused=refused)
 
 
-__all__ = ["SandboxLimits", "SandboxResult", "isolation", "run_sandboxed"]
+__all__ = ["SANDBOX_UID", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "isolation", "run_sandboxed",
+           "unavailable_reason"]

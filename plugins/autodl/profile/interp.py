@@ -17,6 +17,7 @@ from typing import Any
 
 from autodl.profile import layers as L
 from autodl.profile import zoo
+from autodl.profile.bounds import MAX_ELEMENTS, Budget, result_too_big, too_big
 from autodl.profile.trace import Tensor, Trace
 
 MAX_LOOP = 10_000
@@ -148,8 +149,9 @@ TENSOR_CREATORS = {"randn", "rand", "zeros", "ones", "full", "empty", "uniform",
 class Interp:
     """Evaluates one module. ``trace`` is set while a forward pass is being traced."""
 
-    def __init__(self, tree: ast.Module):
+    def __init__(self, tree: ast.Module, budget: Budget | None = None):
         self.tree = tree
+        self.budget = budget or Budget()  # steps, time and memory of the whole analysis (autodl.profile.bounds)
         self.globals: dict[str, Any] = {}
         self.trace: Trace | None = None
         self.unknown: dict[str, int] = {}
@@ -341,6 +343,7 @@ class Interp:
 
     # ------------------------------------------------------------------------------ expressions
     def eval(self, node: ast.AST, env: dict) -> Any:
+        self.budget.step()
         m = getattr(self, f"_e_{type(node).__name__}", None)
         if m is None:
             return Opaque(type(node).__name__)
@@ -441,7 +444,12 @@ class Interp:
         f = _BINOPS.get(type(op))
         if f is None:
             return Opaque("op")
-        return f(a, b)
+        if result_too_big(type(op), a, b):
+            return Opaque("a value too large to follow")
+        try:
+            return f(a, b)
+        except OverflowError:
+            return Opaque("arith overflow")
 
     def _e_Compare(self, n, env):
         left = self.eval(n.left, env)
@@ -520,6 +528,8 @@ class Interp:
             return [v for _, v in it.children]
         if isinstance(it, (Opaque, Tensor)):
             raise L.Unsupported("iteration over an unknown value")
+        if too_big(it):
+            raise L.Unsupported(f"iteration over more than {MAX_ELEMENTS:,} items")
         if isinstance(it, dict):
             return list(it)
         return list(it)
@@ -564,6 +574,13 @@ class Interp:
         return Opaque("call")
 
     def call_func(self, f: FuncRef, args, kwargs, self_obj=None):
+        self.budget.enter_call()
+        try:
+            return self._call_func(f, args, kwargs, self_obj)
+        finally:
+            self.budget.leave_call()
+
+    def _call_func(self, f: FuncRef, args, kwargs, self_obj=None):
         node = f.node
         env: dict[str, Any] = dict(f.env or {})
         a = node.args
@@ -682,6 +699,9 @@ class Interp:
         if parts[0] == "paddle" or parts[0] == "F":
             return self.tensor_fn(last, list(args), kwargs, lib=path)
         if parts[0] == "math" and hasattr(math, last):
+            if any(too_big(a) for a in args) or (last in ("factorial", "comb", "perm") and
+                                                 any(isinstance(a, int) and a > 10_000 for a in args)):
+                return Opaque("math")
             try:
                 return getattr(math, last)(*args)
             except Exception:
@@ -719,6 +739,9 @@ class Interp:
         for k, v in bound.items():
             if isinstance(v, Opaque) and k not in ("weight_attr", "bias_attr", "name"):
                 raise L.Unsupported(f"{type_}({k}=...) could not be evaluated")
+        n = bound.get("num_layers")
+        if isinstance(n, int) and n > MAX_LOOP:  # the trace would follow every layer
+            raise L.Unsupported(f"{type_}(num_layers={str(n)[:20]}) has more than {MAX_LOOP} layers")
         obj = LayerObj(type_, bound, line)
         if type_ in ("TransformerEncoder", "TransformerDecoder"):
             inner = bound["encoder_layer" if type_ == "TransformerEncoder" else "decoder_layer"]
@@ -734,6 +757,7 @@ class Interp:
             self.exec_stmt(stmt, env)
 
     def exec_stmt(self, s, env):
+        self.budget.step()
         if isinstance(s, ast.Assign):
             v = self.eval(s.value, env)
             for t in s.targets:
@@ -1050,13 +1074,16 @@ def _len(interp, x):
         return x.shape[0]
     if isinstance(x, Opaque):
         return Opaque("len")
-    return len(x)
+    try:
+        return len(x)
+    except OverflowError:  # len(range(10**20))
+        return Opaque("len")
 
 
 def _pure(fn):
     @_builtin
     def f(interp, *a, **k):
-        if any(isinstance(v, (Opaque, Tensor)) for v in a):
+        if any(isinstance(v, (Opaque, Tensor)) or too_big(v) for v in a):
             return Opaque(fn.__name__)
         try:
             return fn(*a, **k)

@@ -4,12 +4,12 @@ What runs: the script's imports, module constants, function and class definition
 construction expression, nothing else (top-level calls, loops, ``if __name__ == "__main__":`` are
 filtered out of the syntax tree before anything executes). Where it runs: a fresh Python process with
 
-* a wall-clock timeout (:data:`PROBE_TIMEOUT_S`, env ``AUTODL_PROBE_TIMEOUT_S``), its whole process
-  group killed on expiry;
-* an address-space limit (``RLIMIT_AS``, :data:`PROBE_ADDRESS_SPACE_BYTES`, env ``AUTODL_PROBE_MEMORY_BYTES``);
-* no network: a new network namespace via ``unshare -n`` (root) or ``unshare -rn`` (unprivileged user
-  namespaces). Where neither works (e.g. a container without CAP_SYS_ADMIN) the probe still runs, with
-  the network reachable, and the profile gets an ``info`` finding saying so;
+* the sandbox of :mod:`autodl.sandbox` (bubblewrap: no network, no host processes or sockets, a
+  read-only minimal root, not root; the whole tree bounded and killed at the end);
+* a wall-clock timeout (:data:`PROBE_TIMEOUT_S`, env ``AUTODL_PROBE_TIMEOUT_S``);
+* a memory limit (:data:`PROBE_ADDRESS_SPACE_BYTES`, env ``AUTODL_PROBE_MEMORY_BYTES``) per process and,
+  where a cgroup can be made, for the whole tree. Where no sandbox can be made the probe does not run:
+  a ``probe-unavailable`` warning says why and the estimate is static;
 * ``CUDA_VISIBLE_DEVICES=""``, an empty temporary working directory and ``HOME``.
 
 What it measures: Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``)
@@ -33,7 +33,7 @@ from typing import Any
 
 from autodl.profile import memory as E
 from autodl.profile.analysis import ScriptFacts, contains
-from autodl.sandbox import SandboxLimits, run_sandboxed
+from autodl.sandbox import SandboxLimits, SandboxUnavailable, run_sandboxed
 from autodl.types import Finding
 
 PROBE_TIMEOUT_S = 120.0
@@ -105,12 +105,21 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
 
     env = function_env(facts.interp, site.func, site.node.lineno, {})
     call = site.node
+
+    from autodl.profile.layers import Unsupported
+
+    def value(node: ast.expr) -> Any:
+        try:
+            return facts.interp.eval(node, env)
+        except Unsupported:  # e.g. the analysis reached its bounds: the expression goes as written
+            return Unsupported
+
     parts = []
     for a in call.args:
-        v = facts.interp.eval(a, env)
+        v = value(a)
         parts.append(repr(v) if _literal(v) else ast.unparse(a))
     for kw in call.keywords:
-        v = facts.interp.eval(kw.value, env)
+        v = value(kw.value)
         text = repr(v) if _literal(v) else ast.unparse(kw.value)
         parts.append(f"**{text}" if kw.arg is None else f"{kw.arg}={text}")
     expr = f"{ast.unparse(call.func)}({', '.join(parts)})"
@@ -205,9 +214,12 @@ def run_probe(
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "",
                "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
                "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
-        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
-                               limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
-                               read_only_paths=[script, CHILD])
+        try:
+            result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
+                                   limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
+                                   read_only_paths=[script, CHILD])
+        except SandboxUnavailable as exc:  # user code never runs unisolated: the estimate stays static
+            return fail("probe-unavailable", f"{script}: the probe was not run: {exc} The estimate is static.")
     if result.timed_out:
         return fail("probe-timeout",
                     f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
@@ -223,7 +235,7 @@ def run_probe(
         why = "; ".join(tail) or f"exit code {returncode}"
         if returncode and returncode < 0:
             why = f"killed by signal {-returncode}"
-        if "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
+        if result.oom_kills or "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
             why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
         return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is static.")
     data = json.loads(lines[-1][len("AUTODL_PROBE "):])

@@ -1,0 +1,299 @@
+"""Inventory from a Prometheus server that scrapes NVIDIA dcgm-exporter: the cluster's GPUs seen from anywhere.
+
+A worker or triggerer without GPUs (or another host's) reads the devices of every node whose
+dcgm-exporter the Prometheus server scrapes, through the HTTP API
+(https://prometheus.io/docs/prometheus/latest/querying/api/). Chosen with
+``AUTODL_POOL=prometheus+http://HOST:PORT`` (``prometheus+https://`` for TLS); query parameters
+of that URL tune it: ``max_age_s`` (default :data:`DEFAULT_MAX_AGE_S`) and ``window_s`` (default
+:data:`DEFAULT_WINDOW_S`).
+
+Series read (dcgm-exporter's default counters, https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv;
+units from DCGM's field reference https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
+``DCGM_FI_DEV_FB_USED`` / ``_FB_FREE`` / ``_FB_RESERVED`` (MiB), ``DCGM_FI_DEV_GPU_UTIL`` (%),
+``DCGM_FI_DEV_GPU_TEMP`` (°C), ``DCGM_FI_DEV_POWER_USAGE`` (W), with the labels ``Hostname``,
+``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id`` and, for MIG instances, ``GPU_I_PROFILE`` and ``GPU_I_ID``.
+
+A series whose newest sample is older than ``max_age_s``, or whose scrape target Prometheus reports down
+(``up == 0``: Prometheus knows at once, before ``max_age_s`` passes), is *stale*: that field is unknown
+(None), never its old value and never 0. So is a value that is not a number (``NaN``, ``±Inf``, negative).
+A device all of whose series are stale is listed unhealthy ("no fresh DCGM sample"); its memory total then
+comes from the catalog. A device is one (``Hostname``, ``UUID``, ``GPU_I_ID``); series without a ``UUID``
+label are one device per (``Hostname``, ``gpu``), listed unhealthy (it cannot be pinned), never dropped
+unsaid. When several targets export the same device (an exporter deployed twice), each field takes the
+busiest fresh value (most memory used, least free, highest utilization) and a note says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from autodl.catalog import Catalog
+from autodl.errors import InventoryError
+from autodl.types import Device, Inventory
+
+MIB = 1 << 20
+
+FIELDS: dict[str, str] = {
+    "DCGM_FI_DEV_FB_USED": "used_mib",
+    "DCGM_FI_DEV_FB_FREE": "free_mib",
+    "DCGM_FI_DEV_FB_RESERVED": "reserved_mib",
+    "DCGM_FI_DEV_GPU_UTIL": "utilization_pct",
+    "DCGM_FI_DEV_GPU_TEMP": "temperature_c",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",
+}
+"""dcgm-exporter series -> what autodl reads from it (see the module docstring for units)."""
+
+DEFAULT_MAX_AGE_S = 60.0
+"""A sample older than this is stale (4 x dcgm-exporter's default collection interval of 15 s, i.e.
+three missed scrapes at Prometheus' common 15 s scrape interval)."""
+
+DEFAULT_WINDOW_S = 300.0
+"""How far back the query looks for a device's series, so a device whose series all went stale is
+still listed (unhealthy) rather than vanishing; Prometheus' own lookback delta is 5 minutes."""
+
+TIMEOUT_S = 10.0
+"""Seconds to wait for the Prometheus server."""
+
+
+LOWER_IS_BUSIER = frozenset({"free_mib"})
+"""Fields whose smaller value is the busier (conservative) one when duplicated series disagree."""
+
+
+@dataclass
+class _Seen:
+    labels: dict[str, str]
+    samples: dict[str, list[tuple[float, float | None, str | None]]] = field(default_factory=dict)
+    """field -> the newest sample of each series: (age s, value or None, why unusable or None)."""
+    targets: dict[str, set[str]] = field(default_factory=dict)  # field -> scrape targets exporting it
+
+    def add(self, what: str, age: float, value: Any, target: str, down: bool) -> None:
+        """One series' newest sample (a value that is not a usable number, or from a down target, is kept as why)."""
+        self.targets.setdefault(what, set()).add(target)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if down:
+            why = f"target {target} is down (up == 0)"
+        elif not math.isfinite(number) or number < 0:
+            why = f"not a number ({value})"
+        else:
+            why = None
+        self.samples.setdefault(what, []).append((age, None if why else number, why))
+
+    @property
+    def ages(self) -> dict[str, float]:
+        return {what: min(a for a, _v, _w in got) for what, got in self.samples.items()}
+
+    def resolve(self, what: str, max_age: float) -> tuple[float | None, str | None]:
+        """(the field's value, None) from its fresh usable samples — the busiest when several series disagree —
+        or (None, why it is unknown)."""
+        got = self.samples.get(what)
+        if not got:
+            return None, "no DCGM series"
+        fresh = [v for a, v, _w in got if v is not None and a <= max_age]
+        if fresh:
+            return (min(fresh) if what in LOWER_IS_BUSIER else max(fresh)), None
+        recent = [w for a, _v, w in got if w is not None and a <= max_age]
+        if recent:
+            return None, recent[0]
+        newest = min(a for a, _v, _w in got)
+        return None, f"stale (newest sample {newest:.0f} s old > {max_age:g} s)"
+
+
+def _busier(what: str, new: float, old: float) -> bool:
+    return new < old if what in LOWER_IS_BUSIER else new > old
+
+
+def _target(labels: dict[str, str]) -> str:
+    return f"{labels.get('job', '?')}/{labels.get('instance', '?')}"
+
+
+def parse_url(url: str) -> tuple[str, float, float]:
+    """``prometheus+http://host:port/prefix?max_age_s=..&window_s=..`` -> (HTTP base URL, max age s, window s).
+
+    :raises InventoryError: for a bad parameter.
+    """
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[-1]
+    params = dict(urllib.parse.parse_qsl(parts.query))
+    try:
+        max_age = float(params.pop("max_age_s", DEFAULT_MAX_AGE_S))
+        window = float(params.pop("window_s", DEFAULT_WINDOW_S))
+    except ValueError:
+        raise InventoryError(f"pool source {url!r}: max_age_s and window_s are seconds (numbers).") from None
+    if params:
+        raise InventoryError(f"pool source {url!r}: unknown parameter(s) {', '.join(sorted(params))}; "
+                             "known: max_age_s, window_s.")
+    if max_age <= 0 or window < max_age:
+        raise InventoryError(f"pool source {url!r}: need 0 < max_age_s <= window_s.")
+    base = urllib.parse.urlunsplit((scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    return base, max_age, window
+
+
+def query(base: str, promql: str, at: float, *, source: str) -> list[dict[str, Any]]:
+    """Run an instant query; returns the ``result`` list.
+
+    :raises InventoryError: server unreachable, HTTP error, or an error status from Prometheus.
+    """
+    qs = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
+    url = f"{base}/api/v1/query?{qs}"
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp:  # noqa: S310 - the configured server
+            body = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read().decode()).get("error", "")
+        except Exception:  # noqa: BLE001
+            detail = ""
+        raise InventoryError(f"pool source {source!r}: Prometheus answered HTTP {exc.code} {detail}; "
+                             "check the URL (its path prefix) and the server's log.") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise InventoryError(f"pool source {source!r}: cannot read the Prometheus HTTP API at {base} ({exc}); "
+                             "check that the server runs and the host/port are right.") from None
+    if body.get("status") != "success":
+        raise InventoryError(f"pool source {source!r}: Prometheus query failed: {body.get('error')}.")
+    return body.get("data", {}).get("result", [])
+
+
+def _key(labels: dict[str, str]) -> tuple[str, str, str]:
+    """(host, UUID — or ``gpu<index>`` for a series without one, GPU instance)."""
+    return labels.get("Hostname", ""), labels.get("UUID") or f"gpu{labels.get('gpu', '?')}", labels.get("GPU_I_ID", "")
+
+
+def _down_targets(base: str, at: float, source: str) -> set[str]:
+    """Scrape targets Prometheus reports down at ``at`` (``up == 0``), as ``job/instance``; empty when it cannot say."""
+    try:
+        rows = query(base, "up == 0", at, source=source)
+    except InventoryError:
+        return set()
+    return {_target(dict(r.get("metric") or {})) for r in rows}
+
+
+def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> Inventory:
+    """The devices dcgm-exporter reports through the Prometheus server at ``url``.
+
+    :param url: ``prometheus+http://HOST:PORT[/prefix][?max_age_s=S&window_s=S]``.
+    :param catalog: maps ``modelName`` (NVML's product name) to catalog models.
+    :param now: evaluation time, unix seconds (default: now).
+    :returns: an :class:`Inventory` (``declared=False``, ``source='prometheus:<base URL>'``) in
+        (host, index) order; stale fields None and named in ``Device.unknown``.
+    :raises InventoryError: server unreachable or failing, or no DCGM series at all in the window.
+    """
+    base, max_age, window = parse_url(url)
+    at = time.time() if now is None else now
+    names = "|".join(n.removeprefix("DCGM_FI_DEV_") for n in FIELDS)
+    rows = query(base, f'{{__name__=~"DCGM_FI_DEV_({names})"}}[{int(window)}s]', at, source=url)
+    down = _down_targets(base, at, url) if rows else set()
+    seen: dict[tuple[str, str, str], _Seen] = {}
+    for row in rows:
+        labels = dict(row.get("metric") or {})
+        name = labels.pop("__name__", "")
+        what = FIELDS.get(name)
+        values = row.get("values") or []
+        if what is None or not values:
+            continue
+        ts, value = values[-1]
+        try:
+            age = at - float(ts)
+        except (TypeError, ValueError):
+            continue
+        target = _target(labels)
+        entry = seen.setdefault(_key(labels), _Seen(labels))
+        entry.add(what, age, value, target, target in down)
+    if not seen:
+        raise InventoryError(
+            f"pool source {url!r}: Prometheus at {base} has no DCGM_FI_DEV_* series in the last {window:g} s; "
+            "check that it scrapes dcgm-exporter on the GPU nodes (https://github.com/NVIDIA/dcgm-exporter).")
+    devices = [_device(entry, catalog, max_age) for entry in seen.values()]
+    devices.sort(key=lambda d: (d.host, d.index, d.labels.get("GPU_I_ID", "")))
+    notes = [f"{sum(1 for d in devices if d.unknown)} device(s) with stale, missing or unusable DCGM series "
+             f"(older than {max_age:g} s, target down, or not a number)"] if any(d.unknown for d in devices) else []
+    for key, entry in seen.items():
+        dup = sorted({t for ts in entry.targets.values() if len(ts) > 1 for t in ts})
+        if dup:
+            notes.append(f"{key[1]}{'/gi' + key[2] if key[2] else ''} on {key[0] or '?'} is exported by {len(dup)} "
+                         f"targets ({', '.join(dup)}): each field takes the busiest fresh value")
+    return Inventory(source=f"prometheus:{base}", declared=False, devices=devices, notes=notes)
+
+
+def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
+    labels = entry.labels
+    unknown: list[str] = []
+    fresh: dict[str, float] = {}
+    reasons: list[str] = []
+    for what in FIELDS.values():
+        value, why = entry.resolve(what, max_age)
+        if value is not None:
+            fresh[what] = value
+        elif what in entry.samples or what != "reserved_mib":  # older exporters do not export FB_RESERVED
+            unknown.append(f"{what}: {why}")
+            if what in entry.samples:
+                reasons.append(why)
+    model_name = labels.get("modelName", "")
+    gpu = catalog.find(model_name) if model_name else None
+    model = gpu.name if gpu else (model_name or "unknown")
+    uuid = labels.get("UUID") or None
+    profile = labels.get("GPU_I_PROFILE")
+    instance = labels.get("GPU_I_ID", "")
+    memory_known = "used_mib" in fresh and "free_mib" in fresh
+    if memory_known:
+        total = int((fresh["used_mib"] + fresh["free_mib"] + fresh.get("reserved_mib", 0.0)) * MIB)
+        used: int | None = int(fresh["used_mib"] * MIB)
+    else:
+        total = gpu.memory_bytes if gpu and not instance else 0
+        used = None
+    compute_fraction = None
+    out_labels = {"dcgm_model_name": model_name, **({"pci_bus_id": labels["pci_bus_id"]} if "pci_bus_id" in labels else {})}
+    if instance:
+        out_labels.update({"mig_parent": uuid or "", "GPU_I_ID": instance, "mig_profile": profile or "", "catalog_model": model})
+        if gpu and total:
+            # DCGM does not say the GPU's slice count; the memory share is at most the compute share
+            compute_fraction = round(min(1.0, total / gpu.memory_bytes), 4)
+            out_labels["compute_fraction_source"] = "memory share (conservative)"
+        model = f"{model} MIG {profile or 'instance'}"
+    stale_all = not fresh
+    try:
+        index = int(labels.get("gpu", "0"))
+    except ValueError:
+        index = 0
+    host = labels.get("Hostname") or "unknown"
+    problems = []
+    if stale_all:
+        problems.append(f"no fresh DCGM sample (newest {min(entry.ages.values()):.0f} s old)"
+                        if all(r.startswith("stale") for r in reasons)
+                        else "no usable DCGM sample (" + "; ".join(sorted(set(reasons))) + ")")
+    if uuid is None:
+        problems.append(f"dcgm-exporter gives no UUID label for GPU {labels.get('gpu', '?')} on {host}: "
+                        "it cannot be pinned (check the exporter's labels / relabelling)")
+        unknown.append("uuid: no UUID label")
+    if not total:
+        unknown.append("memory_total_bytes: unknown (no fresh memory series, and not in the catalog)")
+    base_id = uuid or f"{host}:{labels.get('gpu', '?')}"
+    return Device(
+        device_id=f"{base_id}/gi{instance}" if instance else base_id,
+        host=host,
+        index=index,
+        uuid=None if instance else uuid,
+        model=model,
+        vendor=gpu.vendor if gpu else "nvidia",
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        utilization_pct=fresh.get("utilization_pct"),
+        temperature_c=fresh.get("temperature_c"),
+        power_w=fresh.get("power_w"),
+        healthy=not problems,
+        health_reason="; ".join(problems) or None,
+        compute_fraction=compute_fraction,
+        declared=False,
+        pci_bus_id=labels.get("pci_bus_id"),
+        labels=out_labels,
+        unknown=unknown,
+    )
