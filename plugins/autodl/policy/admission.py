@@ -48,11 +48,11 @@ from typing import AbstractSet, Callable, Hashable, Mapping, Sequence
 AGING_S = 96 * 3600.0
 """Aging of the ``sjf`` order, seconds: every ``AGING_S`` seconds of waiting divide a run's effective
 size by e (a run waiting 4 days ranks with a run e times shorter that just arrived), so every run
-eventually overtakes every newer one. Tuned with ``benchmarks/scheduling.py --tune`` on the Philly
-tuning slice only (jobs [0, 10,000)), never on the slices the benchmark reports: grid 24/48/96/192 h;
-the mean JCT falls as aging weakens (pure shortest-first is best for the mean) while the p99
-queueing delay of 8- and 16-GPU jobs rises; 96 h is within 0.2% of the best (192 h) with the stronger
-starvation bound, and keeps that delay within 2x FIFO's."""
+eventually overtakes every newer one. Tuned with ``benchmarks/scheduling.py --tune`` on Philly slices
+0, 2 and 7 only, never on the slices the benchmark reports (grid 48/96/192 h, and 24 h in a first
+tuning on slice 0): the mean JCT falls as aging weakens (pure shortest-first is best for the mean)
+while the p99 queueing delay of 8- and 16-GPU jobs rises; 96 h is the best mean (5.82 h) with the
+lowest gang delay. On the reported slices that delay stays within 1.3x FIFO's."""
 
 CA_WINDOW = 1
 """How many of the next runs in order (that can start now) compete for the freed devices by
@@ -87,7 +87,8 @@ class QueuedRun:
         FLOPs / device throughput; None when unknown.
     :ivar speed_by_type: expected throughput of this run on each device type (model name), relative
         to the reference of ``expected_runtime_s`` (V100 = 1.0 in autodl's data); None when unknown.
-        Only the types the run can use should be listed (they define its "typical" speed).
+        Only the types the run can use should be listed (the comparative-advantage window counts 0 speed
+        on the others when it averages the run's speed over the pool).
     """
 
     run_key: str
@@ -598,7 +599,7 @@ def admit(waiting: Sequence[QueuedRun], free: frozenset, running: Sequence[Runni
         ``backfill`` (``"easy"`` | ``"greedy"`` | ``"none"``), ``aging_s`` (:data:`AGING_S`),
         ``quotas`` ({owner: max devices held}, ``"*"`` = any owner), ``device_type`` (device id ->
         model name; enables comparative advantage), ``type_counts`` ({model: devices in the pool},
-        weights the typical speed), ``window`` (:data:`CA_WINDOW`), ``unknown_runtime_s``
+        weights the pool-average speed), ``window`` (:data:`CA_WINDOW`), ``unknown_runtime_s``
         (:data:`UNKNOWN_RUNTIME_S`), ``presorted`` (``waiting`` is already in :func:`queue_key`
         order: skips the sort; it may then be any iterable, read only as far as needed), ``monotone`` (every run's fit depends only on its gang size and
         memory need, so a run no smaller than one that did not fit is skipped).
