@@ -359,6 +359,12 @@ def _make_loader():
             if len(text) > 40:
                 raise YAMLRefused(f"an integer of {len(text):,} digits is too large (autodl's numbers fit 64 bits)",
                                   node=node)
+            if len(text) > 1 and text[0] == "0" and text[1] in "01234567":
+                # YAML 1.1 reads 0777 as octal 511, YAML 1.2 (and most other tools) as 777: never guess
+                raise YAMLRefused(f"{short(node.value, 30)} starts with 0: YAML 1.1 reads it as the octal number "
+                                  f"{SafeConstructor.construct_yaml_int(self, node)}, YAML 1.2 as "
+                                  f"{int(text) if text.isdigit() else '?'}; write the number without the leading 0 "
+                                  "(or quote it if it is text)", node=node)
             value = SafeConstructor.construct_yaml_int(self, node)
             if not -INT_LIMIT < value < INT_LIMIT:
                 raise YAMLRefused(f"the integer {short(value, 30)} is too large (autodl's numbers fit 64 bits)",

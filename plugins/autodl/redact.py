@@ -28,8 +28,9 @@ SECRET_NAME = re.compile(r"PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|KEY|CREDENTIA
                          re.IGNORECASE)
 """Variable (and query parameter) names whose values are secrets."""
 
-NOT_SECRET = frozenset({"AUTODL_RUN_KEY", "PWD", "OLDPWD", "KEYTIMEOUT"})
-"""Names that match :data:`SECRET_NAME` but hold nothing secret (``PWD`` is the working folder)."""
+NOT_SECRET = frozenset({"AUTODL_RUN_KEY", "RUN_KEY", "RUN_KEY_HASH", "PWD", "OLDPWD", "KEYTIMEOUT"})
+"""Names that match :data:`SECRET_NAME` but hold nothing secret (``PWD`` is the working folder; ``run_key`` is the
+label ``autodl.run_key=...`` of a container, which a ``docker run`` line shown by ``autodl plan`` must keep)."""
 
 CONNECTION_VARS = re.compile(r"^(AUTODL_STORE_URL|AIRFLOW__.*|AIRFLOW_CONN_.*|.*_(URL|URI|DSN|CONN))$", re.IGNORECASE)
 """Variables that hold connection strings: shown as URLs without their password."""

@@ -325,7 +325,8 @@ def check_mount_source(source: str) -> None:
     for name in names:
         inside = next((sock for sock in sockets if sock.startswith(name.rstrip("/") + "/")), None)
         if inside is not None:
-            raise ValueError(f"{clip(source, 60)} holds the Unix socket {clip(inside, 60)} of a service on this host "
+            raise ValueError(f"{clip(source, 60)} holds the Unix socket .{clip(inside[len(name.rstrip('/')):], 60)} of a "
+                             "service on this host "
                              "(a read-only mount does not stop connecting to it); mount a folder without sockets, "
                              "e.g. /data/datasets")
 
@@ -368,6 +369,8 @@ def check_device_node(item: str) -> None:
     if len(parts) == 3 and (not parts[2] or set(parts[2]) - set("rwm")):
         raise ValueError(f"{short(item, 60)}: permissions are letters of 'rwm'")
 
+
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?")
 
 _USER_RE = re.compile(r"([0-9]+)(?::([0-9]+))?")
 
@@ -472,6 +475,45 @@ class LauncherSection(_Section):
             raise ValueError(f"{short(value, 40)} is not allowed: 'host' puts the training on the host's network "
                              "(127.0.0.1: PostgreSQL, Airflow, the Docker API if exposed) and 'container:NAME' into "
                              "another container's; use 'none', 'bridge' or a user-defined network's name")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        # a Kubernetes namespace is a DNS-1123 label; the system ones are where admission policies are often exempt
+        if value is not None and not re.fullmatch(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"{short(value, 40)} is not a Kubernetes namespace name (lower-case letters, digits and "
+                             "'-', at most 63)")
+        if value in ("kube-system", "kube-public", "kube-node-lease"):
+            raise ValueError(f"{value} is Kubernetes' own namespace (where admission policies are often exempt); "
+                             "run the training in a namespace of its own")
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
+            raise ValueError(f"{short(value, 40)} is not a Kubernetes object name (lower-case letters, digits, '-' "
+                             "and '.', at most 253)")
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _DNS_SUBDOMAIN.fullmatch(name):
+                raise ValueError(f"{short(name, 40)} is not a Kubernetes Secret name (lower-case letters, digits, '-' "
+                                 "and '.', at most 253)")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        # a reference has no spaces or control characters (docker's grammar: distribution/reference)
+        if value is not None and (not value or len(value) > 512 or any(c.isspace() or not c.isprintable() for c in value)
+                                  or value.startswith("-")):
+            raise ValueError(f"{short(value, 60)} is not an image reference (e.g. paddlepaddle/paddle:3.3.1-gpu-"
+                             "cuda12.6-cudnn9.5); no spaces, no leading '-'")
         return value
 
     @field_validator("devices")
