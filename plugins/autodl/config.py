@@ -7,6 +7,7 @@
 | AUTODL_STORE_URL   | ``sqlite:///$AUTODL_HOME/autodl.db``              |
 | AUTODL_POOL        | NVML when a driver answers, else ``include/pools/demo.yaml`` |
 | AUTODL_CATALOG     | ``include/catalog/gpus.yaml``                     |
+| AUTODL_LEASE_TTL   | ``300`` seconds (see :func:`lease_ttl_s`)         |
 """
 
 from __future__ import annotations
@@ -48,6 +49,42 @@ def autodl_home() -> Path:
 def store_url() -> str:
     """SQLAlchemy URL of autodl's own store (never Airflow's metadata database)."""
     return os.environ.get("AUTODL_STORE_URL") or f"sqlite:///{autodl_home() / 'autodl.db'}"
+
+
+DEFAULT_LEASE_TTL_S = 300.0
+"""A lease not heartbeated for this many seconds is dead. 300 s is the time Airflow itself gives a running
+task without heartbeat before declaring it a zombie (``[scheduler] task_instance_heartbeat_timeout``,
+default 300): long enough to ride out a scheduler or triggerer restart, short enough that a GPU left by
+a crashed run is free again within minutes."""
+
+
+def lease_ttl_s() -> float:
+    """Seconds a lease lives without a heartbeat: ``AUTODL_LEASE_TTL``, default :data:`DEFAULT_LEASE_TTL_S`.
+
+    :raises StoreError: when the variable is not a positive, finite number of seconds.
+    """
+    import math
+
+    from autodl.errors import StoreError
+
+    raw = os.environ.get("AUTODL_LEASE_TTL")
+    if raw in (None, ""):
+        return DEFAULT_LEASE_TTL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise StoreError(f"AUTODL_LEASE_TTL={raw!r} is not a positive number of seconds; unset it for the "
+                         f"default {DEFAULT_LEASE_TTL_S:g} s or set e.g. AUTODL_LEASE_TTL=600.")
+    return value
+
+
+def current_user() -> str:
+    """Who runs this process, for lease ownership outside Airflow: ``AUTODL_USER``, else the login name."""
+    import getpass
+
+    return os.environ.get("AUTODL_USER") or getpass.getuser()
 
 
 def default_pool_file() -> Path:
