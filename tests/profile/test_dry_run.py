@@ -243,3 +243,34 @@ def test_a_steady_step_supersedes_the_first_step_at_a_new_size():
     assert summarize(raw, None, target_batch=8, timeout=60).train_peak_bytes == 3250
     raw["steps"].append(dict(_step(8, 3100, 1000), steady=True))
     assert summarize(raw, None, target_batch=8, timeout=60).train_peak_bytes == 3100
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{bad", "not JSON"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"steps": [{"batch": 4, "peak": NaN}]}', "NaN"),
+    ('{"steps": [{"batch": 4, "peak": -5, "start_bytes": 0, "fwd_bwd_peak": 1, "update_peak": 1}]}', "peak"),
+    ('{"steps": [{"batch": 0, "peak": 5, "start_bytes": 0, "fwd_bwd_peak": 1, "update_peak": 1}]}', "batch"),
+    ('{"params": 1e400}', "params"),
+    ('{"params": 5, "trainable": 9}', "trainable"),
+    ('{"steps": "x"}', "list"),
+])
+def test_a_forged_report_is_refused_not_believed(text, why):
+    """The dry run's report is written from inside the user's process: the script can write it whole. A bad one
+    is a ValueError naming the field (the profile then falls back), never a crash of the calling process."""
+    from autodl.profile.dryrun import dryrun_report
+
+    with pytest.raises(ValueError, match=why):
+        dryrun_report(text)
+
+
+def test_a_report_that_cannot_be_read_is_a_tool_failure_with_the_reason():
+    dr = summarize({"report_error": "not JSON: Expecting value"}, None, target_batch=None, timeout=60)
+    assert dr.outcome == "tool-failure" and "not JSON" in dr.reason
+
+
+def test_texts_from_the_report_are_cut_and_printable():
+    from autodl.profile.dryrun import dryrun_report
+
+    r = dryrun_report(json.dumps({"notes": ["\x1b[31m" + "x" * 10_000], "error": {"type": "E", "message": "m" * 9999}}))
+    assert len(r["notes"][0]) <= 500 and "\x1b" not in r["notes"][0] and len(r["error"]["message"]) <= 500
