@@ -204,7 +204,8 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
                                read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path])
         raw = {}
         res_path = out / "result.json"
-        if res_path.is_file() and not res_path.is_symlink():
+        inside = not out.is_symlink() and out.resolve().parent == work.resolve()  # not redirected by the script
+        if inside and res_path.is_file() and not res_path.is_symlink():
             try:
                 with open(res_path, "rb") as f:
                     text = f.read(REPORT_FILE_BYTES + 1)
@@ -214,7 +215,8 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
             except (OSError, ValueError) as exc:
                 raw = {"report_error": _report_text(str(exc))}
         ev_path = out / "alloc_events.json"
-        if raw and ev_path.is_file() and not ev_path.is_symlink() and ev_path.stat().st_size <= 8 * REPORT_FILE_BYTES:
+        if raw and inside and ev_path.is_file() and not ev_path.is_symlink() \
+                and ev_path.stat().st_size <= 8 * REPORT_FILE_BYTES:
             from autodl.profile.allocator import replay_auto_growth
             try:
                 events = [(int(a), int(d)) for a, d in json.loads(ev_path.read_text())
