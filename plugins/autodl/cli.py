@@ -1,6 +1,6 @@
 """The ``autodl`` command: profile, plan, inventory, leases, runs, simulate — JSON with ``--json``, tables without.
 
-Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 130 interrupted (see
+Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 10 config, 130 interrupted (see
 :mod:`autodl.errors`).
 """
 
@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
     sp.add_argument("spec", help="task spec YAML")
     sp.add_argument("--script", help="override the spec's task.script")
-    sp.add_argument("--pool", help="auto | nvml | pool file (default $AUTODL_POOL or auto)")
+    sp.add_argument("--pool", help="auto | nvml | pool file (default $AUTODL_POOL, [autodl] pool, or auto)")
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_plan)

@@ -18,6 +18,7 @@ from typing import Any
 from autodl.catalog import Catalog, load_catalog
 from autodl.config import autodl_home
 from autodl.errors import AutoDLError, LaunchError, LeaseError, NoFitError, ProfileError, SpecError
+from autodl.hosts import booked_host, require_here
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
 from autodl.launch.local import run_dir_name
@@ -349,12 +350,15 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     """
     spec, request = build_request(ctx, profile_out, selection)
     launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
+    host = booked_host(d.host for d in request.devices)
+    if launcher.name == "local" and not request.on_cpu:  # declared devices: the CPU run goes where this step runs
+        require_here(host, "start the training", ctx.run_key)
     rendered = launcher.render(request)
     if rendered.get("shell"):
         log(f"launch ({launcher.name}): {rendered['shell']}")
     if request.on_cpu:
         log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
-    handle = launcher.launch(request)
+    handle = launcher.launch(request).model_copy(update={"host": host})
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
     (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))
@@ -373,6 +377,8 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
 
     handle = LaunchHandle.model_validate(handle_json)
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
+    if launcher.name == "local":
+        require_here(None if handle.on_cpu else handle.host, "follow the training", ctx.run_key)
     folder = state_dir(ctx.run_key)
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
     def keep(m: RunMetrics) -> None:
@@ -398,6 +404,8 @@ def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any
     handle = LaunchHandle.model_validate(handle_json)
     try:
         launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
+        if launcher.name == "local":
+            require_here(None if handle.on_cpu else handle.host, "stop the training", handle.run_key)
         if launcher.poll(handle) is None:
             log(f"training {handle.run_key} {why}")
             launcher.stop(handle)

@@ -37,6 +37,22 @@ DEFAULT_MEMORY_THRESHOLD = 0.85
 estimate's error (the design card's default; issue 2)."""
 
 
+def _configured_threshold() -> float:
+    """The default memory threshold: ``[autodl] memory_threshold`` / ``AUTODL_MEMORY_THRESHOLD`` when set
+    (:func:`autodl.config.default_memory_threshold`), else :data:`DEFAULT_MEMORY_THRESHOLD`."""
+    from autodl.config import default_memory_threshold
+
+    configured = default_memory_threshold()
+    return DEFAULT_MEMORY_THRESHOLD if configured is None else configured
+
+
+def _configured_launcher() -> str:
+    """The default launcher: ``[autodl] default_launcher`` / ``AUTODL_LAUNCHER`` when set, else ``local``."""
+    from autodl.config import default_launcher
+
+    return default_launcher() or "local"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,7 +89,7 @@ class TaskSection(_Section):
 
 
 class ResourcePolicySection(_Section):
-    memory_threshold: float = Field(DEFAULT_MEMORY_THRESHOLD, gt=0, le=1)
+    memory_threshold: float = Field(default_factory=lambda: _configured_threshold(), gt=0, le=1)
     allow_mixed_precision: bool = True
     distributed_strategy: Literal["none", "data_parallel", "fleet"] = "none"
     preferred_devices: list[str] = Field(default_factory=list)
@@ -161,7 +177,7 @@ class LauncherSection(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["local", "docker", "kubernetes"] = "local"
+    type: Literal["local", "docker", "kubernetes"] = Field(default_factory=lambda: _configured_launcher())
     image: str | None = Field(None, description="Container image; default: the PaddlePaddle GPU image.")
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     python: str = Field("python", description="Interpreter inside the container (the host's is meaningless there).")

@@ -9,12 +9,11 @@ Sources are a registry chosen by name (``AUTODL_POOL`` or the ``--pool`` option)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from autodl.catalog import Catalog, load_catalog
-from autodl.config import default_pool_file
+from autodl.config import default_pool_file, pool_source
 from autodl.errors import InventoryError
 from autodl.inventory.declared import read_pool_file
 from autodl.inventory.nvml import NvmlUnavailable, read_nvml
@@ -28,14 +27,14 @@ SOURCES: dict[str, Callable[[Catalog], Inventory]] = {
 def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None = None) -> Inventory:
     """Snapshot of the pool.
 
-    :param source: ``'auto'`` (default, or ``$AUTODL_POOL``), a registered source name such as
+    :param source: ``'auto'`` (default, or ``$AUTODL_POOL`` / ``[autodl] pool``), a registered source name such as
         ``'nvml'``, or the path of a pool YAML file.
     :param catalog: GPU catalog used to name device models; default :func:`load_catalog`.
     :returns: an :class:`~autodl.types.Inventory`; ``declared=True`` when the devices came from a file.
     :raises InventoryError: for a bad pool file, or ``'nvml'`` asked for explicitly with no driver.
     """
     catalog = catalog or load_catalog()
-    source = str(source or os.environ.get("AUTODL_POOL") or "auto")
+    source = str(source or pool_source())
     if source == "auto":
         try:
             inventory = read_nvml(catalog)

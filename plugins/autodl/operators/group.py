@@ -13,10 +13,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import TaskGroup, XComArg
+
+from autodl.policies import routing_enabled
 
 from autodl.operators.steps import (
     STEP_IDS,
+    AutoDLBookedHostOperator,
     AutoDLCollectOperator,
     AutoDLLaunchOperator,
     AutoDLPoolSensor,
@@ -24,6 +27,10 @@ from autodl.operators.steps import (
     AutoDLReleaseOperator,
     AutoDLSelectOperator,
 )
+
+
+BOOKED_HOST_ID = "booked_host"
+"""Task id of the step that turns the booking into the list launch and collect are mapped over (routed mode only)."""
 
 
 def _spec_scheduler(spec: str | None) -> tuple[int, int]:
@@ -71,9 +78,19 @@ class AutoDLTrainOperator(TaskGroup):
                                      timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable,
                                      timeout_from_spec=wait_timeout_s is None)
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], **common, **retry)
-        self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
-        self.collect = AutoDLCollectOperator(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
-                                             **common, retries=0)
+        launch_kwargs = dict(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
+        collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s, **common, retries=0)
+        if routing_enabled():
+            # several GPU hosts on Celery: launch and collect are created once the booking is known, so
+            # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
+            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self)
+            self.select >> self.booked_host
+            hosts = XComArg(self.booked_host)
+            self.launch = AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts)
+            self.collect = AutoDLCollectOperator.partial(**collect_kwargs).expand(booked_host=hosts)
+        else:
+            self.launch = AutoDLLaunchOperator(**launch_kwargs)
+            self.collect = AutoDLCollectOperator(**collect_kwargs)
         self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
         self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
         # release also runs when anything before launch failed (it waits for every upstream to be done).
