@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from autodl.config import include_dir
 from autodl.operators import AutoDLTrainOperator
+from autodl.operators.params import train_params
 
 INCLUDE = include_dir()
 
@@ -29,17 +30,16 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
+    doc_md=__doc__,
     max_active_runs=1,
     tags=["autodl", "paddle", "docker", "example"],
-    params={
-        "script": Param("", type="string", description="Training script; empty: the spec's task.script"),
-        "spec": Param(str(INCLUDE / "specs" / "simple_cnn_docker.yaml"), type="string", description="Task spec YAML"),
-        "pool": Param("auto", type="string", description="auto (NVML, else the demo pool), nvml, or a pool file"),
-    },
+    params=train_params(spec=INCLUDE / "specs" / "simple_cnn_docker.yaml"),
 ) as dag:
     train = AutoDLTrainOperator(
         task_id="train_in_docker",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
         pool="{{ params.pool }}",
+        launcher="{{ params.launcher }}",
+        policy="{{ params.policy }}",
     )

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from autodl.config import include_dir
 from autodl.operators import AutoDLTrainOperator
+from autodl.operators.params import train_params
 
 INCLUDE = include_dir()
 
@@ -31,19 +32,16 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
+    doc_md=__doc__,
     max_active_runs=1,
     tags=["autodl", "paddle", "distributed", "example"],
-    params={
-        "script": Param("", type="string", description="Training script; empty: the spec's task.script"),
-        "spec": Param(str(INCLUDE / "specs" / "simple_cnn_multi_gpu.yaml"), type="string",
-                      description="Task spec YAML (num_gpus_estimate: 2)"),
-        "pool": Param(str(INCLUDE / "pools" / "gpu_node_2xa100.yaml"), type="string",
-                      description="auto (NVML, else the demo pool), nvml, or a pool file with two GPUs of one model"),
-    },
+    params=train_params(spec=INCLUDE / "specs" / "simple_cnn_multi_gpu.yaml", pool=str(INCLUDE / "pools" / "gpu_node_2xa100.yaml")),
 ) as dag:
     train = AutoDLTrainOperator(
         task_id="train_two_gpus",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
         pool="{{ params.pool }}",
+        launcher="{{ params.launcher }}",
+        policy="{{ params.policy }}",
     )

@@ -16,6 +16,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# setuptools leaves plugins/autodl.egg-info behind; Airflow puts plugins/ on sys.path, sees the entry point
+# there and in the installed package, and reports "Plugin 'autodl' already registered". The installed
+# metadata is all that is needed.
+rm -rf plugins/*.egg-info
 # the sandbox user code runs in (autodl.sandbox) is bubblewrap: install it when missing, where this user may
 if ! command -v bwrap >/dev/null 2>&1; then
   bash .ci/bubblewrap.sh || echo "setup.sh: without bubblewrap autodl does not run user code (the probe falls back to the static estimate)" >&2

@@ -10,6 +10,7 @@ training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from autodl.launch.local import run_dir_name
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
-from autodl.spec import TaskSpec, load_spec
+from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
 from autodl.types import (
     Device,
     Inventory,
@@ -37,6 +38,13 @@ from autodl.types import (
 )
 
 GiB = 1 << 30
+MiB = 1 << 20
+OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
+"""Where the training keeps checkpoints across runs (the spec's ``task.output_dir``, see
+:func:`autodl.spec.output_dir_path`); a nightly job resumes from what the last night left there."""
+REPORT_FILE_ENV = "AUTODL_REPORT_FILE"
+"""A JSON file the training may write about itself (checkpoint resumed from, epoch, accuracy); the run
+record keeps it as ``report``."""
 DEFAULT_SHM_BYTES = 8 * GiB
 """/dev/shm given to a run whose DataLoader uses worker processes: 8 GiB, the design card's
 ``docker run --shm-size=8g`` (Docker's own default of 64 MiB makes Paddle's DataLoader workers fail
@@ -87,6 +95,60 @@ def note_failure(run_key: str, step: str, message: str) -> None:
 def read_failures(run_key: str) -> dict[str, str]:
     path = state_dir(run_key) / "failure.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+# ------------------------------------------------------------------------------------ overrides
+OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "launcher": ("launcher", "type", typing.get_args(LauncherSection.model_fields["type"].annotation)),
+    "policy": ("scheduler", "algorithm", typing.get_args(SchedulerSection.model_fields["algorithm"].annotation)),
+}
+"""Run-time overrides of the spec (e.g. from a DAG's Params): name -> (spec section, field, allowed values).
+The allowed values are the spec's own (``launcher.type``, ``scheduler.algorithm``)."""
+
+KEEP_SPEC = ("", "spec", "None", None)
+"""Override values that mean "as the spec says"."""
+
+
+def check_overrides(overrides: dict[str, Any] | None) -> dict[str, str]:
+    """The overrides that change something, validated.
+
+    :param overrides: name -> value; ``"spec"``, ``""`` or None mean "as the spec says" and are dropped.
+    :raises SpecError: for an unknown name or value, naming the known ones.
+    """
+    out: dict[str, str] = {}
+    for name, value in (overrides or {}).items():
+        if name not in OVERRIDES:
+            raise SpecError(f"unknown override {name!r}; known: {', '.join(OVERRIDES)}.")
+        if value in KEEP_SPEC:
+            continue
+        allowed = OVERRIDES[name][2]
+        if value not in allowed:
+            section, key, _ = OVERRIDES[name]
+            raise SpecError(f"{name}: {value!r} is not a {section}.{key}; use 'spec' (as the spec says) or one of: "
+                            f"{', '.join(allowed)}.")
+        out[name] = str(value)
+    return out
+
+
+def apply_overrides(spec: TaskSpec, overrides: dict[str, str] | None) -> TaskSpec:
+    """``spec`` with the (already checked) overrides applied."""
+    for name, value in (overrides or {}).items():
+        section, key, _ = OVERRIDES[name]
+        part = getattr(spec, section)
+        spec = spec.model_copy(update={section: part.model_copy(update={key: value})})
+    return spec
+
+
+def run_spec(profile_out: dict[str, Any]) -> TaskSpec:
+    """The spec a run goes by after its profile step: the spec file with the run's overrides applied."""
+    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    return apply_overrides(spec, profile_out.get("overrides"))
+
+
+def keep_decision(run_key: str, decision: PlacementDecision) -> None:
+    """Keep the placement decision a booking was made on (every candidate, kept or dropped, with its
+    reasons) in the run's state folder; the run record takes it as ``decision``."""
+    (state_dir(run_key) / "decision.json").write_text(decision.model_dump_json())
 
 
 # --------------------------------------------------------------------------------------- inputs
@@ -204,22 +266,70 @@ def format_candidates(decision: PlacementDecision) -> list[str]:
     return lines
 
 
+def format_profile(profile: ResourceProfile, threshold: float | None = None) -> list[str]:
+    """The profile as log lines: the memory breakdown per device (weights, gradients, optimizer state,
+    activations, each workspace term), the findings, and the largest batch per device model.
+
+    :param threshold: the spec's memory threshold the largest batches were computed under (shown only).
+    """
+    b = profile.breakdown
+    def size(n: int | None) -> str:
+        return "unknown" if n is None else (f"{n / GiB:.3f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB")
+    lines = [f"memory per device at batch {profile.batch_size} ({profile.method}, {profile.dtype}"
+             + (f", amp {profile.amp}" if profile.amp else "") + (f", optimizer {profile.optimizer}" if profile.optimizer else "")
+             + "):"]
+    for label, value in (("weights", b.weights_bytes), ("gradients", b.gradients_bytes),
+                         ("optimizer state", b.optimizer_state_bytes), ("activations", b.activations_bytes),
+                         ("workspace", b.workspace_bytes)):
+        lines.append(f"  {label:<18} {size(value):>12}")
+        if label == "workspace":
+            for term, n in sorted(profile.workspace_terms_bytes.items(), key=lambda kv: -kv[1]):
+                lines.append(f"    {term:<20} {size(n):>10}")
+    lines.append(f"  {'peak':<18} {size(profile.peak_memory_bytes):>12}"
+                 + (f"  (activations {size(profile.activation_bytes_per_sample)} per sample)"
+                    if profile.activation_bytes_per_sample else ""))
+    for method, n in sorted(profile.estimates_bytes.items()):
+        lines.append(f"  tensor peak by {method:<9} {size(n):>12}")
+    if profile.findings:
+        lines.append(f"findings ({len(profile.findings)}):")
+        for f in profile.findings:
+            lines.append(f"  {f.severity:<7} [{f.code}]" + (f" line {f.line}" if f.line else "") + f": {f.message}")
+    else:
+        lines.append("findings: none")
+    if profile.max_batch_size_by_device:
+        under = f" under memory threshold {threshold:g}" if threshold is not None else ""
+        lines.append(f"largest batch per device{under}:")
+        for model, n in sorted(profile.max_batch_size_by_device.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {model:<18} {n if n else 'does not fit'}")
+    return lines
+
+
 # ----------------------------------------------------------------------------------- the steps
 def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
-                 log: Callable[[str], None] = print, run_key: str | None = None) -> dict[str, Any]:
+                 log: Callable[[str], None] = print, run_key: str | None = None,
+                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Step 1: profile and pre-check. Refuses at once when nothing in the pool can ever fit.
+
+    Logs the memory breakdown, the findings and the largest batch per device model (:func:`format_profile`).
 
     :param run_key: when given, the result is also kept in the run's state folder, so that the record
         of a refused run still holds what the profile found.
-    :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool"}``.
+    :param overrides: run-time overrides of the spec (:data:`OVERRIDES`, e.g. ``{"launcher": "docker"}``);
+        the later steps read the spec through :func:`run_spec` with them applied.
+    :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool", "overrides"}``.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
+    checked = check_overrides(overrides)
     catalog = load_catalog()
     spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog)
-    for f in profile.findings:
-        log(f"finding {f.severity} [{f.code}] line {f.line}: {f.message}")
+    for name, value in checked.items():
+        section, key, _ = OVERRIDES[name]
+        log(f"override: {section}.{key} = {value} (the spec says {getattr(getattr(spec, section), key)})")
+    spec = apply_overrides(spec, checked)
     log(f"profile ({profile.method}): {profile.params:,} params, peak {profile.peak_memory_bytes / GiB:.3f} GiB per device, "
         f"{profile.flops_per_step:.3g} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
+    for line in format_profile(profile, spec.resource_policy.memory_threshold):
+        log(line)
     inventory = read_inventory(pool, catalog=catalog)
     out = {
         "profile": profile.to_json(),
@@ -227,6 +337,7 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
         "spec_path": spec.source_path,
         "pool_source": inventory.source,
         "declared_pool": inventory.declared,
+        "overrides": checked,
     }
     if run_key:
         (state_dir(run_key) / "profile.json").write_text(json.dumps(out))
@@ -241,7 +352,7 @@ def step_wait(profile_out: dict[str, Any], *, pool: str | None = None, log: Call
 
     :raises NoFitError: when nothing in the pool could ever fit (no point waiting).
     """
-    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    spec = run_spec(profile_out)
     profile = ResourceProfile.model_validate(profile_out["profile"])
     catalog = load_catalog()
     inventory = read_inventory(pool, catalog=catalog)
@@ -266,7 +377,7 @@ def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | Non
     :raises NoFitError: nothing in the pool can ever fit.
     :raises LeaseError: fitting devices exist but none is free (the task retries).
     """
-    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    spec = run_spec(profile_out)
     profile = ResourceProfile.model_validate(profile_out["profile"])
     catalog = load_catalog()
     ledger = Ledger()
@@ -281,6 +392,7 @@ def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | Non
         decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=ledger.leased_device_ids())
         for line in format_candidates(decision):
             log(line)
+        keep_decision(ctx.run_key, decision)
         if not decision.fits:
             raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
         if decision.chosen is None:
@@ -313,7 +425,7 @@ def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: st
 
 def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any]) -> tuple[TaskSpec, LaunchRequest]:
     """The launch request for the booked devices (CPU when the pool is declared)."""
-    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
+    spec = run_spec(profile_out)
     profile = ResourceProfile.model_validate(profile_out["profile"])
     catalog = load_catalog()
     devices = [Device.model_validate(d) for d in selection["devices"]]
@@ -324,6 +436,10 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
     if spec.task.batch_size_per_gpu:
         # the batch the estimate was made for; scripts that read it train with what was planned
         env[BATCH_SIZE_ENV] = str(spec.task.batch_size_per_gpu)
+    output_dir = output_dir_path(spec, profile_out["script"], autodl_home())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    env[OUTPUT_DIR_ENV] = str(output_dir)
+    env[REPORT_FILE_ENV] = str(state_dir(ctx.run_key) / "report.json")
     request = LaunchRequest(
         run_key=ctx.run_key,
         script=profile_out["script"],
@@ -427,6 +543,21 @@ def release_by_hand(run_key: str, *, log: Callable[[str], None] = print) -> dict
                                    selection=None, handle_json=None, metrics_json=None, log=log)
 
 
+def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when absent, or (said in the log) when it is not a JSON object."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
+        return None
+    if not isinstance(data, dict):
+        log(f"{what} in {path} is not a JSON object; the record goes without it")
+        return None
+    return data
+
+
 def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
                             profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
                             handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
@@ -445,6 +576,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         metrics_json = json.loads((folder / "metrics.json").read_text())
     if profile_out is None and (folder / "profile.json").exists():
         profile_out = json.loads((folder / "profile.json").read_text())
+    report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
+    decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
     if handle is not None:
         stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
@@ -475,7 +608,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         launch=handle.to_json() if handle else None, metrics=metrics_json,
         estimated_peak_bytes=profile.get("peak_memory_bytes") if profile else None,
         actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
-        device_model=(placement or {}).get("model"), error=error,
+        device_model=(placement or {}).get("model"), error=error, report=report, decision=decision,
     )
     store = RecordStore()
     first_time = store.get(ctx.run_key) is None

@@ -79,6 +79,9 @@ class TaskSection(_Section):
     num_gpus_estimate: int | Literal["auto"] = "auto"
     probe: bool | None = Field(None, description="Measure the model in the sandboxed CPU probe; "
                                                  "default: when Paddle is importable. The CLI's --probe/--no-probe wins.")
+    output_dir: str | None = Field(
+        None, description="Folder the training keeps its checkpoints in across runs (AUTODL_OUTPUT_DIR), relative "
+                          "to the spec file; default: $AUTODL_HOME/outputs/<model_name or script name>.")
 
     @field_validator("num_gpus_estimate")
     @classmethod
@@ -278,6 +281,22 @@ class TaskSpec(_Section):
                 raise SpecError(f"training script {path} {what}; pass the path of a Python training script.")
             raise SpecError(f"{where}: task.script names {path}, which {what}; fix the path (relative to the spec file).")
         return path
+
+
+def output_dir_path(spec: TaskSpec, script: str | Path, home: Path) -> Path:
+    """The folder a run keeps its checkpoints in, the same for every run of one model.
+
+    :param spec: the task spec; ``task.output_dir`` wins (relative to the spec file).
+    :param script: the training script (names the default folder when the spec has no model name).
+    :param home: autodl's state folder (``AUTODL_HOME``); the default is ``home/outputs/<name>``.
+    :returns: an absolute path (not created here).
+    """
+    if spec.task.output_dir:
+        base = Path(spec.source_path).parent if spec.source_path else Path.cwd()
+        return (base / spec.task.output_dir).resolve()
+    name = spec.task.model_name or Path(script).stem
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "model"
+    return (home / "outputs" / safe).resolve()
 
 
 def _format_errors(exc: ValidationError, where: str) -> str:

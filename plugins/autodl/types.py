@@ -257,4 +257,10 @@ class RunRecord(_Frozen):
     actual_peak_bytes: int | None = None
     device_model: str | None = None
     error: str | None = None
+    decision: dict[str, Any] | None = Field(
+        None, description="The PlacementDecision the booking was made on: every candidate, ranked, kept or "
+                          "dropped, with its score terms and reasons.")
+    report: dict[str, Any] | None = Field(
+        None, description="What the training said about itself in AUTODL_REPORT_FILE (e.g. the checkpoint and "
+                          "epoch it resumed from); None when it wrote nothing.")
     recorded_at: datetime = Field(default_factory=utcnow)

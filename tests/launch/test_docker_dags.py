@@ -32,6 +32,6 @@ def test_dag_imports_and_builds_the_steps(dagbag, dag_id):
     assert sorted(dag.task_ids) == sorted(f"{group}.{step}" for step in STEPS)
     assert dag.params["spec"].endswith(f"include/specs/{spec_name}")
     assert Path(dag.params["spec"]).is_file()
-    assert dag.params["script"] == ""  # empty: the spec's task.script is trained
+    assert dag.params["script"] is None  # empty (null): the spec's task.script is trained
     launch = dag.get_task(f"{group}.launch")
     assert [t.task_id for t in launch.upstream_list] == [f"{group}.select_device"]

@@ -57,14 +57,18 @@ class AutoDLTrainOperator(TaskGroup):
     :param pool: inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml`` or a
         pool file path. Default ``$AUTODL_POOL`` or ``auto``.
     :param probe: run the sandboxed CPU probe (None: when Paddle is importable).
-    :param launcher: override the spec's ``launcher.type`` (``local``, ``docker``, ``kubernetes``).
+    :param launcher: override the spec's ``launcher.type`` (templated: ``local``, ``docker``, ``kubernetes``;
+        ``spec`` or None: the spec's).
+    :param policy: override the spec's ``scheduler.algorithm`` (templated: ``rule_based``, ``rl_based``;
+        ``spec`` or None: the spec's).
     :param deferrable: wait for the pool in the triggerer instead of rescheduling.
     :param wait_timeout_s: override the spec's ``scheduler.timeout`` (seconds).
     :param retries: retries of the select/launch/collect/release steps (profile errors never retry).
     """
 
     def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
-                 probe: bool | None = None, launcher: str | None = None, deferrable: bool = False,
+                 probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
+                 deferrable: bool = False,
                  wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
                  **group_kwargs: Any):
         super().__init__(group_id=task_id, **group_kwargs)
@@ -73,12 +77,13 @@ class AutoDLTrainOperator(TaskGroup):
         timeout, poke = _spec_scheduler(spec)
         common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
         retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
-        self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, retries=0, **common)
+        self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
+                                             retries=0, **common)
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
                                      timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable,
                                      timeout_from_spec=wait_timeout_s is None)
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], **common, **retry)
-        launch_kwargs = dict(task_id=STEP_IDS["launch"], launcher=launcher, **common, **retry)
+        launch_kwargs = dict(task_id=STEP_IDS["launch"], **common, **retry)
         collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s, **common, retries=0)
         if routing_enabled():
             # several GPU hosts on Celery: launch and collect are created once the booking is known, so

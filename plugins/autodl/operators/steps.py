@@ -10,6 +10,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from autodl import pipeline
 from autodl.errors import AutoDLError, CatalogError, ConfigError, InventoryError, NoFitError, ProfileError, SpecError
+from autodl.operators.links import AutoDLRunRecordLink
+from autodl.operators.params import check_conf, override_value
 
 PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, ConfigError)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
@@ -54,6 +56,7 @@ class _AutoDLStep(BaseOperator):
 
     template_fields: Sequence[str] = ("script", "spec", "pool_source")
     ui_color = "#e8f0fe"
+    operator_extra_links = (AutoDLRunRecordLink(),)
     step = ""
 
     def __init__(self, *, group_id: str, script: str | None = None, spec: str | None = None,
@@ -101,17 +104,36 @@ class _AutoDLStep(BaseOperator):
 
 
 class AutoDLProfileOperator(_AutoDLStep):
-    """Step 1: profile the script (never running it here) and refuse at once when nothing can fit."""
+    """Step 1: check the trigger conf, profile the script (never running it here), log the breakdown and
+    findings, and refuse at once when nothing can fit.
 
+    :param launcher: override of the spec's ``launcher.type`` (templated; ``spec`` or empty: the spec's).
+    :param policy: override of the spec's ``scheduler.algorithm`` (templated; ``spec`` or empty: the spec's).
+    :param check_conf: refuse a trigger conf key that is not one of the DAG's Params (when it declares any).
+    """
+
+    template_fields: Sequence[str] = (*_AutoDLStep.template_fields, "launcher", "policy")
     step = "profile"
 
-    def __init__(self, *, probe: bool | None = None, **kwargs: Any):
+    def __init__(self, *, probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
+                 check_conf: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
         self.probe = probe
+        self.launcher = launcher
+        self.policy = policy
+        self.check_conf = check_conf
+
+    def _check_conf(self, context) -> None:
+        declared = getattr(self.dag, "params", None) or {}
+        if not self.check_conf or not declared:
+            return  # a DAG without Params takes any conf (it may be meant for other tasks)
+        check_conf(getattr(context.get("dag_run"), "conf", None), declared.keys())
 
     def run_step(self, ctx, context):
+        self._check_conf(context)
+        overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool_source),
-                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key)
+                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
 
 
 class AutoDLPoolSensor(BaseSensorOperator):
@@ -122,6 +144,7 @@ class AutoDLPoolSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("pool_source",)
     ui_color = "#fef7e0"
+    operator_extra_links = (AutoDLRunRecordLink(),)
 
     def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = False,
                  timeout_from_spec: bool = True, **kwargs: Any):
@@ -233,16 +256,14 @@ class AutoDLLaunchOperator(_AutoDLStep):
 
     step = "launch"
 
-    def __init__(self, *, launcher: str | None = None, booked_host: str | None = None, **kwargs: Any):
+    def __init__(self, *, booked_host: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.launcher = launcher
         self.booked_host = booked_host
 
     def run_step(self, ctx, context):
         profile_out = self._pull(context, "profile")
         selection = self._pull(context, "select")
-        spec_path = profile_out.get("spec_path")
-        launcher_type = self.launcher or (pipeline.load_spec(spec_path).launcher.type if spec_path else "local")
+        launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
         return pipeline.step_launch(ctx, profile_out, selection,
                                     launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
                                     log=self.log.info)

@@ -1,0 +1,90 @@
+"""The trigger form of a DAG that trains with autodl: its Params, and the check of a trigger's conf against them.
+
+Airflow 3's trigger form disables its Trigger button while a field whose JSON-schema ``type`` does not
+allow ``null`` is empty, so every Param here has a usable default or allows ``null``. Where the values are
+a fixed set (the pool source, the launcher, the placement policy) the Param is an ``enum``, shown as a
+drop-down; the launcher's and the policy's values come from the spec's own fields.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Param
+
+from autodl.config import include_dir
+from autodl.errors import SpecError
+from autodl.pipeline import KEEP_SPEC, OVERRIDES
+
+SPEC_DEFAULT = "spec"
+"""The launcher/policy choice meaning "as the spec says"."""
+
+
+def pool_choices(extra: Iterable[str] = ()) -> dict[str, str]:
+    """Pool sources offered in the form, value -> label: ``auto``, ``nvml`` and each pool file shipped in
+    ``include/pools/`` (plus ``extra`` values, e.g. ``$AUTODL_POOL``)."""
+    choices = {"auto": "auto: this host's NVIDIA driver, else the demo pool",
+               "nvml": "nvml: this host's NVIDIA driver (fails without one)"}
+    for path in sorted((include_dir() / "pools").glob("*.yaml")):
+        choices[str(path)] = f"pool file {path.name}"
+    for value in extra:
+        if value and value not in choices:
+            choices[value] = f"pool {value}"
+    return choices
+
+
+def _override_param(name: str, description: str) -> Param:
+    section, key, allowed = OVERRIDES[name]
+    labels = {SPEC_DEFAULT: f"as the spec says ({section}.{key})", **{v: v for v in allowed}}
+    return Param(SPEC_DEFAULT, type="string", enum=list(labels), values_display=labels, title=name,
+                 description=description)
+
+
+def train_params(*, spec: str | Path, pool: str | None = None, script: str | None = None) -> dict[str, Param]:
+    """The Params of a DAG with one :class:`~autodl.operators.AutoDLTrainOperator`.
+
+    :param spec: default task spec YAML.
+    :param pool: default pool source; default ``$AUTODL_POOL`` where the DAG is parsed, else ``auto``.
+    :param script: default training script; default None (the spec's ``task.script``).
+    :returns: ``script``, ``spec``, ``pool``, ``launcher``, ``policy``.
+    """
+    pool = pool or os.environ.get("AUTODL_POOL") or "auto"
+    pools = pool_choices(extra=[pool])
+    return {
+        "script": Param(script, type=["null", "string"], title="script",
+                        description="Training script (a path where the tasks run); empty: the spec's task.script."),
+        "spec": Param(str(spec), type="string", minLength=1, title="spec", description="Task spec YAML."),
+        "pool": Param(pool, type="string", enum=list(pools), values_display=pools, title="pool",
+                      description="Where the devices come from. Another pool file: add it to include/pools/ "
+                                  "or set AUTODL_POOL where the DAG is parsed."),
+        "launcher": _override_param("launcher", "How the training is started; overrides the spec's launcher.type."),
+        "policy": _override_param("policy", "Placement policy; overrides the spec's scheduler.algorithm."),
+    }
+
+
+def check_conf(conf: Mapping[str, Any] | None, known: Iterable[str]) -> None:
+    """Refuse a trigger conf key the DAG does not declare as a Param (a typo would otherwise pass silently).
+
+    :param conf: the DAG run's conf.
+    :param known: the DAG's Param names.
+    :raises SpecError: naming each unknown key, the closest known one, and the known keys.
+    """
+    known = sorted(known)
+    unknown = sorted(set(conf or {}) - set(known))
+    if not unknown:
+        return
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        parts.append(repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise SpecError(f"unknown key{'s' if len(unknown) > 1 else ''} in the trigger conf: {', '.join(parts)}; "
+                    f"this DAG's params are: {', '.join(known) or 'none'}. Fix the conf and trigger again.")
+
+
+def override_value(value: Any) -> str | None:
+    """A rendered launcher/policy Param as an override: None for "as the spec says"."""
+    return None if value in (*KEEP_SPEC, SPEC_DEFAULT) else str(value)

@@ -1,0 +1,190 @@
+"""The GPU page: a FastAPI app the api-server mounts at ``/autodl``, behind Airflow's auth.
+
+Pages (HTML) and the same data as JSON:
+
+| path | what |
+|---|---|
+| ``/`` | pool, waiting runs, leases (release button for admins), recent runs, estimate-vs-actual plot |
+| ``/runs/{run_key}`` | one run: outcome, estimate vs actual, ranked placement with reasons, GPU timeline |
+| ``/api/pool``, ``/api/queue``, ``/api/leases``, ``/api/runs``, ``/api/runs/{run_key}`` | JSON |
+| ``/plots/estimate_vs_actual.png``, ``/plots/runs/{run_key}/timeline.png`` | PNG |
+| ``POST /api/leases/{run_key}/release`` | admins: stop the run's training, free its lease, record it |
+
+Every route requires a user Airflow's auth manager accepts (the JWT cookie the UI sets, or a bearer
+token), through the same dependency as Airflow's REST API (``airflow.api_fastapi.core_api.security.get_user``):
+without one the answer is 401, with a bad one 403. The data comes from autodl's own store and inventory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from airflow.api_fastapi.core_api.security import GetUserDep, get_user
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from autodl.errors import AutoDLError
+from autodl.ui import data, plots
+from autodl.ui.urls import APP_PREFIX
+
+TEMPLATES = Environment(loader=FileSystemLoader(str(Path(__file__).with_name("templates"))),
+                        autoescape=select_autoescape(["html"]))
+RELEASE_HEADER = "X-AutoDL-Action"
+"""A POST that changes something must carry this header (value ``release``): a cross-site form cannot
+set it, so the UI's cookie alone never releases a lease."""
+LEASE_RESOURCE = "autodl_leases"
+"""The custom-view resource name an auth manager other than the simple one is asked about (method
+``DELETE``) for releasing leases."""
+
+
+# ------------------------------------------------------------------------------------------ auth
+def is_admin(user: Any) -> bool:
+    """Whether ``user`` may release leases: the auth manager's admins.
+
+    The simple auth manager: role ``ADMIN``; Flask-AppBuilder's: role ``Admin``; any other auth manager
+    is asked whether the user may ``DELETE`` the custom view :data:`LEASE_RESOURCE`.
+    """
+    role = getattr(user, "role", None)
+    if isinstance(role, str):
+        return role.upper() == "ADMIN"
+    roles = getattr(user, "roles", None)
+    if roles is not None:
+        return any(getattr(r, "name", r) == "Admin" for r in roles)
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return bool(get_auth_manager().is_authorized_custom_view(method="DELETE", resource_name=LEASE_RESOURCE, user=user))
+
+
+# --------------------------------------------------------------------------------------- helpers
+def _app_root(request: Request) -> str:
+    """The app's own path prefix as the browser sees it (``/autodl``, or under Airflow's base path)."""
+    return (request.scope.get("root_path") or "").rstrip("/")
+
+
+def _base_path(request: Request) -> str:
+    """Airflow's base path (what comes before the app's mount point)."""
+    root = _app_root(request)
+    return root[: -len(APP_PREFIX)] if root.endswith(APP_PREFIX) else ""
+
+
+def _render(name: str, request: Request, **context: Any) -> HTMLResponse:
+    from autodl.config import store_url
+    from autodl.store import redact_url
+
+    html = TEMPLATES.get_template(name).render(app_root=_app_root(request), store=redact_url(store_url()),
+                                               now=data.utcnow(), **context)
+    return HTMLResponse(html)
+
+
+def _record_or_404(run_key: str) -> Any:
+    rec = data.get_record(run_key)
+    if rec is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {run_key!r}; /api/runs lists the recorded runs")
+    return rec
+
+
+def _png(content: bytes) -> Response:
+    return Response(content, media_type="image/png", headers={"Cache-Control": "no-store"})
+
+
+# -------------------------------------------------------------------------------------------- app
+def create_app(*, pool: str | None = None) -> FastAPI:
+    """The GPU page's FastAPI app.
+
+    :param pool: inventory source to show (default ``$AUTODL_POOL``, else ``auto``).
+    """
+    # Airflow's own dependency (JWT cookie or bearer token, validated by the auth manager) on every route
+    app = FastAPI(title="autodl GPUs", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(get_user)])
+
+    def base(request: Request) -> str:
+        return _base_path(request)
+
+    @app.exception_handler(AutoDLError)
+    def autodl_error(request: Request, exc: AutoDLError) -> Response:
+        """The store or the inventory cannot be read: say so (503), never a traceback."""
+        if request.url.path.startswith(f"{_app_root(request)}/api/") or request.url.path.endswith(".png"):
+            return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+        html = TEMPLATES.get_template("error.html").render(app_root=_app_root(request), message=str(exc))
+        return HTMLResponse(html, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+    # ------------------------------------------------------------------ pages
+    @app.get("/", response_class=HTMLResponse, name="index")
+    def index(request: Request, user: GetUserDep) -> HTMLResponse:
+        b = base(request)
+        leases = data._leases()
+        return _render("index.html", request, pool=data.pool_view(pool, leases=leases, base_path=b),
+                       queue=data.queue_view(b), leases=data.lease_rows(leases, base_path=b),
+                       runs=data.run_rows(50, base_path=b), admin=is_admin(user))
+
+    @app.get("/runs/{run_key:path}", response_class=HTMLResponse, name="run_page")
+    def run_page(run_key: str, request: Request) -> HTMLResponse:
+        detail = data.run_detail(run_key, base(request))
+        if detail is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {run_key!r}")
+        return _render("run.html", request, row=detail.row, record=detail.record, ranking=detail.ranking,
+                       timeline=detail.timeline, timeline_note=detail.timeline_note,
+                       record_json=json.dumps(detail.record, indent=2))
+
+    # ------------------------------------------------------------------- JSON
+    @app.get("/api/pool")
+    def api_pool(request: Request) -> JSONResponse:
+        return JSONResponse(data.pool_view(pool, base_path=base(request)).to_json())
+
+    @app.get("/api/queue")
+    def api_queue(request: Request) -> JSONResponse:
+        return JSONResponse(data.queue_view(base(request)).to_json())
+
+    @app.get("/api/leases")
+    def api_leases(request: Request) -> JSONResponse:
+        return JSONResponse([r.to_json() for r in data.lease_rows(base_path=base(request))])
+
+    @app.get("/api/runs")
+    def api_runs(request: Request, limit: int = 50, dag_id: str | None = None) -> JSONResponse:
+        limit = max(1, min(limit, 500))
+        return JSONResponse([r.to_json() for r in data.run_rows(limit, dag_id=dag_id, base_path=base(request))])
+
+    @app.get("/api/runs/{run_key:path}")
+    def api_run(run_key: str, request: Request) -> JSONResponse:
+        detail = data.run_detail(run_key, base(request))
+        if detail is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {run_key!r}")
+        return JSONResponse(detail.to_json())
+
+    @app.post("/api/leases/{run_key:path}/release")
+    def api_release(run_key: str, user: GetUserDep,
+                    action: Annotated[str | None, Header(alias=RELEASE_HEADER)] = None) -> JSONResponse:
+        if action != "release":
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, f"send the header {RELEASE_HEADER}: release")
+        if not is_admin(user):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "only admins may release another run's lease")
+        from autodl.errors import LeaseError
+        from autodl.pipeline import release_by_hand
+
+        lines: list[str] = []
+        try:
+            result = release_by_hand(run_key, log=lines.append)
+        except LeaseError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        return JSONResponse({**result, "log": lines, "released_by": getattr(user, "get_name", lambda: None)()})
+
+    # ------------------------------------------------------------------ plots
+    @app.get("/plots/estimate_vs_actual.png")
+    def plot_estimates(limit: int = 200) -> Response:
+        rows = data.run_rows(max(1, min(limit, 1000)))
+        return _png(plots.estimate_vs_actual_png(data.estimate_points(rows)))
+
+    @app.get("/plots/runs/{run_key:path}/timeline.png")
+    def plot_timeline(run_key: str) -> Response:
+        rec = _record_or_404(run_key)
+        path, why = data.samples_file(rec)
+        if path is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, why)
+        return _png(plots.run_timeline_png(path, estimated_peak_bytes=rec.estimated_peak_bytes,
+                                           source=(rec.metrics or {}).get("source"),
+                                           title=f"{rec.run_key} on {rec.device_model or 'unknown device'}"))
+
+    return app
