@@ -56,6 +56,26 @@ def _overlay(dest: Path) -> Path:
     return dest
 
 
+def _fresh_venv(root: Path) -> tuple[Path, Path]:
+    """A new virtual environment that sees this one's installed packages (autodl left out): (python, purelib)."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "_autodl_test_overlay.pth").write_text(str(_overlay(root / "overlay")) + "\n")
+    return py, Path(purelib)
+
+
+def _outside_env(work: Path, venv: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AUTODL_", "AIRFLOW", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(AIRFLOW_HOME=str(work / "airflow_home"), AUTODL_HOME=str(work / "autodl_home"),
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__PLUGINS_FOLDER=str(work / "plugins"),
+               AIRFLOW__CORE__DAGS_FOLDER=str(work / "dags"), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
+    return env
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel")
@@ -65,23 +85,13 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(src)], check=True, capture_output=True, text=True)
     wheel = next(wheels.glob("autodl-*.whl"))
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "_autodl_test_overlay.pth").write_text(str(_overlay(root / "overlay")) + "\n")
+    py, purelib = _fresh_venv(root)
+    venv = py.parent.parent
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
                     f"autodl[airflow,docker,kubernetes] @ {wheel.as_uri()}"], check=True, capture_output=True, text=True)
     work = root / "elsewhere"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AUTODL_", "AIRFLOW", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(AIRFLOW_HOME=str(work / "airflow_home"), AUTODL_HOME=str(work / "autodl_home"),
-               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__PLUGINS_FOLDER=str(work / "plugins"),
-               AIRFLOW__CORE__DAGS_FOLDER=str(work / "dags"), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
-    (work / "plugins").mkdir()
-    return {"wheel": wheel, "venv": venv, "py": py, "work": work, "env": env, "purelib": Path(purelib)}
+    (work / "plugins").mkdir(parents=True)
+    return {"wheel": wheel, "venv": venv, "py": py, "work": work, "env": _outside_env(work, venv), "purelib": purelib}
 
 
 def _run(installed, *argv: str) -> subprocess.CompletedProcess:
@@ -148,3 +158,27 @@ def test_example_dags_parse_against_the_installed_provider(installed):
     assert {"autodl_train_simple_cnn", "autodl_train_docker", "autodl_train_multi_gpu"} <= set(result["dags"])
     assert result["plugins"].count("autodl") == 1, result
     assert result["provider"] == "0.1.0"
+
+
+def test_package_dropped_into_the_plugins_folder_registers_once(tmp_path):
+    """Not installed: the package, the top-level plugin file and .airflowignore copied into Airflow's plugins
+    folder (the include link followed) give one plugin, and the example DAGs parse against it."""
+    py, purelib = _fresh_venv(tmp_path)
+    work = tmp_path / "airflow_deployment"
+    plugins = work / "plugins"
+    plugins.mkdir(parents=True)
+    shutil.copytree(REPO / "plugins" / "autodl", plugins / "autodl", symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("autodl_plugin.py", ".airflowignore"):
+        shutil.copy2(REPO / "plugins" / name, plugins / name)
+    shutil.copytree(REPO / "dags", work / "dags", ignore=shutil.ignore_patterns("__pycache__"))
+    env = _outside_env(work, py.parent.parent)
+    out = subprocess.run([str(py), "-c", PARSE], cwd=work, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["plugins"] == ["autodl"] and result["plugin_errors"] == {}, result
+    assert result["import_errors"] == {} and "autodl_train_simple_cnn" in result["dags"], result
+    assert result["provider"] is None  # no entry points without pip install
+    where = subprocess.run([str(py), "-c", "import sys; sys.path.insert(0, 'plugins'); import autodl.config as c; "
+                            "print(c.include_dir())"], cwd=work, env=env, capture_output=True, text=True, check=True)
+    assert Path(where.stdout.strip()) == plugins / "autodl" / "include"
