@@ -7,14 +7,17 @@ Figures live in YAML with a ``source:`` per entry (``include/catalog/gpus.yaml``
 from __future__ import annotations
 
 import re
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autodl.config import include_dir, read_yaml
 from autodl.errors import CatalogError
+from autodl.fields import CatalogFigure, CatalogFigureOrZero, DeviceBytes
+from autodl.inputs import clip, short
 
 
 class GPUModel(BaseModel):
@@ -25,15 +28,15 @@ class GPUModel(BaseModel):
     name: str
     vendor: str
     nvml_names: list[str] = Field(default_factory=list)
-    memory_bytes: int = Field(gt=0)
-    fp32_tflops: float | None = None
-    fp16_tflops: float | None = None
-    bf16_tflops: float | None = None
-    memory_bandwidth_gbps: float = Field(gt=0)
-    nvlink_gbps: float = 0
+    memory_bytes: DeviceBytes
+    fp32_tflops: CatalogFigure | None = None
+    fp16_tflops: CatalogFigure | None = None
+    bf16_tflops: CatalogFigure | None = None
+    memory_bandwidth_gbps: CatalogFigure
+    nvlink_gbps: CatalogFigureOrZero = 0
     tags: list[str] = Field(default_factory=list)
     k8s_resource: str | None = None
-    cost_per_hour_usd: float | None = None
+    cost_per_hour_usd: CatalogFigureOrZero | None = None
     cost_source: str | None = None
     source: str
 
@@ -56,7 +59,8 @@ class GPUModel(BaseModel):
 
 
 class VendorInfo(BaseModel):
-    """How one accelerator vendor's devices are pinned and requested."""
+    """How one accelerator vendor's devices are pinned and requested: process, distributed launcher,
+    container, pod (field meanings in ``include/catalog/vendors.yaml``'s header, sources per entry)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -65,11 +69,20 @@ class VendorInfo(BaseModel):
     container_visible_env: str
     cpu_only_container_env: dict[str, str] = Field(default_factory=dict)
     paddle_device: str
+    launch_devices: Literal["members", "positions"] = Field(
+        "positions", description="What paddle.distributed.launch --devices lists: entries of the visibility variable, or 0..n-1.")
     k8s_resource: str
-    k8s_product_label: str
+    k8s_product_label: str | None = None
+    k8s_product_values: dict[str, str] = Field(default_factory=dict)
     k8s_taint_key: str
+    k8s_mig_strategy: Literal["single", "mixed"] | None = None
     docker_capabilities: list[list[str]] = Field(default_factory=list)
+    docker_runtime: str | None = None
+    docker_device_nodes: list[str] = Field(default_factory=list, description="Per booked device; '{index}' = host index.")
+    docker_shared_device_nodes: list[str] = Field(default_factory=list)
+    docker_mounts: list[str] = Field(default_factory=list, description="Host paths mounted read-only with the device nodes.")
     source: str
+    sources: dict[str, str] = Field(default_factory=dict, description="Where each convention is documented.")
 
 
 def _norm(name: str) -> str:
@@ -135,11 +148,10 @@ def load_catalog(path: str | Path | None = None, vendors_path: str | Path | None
     :param vendors_path: vendor YAML; default ``vendors.yaml`` beside the catalog.
     :raises CatalogError: on a missing file or an invalid entry (naming entry and field).
     """
-    import os
-
     gpus = Path(path or os.environ.get("AUTODL_CATALOG") or include_dir() / "catalog" / "gpus.yaml")
     vend = Path(vendors_path or gpus.parent / "vendors.yaml")
-    return _load_cached(str(gpus.resolve()), str(vend.resolve()))
+    # realpath, not Path.resolve: a symlink loop is reported by the reader, never raised as RuntimeError here
+    return _load_cached(os.path.realpath(gpus), os.path.realpath(vend))
 
 
 @lru_cache(maxsize=8)
@@ -156,11 +168,16 @@ def _load_cached(gpus: str, vend: str) -> Catalog:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
             name = entry.get("name", f"#{i}") if isinstance(entry, dict) else f"#{i}"
-            raise CatalogError(f"{gpus}: model {name}: field '{field}': {err['msg']}.") from None
-    if not Path(vend).is_file():
+            raise CatalogError(f"{gpus}: model {clip(name, 60)}: field '{clip(field, 80)}': {clip(err['msg'], 200)} "
+                               f"(got {short(err.get('input'), 60)}).") from None
+    if not os.path.isfile(vend):
         raise CatalogError(f"{vend}: the vendor table is missing; it must sit beside the GPU catalog {gpus} "
                            "(copy include/catalog/vendors.yaml there).")
-    raw_v = (_load_yaml(Path(vend)) or {}).get("vendors") or {}
+    raw_vend = _load_yaml(Path(vend)) or {}
+    raw_v = raw_vend.get("vendors") if isinstance(raw_vend, dict) else None
+    if not isinstance(raw_v, dict) or not raw_v:
+        raise CatalogError(f"{vend}: a vendor table is a mapping with a non-empty 'vendors:' mapping; "
+                           "restore include/catalog/vendors.yaml.")
     vendors = {}
     for name, entry in raw_v.items():
         try:
@@ -168,7 +185,7 @@ def _load_cached(gpus: str, vend: str) -> Catalog:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise CatalogError(f"{vend}: vendor {name}: field '{field}': {err['msg']}.") from None
+            raise CatalogError(f"{vend}: vendor {clip(name, 60)}: field '{clip(field, 80)}': {clip(err['msg'], 200)}.") from None
     for m in models:
         if m.vendor not in vendors:
             raise CatalogError(f"{gpus}: model {m.name}: vendor {m.vendor!r} missing from {vend}.")

@@ -1,19 +1,24 @@
 """The ``autodl`` command: profile, plan, inventory, leases, runs, simulate — JSON with ``--json``, tables without.
 
 Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 10 config, 130 interrupted (see
-:mod:`autodl.errors`).
+:mod:`autodl.errors`); 1 an unexpected internal error (a bug: one line, no traceback unless ``AUTODL_DEBUG=1``).
+Messages never show a secret (:mod:`autodl.redact`); ``--json`` is strict JSON (a number that is not finite is ``null``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from typing import Any
 
 from autodl.errors import AutoDLError
 
 GiB = 1 << 30
+MAX_MESSAGE_CHARS = 4000
+"""An error message is cut here: it names the input and the fix, it never echoes a whole input."""
 
 
 def _console():
@@ -27,8 +32,22 @@ def _gib(n: int | float | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
 
 
+def json_safe(data: Any, _depth: int = 0) -> Any:
+    """``data`` with every float that is not finite (NaN, inf) as ``None``: JSON has no such numbers, and an
+    unknown is null, never a made-up figure."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if _depth > 64:
+        return data
+    if isinstance(data, dict):
+        return {k: json_safe(v, _depth + 1) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(v, _depth + 1) for v in data]
+    return data
+
+
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    print(json.dumps(json_safe(data), indent=2, default=str, allow_nan=False))
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -72,6 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from autodl import pipeline
     from autodl.catalog import load_catalog
     from autodl.inventory import read_inventory
+    from autodl.inventory.effective import effective_max_batch
     from autodl.launch import get_launcher
     from autodl.types import Device
 
@@ -109,6 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "placements": [c.to_json() for c in kept],
         "dropped": [c.to_json() for c in decision.candidates if not c.kept],
         "suggestions": decision.suggestions,
+        "max_batch_size_by_device": effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold),
         "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
                     "batch_size": profile.batch_size, "method": profile.method},
@@ -159,12 +180,21 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title=f"inventory: {inv.source}" + (" (DECLARED, not real devices)" if inv.declared else ""))
-    for col in ("device", "host", "idx", "model", "vendor", "total GiB", "used GiB", "util %", "lease"):
-        t.add_column(col)
+    for col in ("device", "host", "idx", "model", "vendor", "total GiB", "used GiB", "util %", "health", "lease"):
+        t.add_column(col, overflow="fold")
     for d in inv.devices:
+        # unknown stays unknown: '?' where the source could not read a value (never 0 / idle)
         t.add_row(d.device_id, d.host, str(d.index), d.model, d.vendor, _gib(d.memory_total_bytes),
-                  _gib(d.memory_used_bytes), f"{d.utilization_pct:.0f}", holders.get(d.device_id, ""))
-    _console().print(t)
+                  "?" if d.memory_used_bytes is None else _gib(d.memory_used_bytes),
+                  "?" if d.utilization_pct is None else f"{d.utilization_pct:.0f}",
+                  "ok" if d.healthy else f"UNHEALTHY: {d.health_reason or 'marked unhealthy'}", holders.get(d.device_id, ""))
+    unknown = [f"{d.device_id}: {', '.join(d.unknown)}" for d in inv.devices if d.unknown]
+    if unknown:
+        t.caption = "? = unknown (not read, treated as busy): " + "; ".join(unknown)
+    con = _console()
+    con.print(t)
+    for note in inv.notes:
+        con.print(f"note: {note}")
     return 0
 
 
@@ -189,6 +219,43 @@ def cmd_leases(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot_run(run_key: str, out: str | None) -> int:
+    """Draw (again) the timeline PNG of ``run_key`` beside its log and print where it is."""
+    from autodl.config import autodl_home
+    from autodl.errors import StoreError
+    from autodl.launch.local import run_dir_name
+    from autodl.records import RecordStore
+    from autodl.timeline import plot_run
+
+    folder = autodl_home() / "runs" / run_dir_name(run_key)
+    record = RecordStore().get(run_key)
+    if not folder.is_dir():
+        raise StoreError(f"no run folder for run key {run_key!r} under {folder.parent}; `autodl runs --json` lists the "
+                         "run keys (the folder lives on the host that ran the training, under AUTODL_HOME).")
+    try:
+        path = plot_run(folder, out=out, estimate_bytes=record.estimated_peak_bytes if record else None,
+                        title=f"{run_key}" + (f" ({record.outcome}, {record.device_model})" if record else ""))
+    except FileNotFoundError as exc:
+        raise StoreError(f"run {run_key!r}: {exc}; the run never sampled metrics (it did not start?).") from None
+    print(path)
+    return 0
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    """Serve autodl's own metrics for Prometheus until interrupted."""
+    import time
+
+    from autodl.exposition import serve
+
+    server, _thread = serve(args.port, addr=args.host)
+    print(f"serving autodl metrics on http://{args.host}:{args.port}/metrics", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.shutdown()
+
+
 def _release_by_hand(run_key: str) -> int:
     """Free a lease left behind (e.g. the Airflow process was killed): its training is stopped first, so
     the device is not handed to another run while the old one still computes on it; a record is written."""
@@ -202,6 +269,8 @@ def _release_by_hand(run_key: str) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from autodl.records import RecordStore
 
+    if args.plot:
+        return _plot_run(args.plot, args.out)
     records = RecordStore().list(dag_id=args.dag_id, limit=args.limit)
     if args.json:
         _print_json([r.to_json() for r in records])
@@ -209,17 +278,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title="run records (newest first)")
-    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "est GiB", "actual GiB", "exit", "s", "why"):
+    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "est GiB", "own peak GiB",
+                "alloc/resv GiB", "exit", "s", "why"):
         t.add_column(col, overflow="fold")
     for r in records:
         m = r.metrics or {}
-        why = (r.error or "").splitlines()[0][:80] if r.error else ""
-        # estimate: per-device GPU peak incl. CUDA workspaces; actual: NVML device memory, or RSS on a CPU run
-        actual = f"{_gib(r.actual_peak_bytes)} ({m.get('source', '-')})" if r.actual_peak_bytes else "-"
+        why = (r.error or "").splitlines()[0][:100] if r.error else ""
+        # estimate: per-device GPU peak incl. CUDA workspaces; own peak: the run's (Paddle's reserved peak,
+        # NVML per-process memory, or RSS on a CPU run; never device-wide 'used')
+        actual = f"{_gib(r.actual_peak_bytes)} ({m.get('peak_source') or m.get('source', '-')})" if r.actual_peak_bytes else "-"
+        paddle = (f"{_gib(r.allocated_peak_bytes)}/{_gib(r.reserved_peak_bytes)}"
+                  if r.allocated_peak_bytes is not None or r.reserved_peak_bytes is not None else "-")
         t.add_row(r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), r.script.rsplit("/", 1)[-1], r.outcome,
-                  r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes), actual,
-                  str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), why)
-    t.caption = "run keys and full records: autodl runs --json"
+                  r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes), actual, paddle,
+                  str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), ("OOM: " if r.oom else "") + why)
+    t.caption = "run keys and full records: autodl runs --json; a run's timeline: autodl runs --plot RUN_KEY"
     _console().print(t)
     return 0
 
@@ -262,9 +335,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("runs", help="run records")
     sp.add_argument("--dag-id")
-    sp.add_argument("--limit", type=int, default=20)
+    sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--plot", metavar="RUN_KEY", help="draw the run's memory/utilization timeline (PNG beside its log)")
+    sp.add_argument("--out", help="with --plot: write the PNG here instead")
     sp.set_defaults(func=cmd_runs)
+
+    sp = sub.add_parser("exporter", help="serve autodl's own metrics (leases, waiting runs, estimate error, outcomes) for Prometheus")
+    sp.add_argument("--port", type=int, default=9108)
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.set_defaults(func=cmd_exporter)
 
     try:
         from autodl.simulate.cli import register
@@ -273,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         register(sub)
     return p
+
+
+def _count(text: str) -> int:
+    """argparse type: a record count in 1..100000 (argparse turns the ValueError into a usage error, exit 2)."""
+    value = int(text)
+    if not 1 <= value <= 100_000:
+        raise ValueError(text)
+    return value
 
 
 def _terminate(_signum, _frame):
@@ -286,19 +374,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    from autodl.redact import redact_text
+
     try:
         return int(args.func(args) or 0)
     except AutoDLError as exc:
-        print(f"autodl: error: {exc}", file=sys.stderr)
+        message = redact_text(exc)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS] + f"... ({len(message) - MAX_MESSAGE_CHARS:,} more characters)"
+        print(f"autodl: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autodl: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `autodl runs --json | head`: the reader left; say nothing more
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug is one line, never a traceback
+        if os.environ.get("AUTODL_DEBUG"):
+            raise
+        reason = redact_text(f"{type(exc).__name__}: {exc}")
+        print(f"autodl: internal error ({args.command}): {reason[:300]}; this is a bug in autodl, not your input: "
+              "report it with the command line (AUTODL_DEBUG=1 shows the traceback).", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

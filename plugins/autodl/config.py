@@ -112,7 +112,10 @@ def _source(name: str) -> str:
 
 
 def autodl_home() -> Path:
-    """State folder for run logs and metric samples; created on first use."""
+    """State folder for run logs and metric samples; created on first use.
+
+    :raises StoreError: when it cannot be created (naming AUTODL_HOME and the reason).
+    """
     env = os.environ.get("AUTODL_HOME")
     if env:
         home = Path(env)
@@ -120,7 +123,13 @@ def autodl_home() -> Path:
         home = Path(os.environ["AIRFLOW_HOME"]) / "autodl"
     else:
         home = Path.home() / ".autodl"
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        from autodl.errors import StoreError
+
+        raise StoreError(f"autodl's state folder {str(home)[:300]} (AUTODL_HOME) cannot be created: "
+                         f"{getattr(exc, 'strerror', None) or exc}; set AUTODL_HOME to a writable folder.") from None
     return home
 
 
@@ -217,17 +226,13 @@ def queue_for_host(host: str | None) -> str | None:
 
 
 def read_yaml(path: str | Path, error: type[Exception], missing: str) -> Any:
-    """Parse a YAML file, turning a missing file or bad YAML into ``error`` naming the file.
+    """Parse a YAML file (spec, pool, catalog) with autodl's one bounded loader (:func:`autodl.inputs.read_yaml`).
 
     :param missing: what to say (after the path) when the file does not exist.
-    :raises error: ``"<path>: <missing>"`` or ``"<path>: not valid YAML: ..."``.
+    :raises error: ``"<path>: <missing>"``, or ``"<path>:<line>: <field>: <problem>"`` for a file autodl
+        refuses (binary, too large, a symlink loop, duplicate keys, tags, aliases expanding without bound,
+        nesting too deep, numbers out of range).
     """
-    import yaml
+    from autodl.inputs import read_yaml as _read
 
-    p = Path(path)
-    if not p.is_file():
-        raise error(f"{p}: {missing}")
-    try:
-        return yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise error(f"{p}: not valid YAML: {exc}") from None
+    return _read(path, error, missing)

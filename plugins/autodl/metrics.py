@@ -1,8 +1,23 @@
-"""Metrics while a training runs: NVML samples of the booked devices (utilization, memory, temperature, power),
-or the process tree's CPU and RSS when no GPU is present; summarised into :class:`~autodl.types.RunMetrics`.
+"""Metrics while a training runs, summarised into :class:`~autodl.types.RunMetrics`.
 
-The time series is written as JSON lines to a file next to the run's log; only the summary travels
-(XCom, record).
+Three sources, kept side by side (never one passed off as another):
+
+* the training's own report — autodl's start-up hook (``autodl/launch/child_path/sitecustomize.py``)
+  appends Paddle's peak counters (``max_memory_allocated`` / ``max_memory_reserved`` per device, or
+  the host allocator's on a CPU build) to ``$AUTODL_METRICS_FILE`` after optimizer steps and at exit;
+  the script may append its own step lines there too (:func:`read_steps`);
+* NVML, sampled every ``interval_s`` on the booked devices (by UUID): device-wide memory used,
+  utilization, temperature, power, and per-process memory — processes already on a device when the
+  run was launched (its *baseline*, :func:`nvml_processes`) are someone else's, the rest the run's,
+  so memory is attributed by device UUID and launch time, never by matching process ids (a container
+  sees other ids than NVML reports);
+* the process tree's RSS and CPU when the run is on CPU (declared pool, no driver).
+
+The run's own peak (``RunMetrics.peak_memory_bytes``) is Paddle's reserved peak when the training
+reported it, else NVML's per-process memory of the run, else (CPU run) RSS — never device-wide
+"used", which counts other jobs and cannot see a spike between two samples. A sampler that fails
+stops sampling with a note; it never fails the run. The time series is written as JSON lines next
+to the run's log; only the summary travels (XCom, record).
 """
 
 from __future__ import annotations
@@ -12,76 +27,149 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
 from autodl.launch.base import Launcher
 from autodl.types import LaunchHandle, RunMetrics
 
+BASELINE_FILE = "nvml_baseline.json"
+"""In the run's folder: NVML compute processes on the booked devices just before launch (uuid -> {pid: bytes})."""
+
 
 class Sampler(Protocol):
     source: str
 
-    def sample(self) -> dict[str, float] | None:
-        """One sample: ``memory_bytes``, ``utilization_pct`` and optionally ``temperature_c``, ``power_w``."""
+    def sample(self) -> dict[str, Any] | None:
+        """One sample (keys depend on the sampler; see :class:`NvmlSampler`, :class:`ProcessSampler`)."""
 
     def close(self) -> None: ...
 
 
-class NvmlSampler:
-    """Samples the booked GPUs through NVML: memory used (bytes, summed), utilization (%, mean),
-    temperature (°C, max), power (W, summed).
+def _uuid(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
-    :param device_uuids: the booked devices' UUIDs (a MIG UUID samples memory only).
-    :raises RuntimeError: when NVML cannot be initialised (use :class:`ProcessSampler` instead).
+
+def nvml_processes(device_uuids: list[str], nvml: ModuleType | None = None) -> dict[str, dict[str, int | None]] | None:
+    """Compute processes on each device now: ``{uuid: {pid: used bytes or None}}``; a device NVML
+    cannot query is left out. None when NVML is not available at all."""
+    from autodl.inventory.nvml import load_nvml, shutdown
+
+    try:
+        nv = load_nvml(nvml)
+        nv.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML: nothing to say
+        return None
+    out: dict[str, dict[str, int | None]] = {}
+    try:
+        for uuid in device_uuids:
+            try:
+                handle = nv.nvmlDeviceGetHandleByUUID(uuid)
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+            except Exception:  # noqa: BLE001
+                continue
+            out[uuid] = {str(p.pid): (int(p.usedGpuMemory) if p.usedGpuMemory is not None else None) for p in procs}
+    finally:
+        shutdown(nv)
+    return out
+
+
+class NvmlSampler:
+    """Samples the booked devices through NVML, each device and field in its own guard.
+
+    A sample: ``device_used_bytes`` (summed, v2 memory info), ``process_bytes`` (the run's processes:
+    not in ``baseline``; summed), ``others_bytes`` (the baseline's processes still there), ``utilization_pct``
+    (mean of the devices that report it), ``temperature_c`` (max), ``power_w`` (summed, None when a
+    device does not report it), and ``devices`` (the same per device UUID). A value NVML could not read
+    is absent or None, never 0.
+
+    :param device_uuids: the booked devices' UUIDs (GPU- or MIG-).
+    :param baseline: ``{uuid: {pid: bytes}}`` before launch (:data:`BASELINE_FILE`); without it the
+        per-process split is unknown.
+    :raises RuntimeError: when NVML cannot be initialised or finds none of the devices.
     """
 
     source = "nvml"
 
-    def __init__(self, device_uuids: list[str], nvml: ModuleType | None = None):
-        if nvml is None:
-            import pynvml as nvml
-        self.nvml = nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            raise RuntimeError(f"NVML unavailable: {exc}") from None
-        self.handles = [nvml.nvmlDeviceGetHandleByUUID(u) for u in device_uuids]
+    def __init__(self, device_uuids: list[str], nvml: ModuleType | None = None,
+                 baseline: dict[str, dict[str, int | None]] | None = None):
+        from autodl.inventory.nvml import describe, load_nvml
 
-    def sample(self) -> dict[str, float] | None:
+        self.nvml = load_nvml(nvml)
+        try:
+            self.nvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"NVML unavailable: {describe(exc)}") from None
+        self.baseline = baseline
+        self.handles: dict[str, Any] = {}
+        self.notes: list[str] = []
+        for uuid in device_uuids:
+            try:
+                self.handles[uuid] = self.nvml.nvmlDeviceGetHandleByUUID(uuid)
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"NVML does not find device {uuid}: {describe(exc)}")
+        if not self.handles:
+            self.close()
+            raise RuntimeError("NVML finds none of the booked devices: " + "; ".join(self.notes))
+
+    def _device(self, uuid: str, handle: Any) -> dict[str, Any]:
+        from autodl.inventory.nvml import read_memory
+
         nv = self.nvml
-        mem = util = power = 0.0
-        temp = None
-        for h in self.handles:
-            mem += nv.nvmlDeviceGetMemoryInfo(h).used
+        out: dict[str, Any] = {}
+        try:
+            out["used_bytes"] = read_memory(nv, handle)[1]
+        except Exception:  # noqa: BLE001
+            out["used_bytes"] = None
+        for key, call in (("utilization_pct", lambda: float(nv.nvmlDeviceGetUtilizationRates(handle).gpu)),
+                          ("temperature_c", lambda: float(nv.nvmlDeviceGetTemperature(handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0)))),
+                          ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0)):   # mW -> W
             try:
-                util += nv.nvmlDeviceGetUtilizationRates(h).gpu
-            except nv.NVMLError:
-                pass
-            try:
-                t = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
-                temp = t if temp is None else max(temp, t)
-            except nv.NVMLError:
-                pass
-            try:
-                power += nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts -> W
-            except nv.NVMLError:
-                pass
-        out = {"memory_bytes": mem, "utilization_pct": util / max(1, len(self.handles)), "power_w": power}
-        if temp is not None:
-            out["temperature_c"] = float(temp)
+                out[key] = call()
+            except Exception:  # noqa: BLE001 - NotSupported (MIG, some boards): unknown
+                out[key] = None
+        try:
+            procs = {str(p.pid): p.usedGpuMemory for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)}
+        except Exception:  # noqa: BLE001
+            procs = None
+        if procs is not None and self.baseline is not None and uuid in self.baseline:
+            before = self.baseline[uuid]
+            mine = [m for pid, m in procs.items() if pid not in before]
+            others = [m for pid, m in procs.items() if pid in before]
+            out["process_bytes"] = None if any(m is None for m in mine) else int(sum(mine))
+            out["others_bytes"] = None if any(m is None for m in others) else int(sum(others))
+        else:
+            out["process_bytes"] = out["others_bytes"] = None
         return out
 
+    def sample(self) -> dict[str, Any] | None:
+        per = {uuid: self._device(uuid, h) for uuid, h in self.handles.items()}
+
+        def total(key: str) -> float | None:
+            vals = [d[key] for d in per.values()]
+            return None if any(v is None for v in vals) else sum(vals)
+
+        utils = [d["utilization_pct"] for d in per.values() if d["utilization_pct"] is not None]
+        temps = [d["temperature_c"] for d in per.values() if d["temperature_c"] is not None]
+        return {
+            "device_used_bytes": total("used_bytes"),
+            "process_bytes": total("process_bytes"),
+            "others_bytes": total("others_bytes"),
+            "utilization_pct": round(sum(utils) / len(utils), 2) if utils else None,
+            "temperature_c": max(temps) if temps else None,
+            "power_w": total("power_w"),
+            "devices": per,
+        }
+
     def close(self) -> None:
-        try:
-            self.nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutdown failures do not matter
-            pass
+        from autodl.inventory.nvml import shutdown
+
+        shutdown(self.nvml)
 
 
 class ProcessSampler:
-    """Samples a process tree: RSS (bytes, summed) and CPU utilization (% of one core, summed).
+    """Samples a process tree: ``rss_bytes`` (summed) and ``cpu_pct`` (% of one core, summed).
 
     Used when the run is on CPU (declared pool, no driver).
     """
@@ -92,7 +180,7 @@ class ProcessSampler:
         self.pid = pid
         self._procs: dict[int, psutil.Process] = {}
 
-    def sample(self) -> dict[str, float] | None:
+    def sample(self) -> dict[str, Any] | None:
         try:
             root = psutil.Process(self.pid)
             tree = [root, *root.children(recursive=True)]
@@ -106,43 +194,94 @@ class ProcessSampler:
                 cpu += proc.cpu_percent(interval=None)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-        return {"memory_bytes": rss, "utilization_pct": cpu}
+        return {"rss_bytes": rss, "cpu_pct": cpu}
 
     def close(self) -> None:
         self._procs.clear()
 
 
-def make_sampler(handle: LaunchHandle, device_uuids: list[str]) -> Sampler | None:
-    """NVML for a GPU run whose devices have UUIDs, else the process tree of a local run, else None."""
+def read_baseline(folder: str | Path | None) -> dict[str, dict[str, int | None]] | None:
+    """The NVML baseline kept in a run folder by :func:`write_baseline`, or None."""
+    path = Path(folder) / BASELINE_FILE if folder else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_baseline(folder: str | Path, device_uuids: list[str], nvml: ModuleType | None = None) -> bool:
+    """Record which processes are on the booked devices before the run starts (see :class:`NvmlSampler`).
+
+    Written once per run folder (a relaunch or reattach keeps the first). :returns: True when written.
+    """
+    path = Path(folder) / BASELINE_FILE
+    if path.exists() or not device_uuids:
+        return False
+    procs = nvml_processes(device_uuids, nvml)
+    if procs is None:
+        return False
+    path.write_text(json.dumps(procs))
+    return True
+
+
+def make_sampler(handle: LaunchHandle, device_uuids: list[str], *, folder: str | Path | None = None,
+                 nvml: ModuleType | None = None, notes: list[str] | None = None) -> Sampler | None:
+    """NVML for a GPU run whose devices have UUIDs, else the process tree of a local run, else None.
+
+    :param folder: the run's folder, for the NVML baseline.
+    :param notes: receives why NVML was not used, when it was not.
+    """
     if not handle.on_cpu and device_uuids:
         try:
-            return NvmlSampler(device_uuids)
-        except Exception:  # noqa: BLE001 - NVML missing or a UUID unknown: fall back
-            pass
+            sampler = NvmlSampler(device_uuids, nvml=nvml, baseline=read_baseline(folder))
+            if notes is not None:
+                notes.extend(sampler.notes)
+                if sampler.baseline is None:
+                    notes.append("no NVML baseline from launch time: the run's own NVML memory is unknown")
+            return sampler
+        except Exception as exc:  # noqa: BLE001 - NVML missing or a UUID unknown: fall back
+            if notes is not None:
+                notes.append(f"NVML sampling unavailable ({exc}); device memory comes from the training's own report only")
     if handle.pid is not None:
         return ProcessSampler(handle.pid)
     return None
 
 
+def _rows(path: str | Path | None) -> list[dict[str, Any]]:
+    if not path or not Path(path).is_file():
+        return []
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a killed run
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
     """Step statistics from the JSON lines a training appended to ``$AUTODL_METRICS_FILE``.
 
-    Each line is ``{"step": int, "t": unix seconds, "samples": batch size}`` written after a step.
-    The first interval is the warm-up (graph build, allocator growth) and is excluded from the median.
+    Each line is ``{"step": int, "t": unix seconds, "samples": batch size}`` written after a step
+    (lines with ``"kind"`` — autodl's own memory reports — are not steps). The first interval is the
+    warm-up (graph build, allocator growth) and is excluded from the median.
 
     :returns: ``steps``, ``step_time_s`` (median seconds per step), ``samples_per_s``; None values when
         the script reported fewer than two steps or nothing.
     """
     empty = {"steps": None, "step_time_s": None, "samples_per_s": None}
-    if not path or not Path(path).is_file():
-        return empty
     rows = []
-    for line in Path(path).read_text().splitlines():
+    for row in _rows(path):
+        if "kind" in row:
+            continue
         try:
-            row = json.loads(line)
             rows.append((float(row["t"]), int(row.get("samples") or 0)))
         except (ValueError, KeyError, TypeError):
-            continue  # a torn last line of a killed run
+            continue
     if len(rows) < 2:
         return {**empty, "steps": len(rows) or None}
     deltas = [b[0] - a[0] for a, b in zip(rows, rows[1:])]
@@ -155,27 +294,112 @@ def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
             "samples_per_s": round(samples / span, 3) if span > 0 and samples else None}
 
 
-def summarise(samples: list[dict[str, float]], *, source: str, duration_s: float, exit_code: int | None,
-              samples_path: str | None = None, steps_path: str | Path | None = None) -> RunMetrics:
-    """Reduce samples to peak memory (bytes), mean/max utilization (%), max temperature, mean power,
-    and the training's own step reports (:func:`read_steps`)."""
-    mem = [s["memory_bytes"] for s in samples if "memory_bytes" in s]
-    util = [s["utilization_pct"] for s in samples if "utilization_pct" in s]
-    temp = [s["temperature_c"] for s in samples if "temperature_c" in s]
-    power = [s["power_w"] for s in samples if "power_w" in s]
+def read_memory_reports(path: str | Path | None) -> dict[str, Any]:
+    """The training's own peak reports (``"kind": "memory"`` lines of ``$AUTODL_METRICS_FILE``).
+
+    :returns: ``allocated_peak_bytes`` / ``reserved_peak_bytes`` (max over devices, None when nothing was
+        reported), ``peak_by_device`` (``{device: {"allocated_peak_bytes", "reserved_peak_bytes"}}``, the
+        device being the UUID from the visibility variable, or Paddle's place such as ``cpu``), ``places``
+        (``{device: Paddle place}``, e.g. ``gpu:0``), ``allocator_strategy`` (``FLAGS_allocator_strategy`` as the training saw it, when reported) and
+        ``series`` (``[(t, reserved peak so far)]`` for the timeline).
+    """
+    per: dict[str, dict[str, int]] = {}
+    places: dict[str, str] = {}
+    series: list[tuple[float, int]] = []
+    strategy = None
+    running = 0
+    for row in _rows(path):
+        if row.get("kind") != "memory":
+            continue
+        device = str(row.get("device") or row.get("place") or "?")
+        places[device] = str(row.get("place") or device)
+        entry = per.setdefault(device, {"allocated_peak_bytes": 0, "reserved_peak_bytes": 0})
+        for key in ("allocated_peak_bytes", "reserved_peak_bytes"):
+            try:
+                entry[key] = max(entry[key], int(row.get(key) or 0))
+            except (TypeError, ValueError):
+                continue
+        strategy = row.get("allocator_strategy") or strategy
+        running = max(running, entry["reserved_peak_bytes"])
+        try:
+            series.append((float(row["t"]), running))
+        except (KeyError, TypeError, ValueError):
+            pass
+    return {
+        "allocated_peak_bytes": max((e["allocated_peak_bytes"] for e in per.values()), default=None) if per else None,
+        "reserved_peak_bytes": max((e["reserved_peak_bytes"] for e in per.values()), default=None) if per else None,
+        "peak_by_device": per,
+        "places": places,
+        "allocator_strategy": strategy,
+        "series": series,
+    }
+
+
+def _max(values: list[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, exit_code: int | None,
+              samples_path: str | None = None, steps_path: str | Path | None = None,
+              notes: list[str] | None = None) -> RunMetrics:
+    """Reduce samples and the training's own reports to a :class:`RunMetrics`.
+
+    The run's peak is chosen in this order: Paddle's reserved peak (the training's report), NVML's
+    per-process memory of the run, RSS (a CPU run's process tree); device-wide NVML "used" is kept
+    apart in ``device_used_peak_bytes``.
+    """
+    notes = list(notes or [])
+    reports = read_memory_reports(steps_path)
+    util = [s["utilization_pct"] if "utilization_pct" in s else s.get("cpu_pct") for s in samples]
+    util = [u for u in util if u is not None]
+    temp = [s["temperature_c"] for s in samples if s.get("temperature_c") is not None]
+    power = [s["power_w"] for s in samples if s.get("power_w") is not None]
+    process_peak = _max([s.get("process_bytes") for s in samples])
+    rss_peak = _max([s.get("rss_bytes") for s in samples])
+    by_device: dict[str, dict[str, int | None]] = {k: dict(v) for k, v in reports["peak_by_device"].items()}
+    for s in samples:
+        for uuid, d in (s.get("devices") or {}).items():
+            if d.get("process_bytes") is not None:
+                entry = by_device.setdefault(uuid, {})
+                entry["process_peak_bytes"] = max(entry.get("process_peak_bytes") or 0, d["process_bytes"])
+    if reports["reserved_peak_bytes"] is not None:
+        peak, peak_source = reports["reserved_peak_bytes"], "paddle_reserved"
+    elif process_peak is not None:
+        peak, peak_source = process_peak, "nvml_process"
+    elif rss_peak is not None and source == "process":
+        peak, peak_source = rss_peak, "rss"
+    else:
+        peak, peak_source = None, None
+        if samples or steps_path:
+            notes.append("the run's own peak memory is unknown: no report from the training and no per-process NVML memory")
+    if source == "nvml" and process_peak is None and samples:
+        notes.append("NVML per-process memory unavailable: only device-wide 'used' was sampled (not the run's own)")
     return RunMetrics(
         source=source,
         duration_s=round(duration_s, 3),
         exit_code=exit_code,
         samples=len(samples),
-        peak_memory_bytes=int(max(mem)) if mem else None,
+        peak_memory_bytes=int(peak) if peak is not None else None,
+        peak_source=peak_source,
+        allocated_peak_bytes=reports["allocated_peak_bytes"],
+        reserved_peak_bytes=reports["reserved_peak_bytes"],
+        process_peak_bytes=int(process_peak) if process_peak is not None else None,
+        device_used_peak_bytes=_int(_max([s.get("device_used_bytes") for s in samples])),
+        others_memory_bytes=_int(_max([s.get("others_bytes") for s in samples])),
+        peak_by_device=by_device,
         mean_utilization_pct=round(sum(util) / len(util), 2) if util else None,
         max_utilization_pct=round(max(util), 2) if util else None,
         max_temperature_c=max(temp) if temp else None,
         mean_power_w=round(sum(power) / len(power), 2) if power else None,
         samples_path=samples_path,
+        notes=notes,
         **read_steps(steps_path),
     )
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if value is not None else None
 
 
 def follow(
@@ -187,18 +411,30 @@ def follow(
     interval_s: float = 1.0,
     samples_path: str | Path | None = None,
     partial_sink: Callable[[RunMetrics], None] | None = None,
+    notes: list[str] | None = None,
 ) -> RunMetrics:
     """Follow a launched training until it exits: stream its log lines to ``log_sink``, sample metrics
     every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise.
 
+    A sampler that raises is dropped with a note (and a log line): metrics never fail a run.
+
     :param partial_sink: called with the metrics gathered so far (exit code None) when following is
         interrupted (the task killed, Ctrl-C), before the interruption propagates.
+    :param notes: what could not be measured so far (e.g. from :func:`make_sampler`).
     :returns: :class:`RunMetrics` with the exit code; duration counts from the handle's start.
     """
     offset = 0
     pending = ""
-    samples: list[dict[str, float]] = []
+    samples: list[dict[str, Any]] = []
+    notes = list(notes or [])
+    source = sampler.source if sampler else "none"
     out = open(samples_path, "a") if samples_path else None
+
+    def done(code: int | None) -> RunMetrics:
+        return summarise(samples, source=source, duration_s=time.time() - handle.started_at.timestamp(), exit_code=code,
+                         samples_path=str(samples_path) if samples_path else None, steps_path=handle.steps_path,
+                         notes=notes)
+
     try:
         while True:
             code = launcher.poll(handle)
@@ -209,7 +445,15 @@ def follow(
                 for line in lines:
                     log_sink(line)
             if sampler is not None and code is None:
-                s = sampler.sample()
+                try:
+                    s = sampler.sample()
+                except Exception as exc:  # noqa: BLE001 - a metrics failure never fails the run
+                    note = f"metrics sampler ({sampler.source}) failed and was stopped: {type(exc).__name__}: {exc}"
+                    notes.append(note)
+                    log_sink(f"autodl: {note}")
+                    _close(sampler)
+                    sampler = None
+                    s = None
                 if s is not None:
                     s["t"] = time.time()
                     samples.append(s)
@@ -226,16 +470,126 @@ def follow(
             time.sleep(interval_s)
     except BaseException:
         if partial_sink is not None:
-            partial_sink(summarise(samples, source=sampler.source if sampler else "none",
-                                   duration_s=time.time() - handle.started_at.timestamp(), exit_code=None,
-                                   samples_path=str(samples_path) if samples_path else None,
-                                   steps_path=handle.steps_path))
+            partial_sink(done(None))
         raise
     finally:
         if out:
             out.close()
         if sampler is not None:
-            sampler.close()
-    duration = time.time() - handle.started_at.timestamp()
-    return summarise(samples, source=sampler.source if sampler else "none", duration_s=duration, exit_code=code,
-                     samples_path=str(samples_path) if samples_path else None, steps_path=handle.steps_path)
+            _close(sampler)
+    return done(code)
+
+
+def _close(sampler: Sampler) -> None:
+    try:
+        sampler.close()
+    except Exception:  # noqa: BLE001 - closing a sampler never matters to the run
+        pass
+
+
+def rank_logs(handle: LaunchHandle) -> list[Path]:
+    """The per-rank logs ``paddle.distributed.launch`` wrote for a local run (``workerlog.N`` in its log folder)."""
+    if not handle.log_path:
+        return []
+    ranks = Path(handle.log_path).with_suffix(".ranks")
+    return sorted(ranks.glob("workerlog.*")) if ranks.is_dir() else []
+
+
+def explain_oom(metrics: RunMetrics, handle: LaunchHandle, folder: str | Path) -> dict[str, Any] | None:
+    """The :class:`autodl.oom.OOMReport` (as a dict) of a run that died of an out-of-memory error, else None.
+
+    Reads the run's log and per-rank logs, its own memory reports, NVML's other-process memory, and
+    the profile kept in the run folder (for the batch that would fit).
+    """
+    from autodl.oom import explain, read_tails
+    from autodl.types import ResourceProfile
+
+    texts = read_tails([p for p in [handle.log_path, *rank_logs(handle)] if p])
+    profile = None
+    profile_file = Path(folder) / "profile.json"
+    if profile_file.is_file():
+        try:
+            profile = ResourceProfile.model_validate(json.loads(profile_file.read_text())["profile"])
+        except (ValueError, KeyError, TypeError):
+            profile = None
+    report = explain(texts, profile=profile, memory_reports=read_memory_reports(handle.steps_path),
+                     others_bytes=metrics.others_memory_bytes)
+    return report.model_dump(mode="json") if report else None
+
+
+def finish(metrics: RunMetrics, handle: LaunchHandle, folder: str | Path, *,
+           log: Callable[[str], None] = print) -> RunMetrics:
+    """After the training ended: say what could not be measured, explain an out-of-memory exit, draw
+    the timeline PNG beside the run's log. Never raises: each part that fails is logged and skipped.
+
+    :returns: ``metrics`` with ``oom`` filled in when the training died of one.
+    """
+    for note in metrics.notes:
+        log(f"metrics: {note}")
+    if metrics.exit_code not in (0, None):
+        try:
+            oom = explain_oom(metrics, handle, folder)
+        except Exception as exc:  # noqa: BLE001
+            oom = None
+            log(f"could not read the training's log for an out-of-memory error: {type(exc).__name__}: {exc}")
+        if oom:
+            log(f"OUT OF MEMORY: {oom['explanation']}")
+            metrics = metrics.model_copy(update={"oom": oom})
+    try:
+        from autodl.timeline import plot_run
+
+        log(f"timeline: {plot_run(folder)}")
+    except FileNotFoundError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - a picture never fails a run
+        log(f"could not draw the timeline: {type(exc).__name__}: {exc}")
+    return metrics
+
+
+def run_processes_on_devices(device_uuids: list[str], baseline: dict[str, dict[str, Any]] | None,
+                             nvml: ModuleType | None = None) -> dict[str, list[str]] | None:
+    """The run's processes still on its devices per NVML: ``{uuid: [pid, ...]}`` for devices that have any.
+
+    The run's are the processes not in the launch-time ``baseline``. None when it cannot be told
+    (no NVML here, or no baseline).
+    """
+    if baseline is None:
+        return None
+    procs = nvml_processes(device_uuids, nvml)
+    if procs is None:
+        return None
+    out = {}
+    for uuid in device_uuids:
+        mine = [pid for pid in procs.get(uuid, {}) if pid not in baseline.get(uuid, {})]
+        if mine:
+            out[uuid] = mine
+    return out
+
+
+def wait_devices_clear(device_uuids: list[str], folder: str | Path, *, timeout_s: float = 30.0, poll_s: float = 0.5,
+                       nvml: ModuleType | None = None, log: Callable[[str], None] = print) -> bool:
+    """Before a lease is freed: wait until NVML shows none of the run's processes on its devices.
+
+    :param timeout_s: how long a stopped process may take to release its device (the driver frees a
+        context when the process is gone; a process stuck in the driver never does).
+    :returns: True when the devices are clear, or when NVML cannot tell (no NVML, no baseline: said in
+        the log); False when the run's processes still hold a device after ``timeout_s``.
+    """
+    if not device_uuids:
+        return True
+    baseline = read_baseline(folder)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = run_processes_on_devices(device_uuids, baseline, nvml)
+        if left is None:
+            log("devices not checked empty before release: " + ("no NVML here" if baseline is not None
+                                                                  else "no launch-time NVML baseline"))
+            return True
+        if not left:
+            log(f"devices {', '.join(device_uuids)} checked empty (NVML): none of the run's processes left")
+            return True
+        if time.monotonic() >= deadline:
+            log("devices still hold the run's processes after it was stopped: "
+                + "; ".join(f"{u}: pid {', '.join(p)}" for u, p in left.items()))
+            return False
+        time.sleep(poll_s)

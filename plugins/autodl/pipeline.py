@@ -22,7 +22,7 @@ from autodl.errors import AutoDLError, LaunchError, LeaseError, NoFitError, Prof
 from autodl.hosts import booked_host, require_here
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
-from autodl.launch.local import run_dir_name
+from autodl.launch.local import run_folder
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
@@ -78,10 +78,12 @@ def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
 
 
 def state_dir(run_key: str) -> Path:
-    """Per-run state folder (shared with the local launcher's run folder)."""
-    path = autodl_home() / "runs" / run_dir_name(run_key)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Per-run state folder (shared with the local launcher's run folder): named by a hash of the full run key
+    and holding that key, so two runs never share one (see :func:`autodl.launch.local.run_folder`).
+
+    :raises LaunchError: when the folder records another run key.
+    """
+    return run_folder(autodl_home() / "runs", run_key)
 
 
 def note_failure(run_key: str, step: str, message: str) -> None:
@@ -200,6 +202,9 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     catalog = catalog or load_catalog()
     check_spec_against_catalog(spec, catalog)
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
+    from autodl.records import calibrate_profile  # never below what this script needed when it ran out of memory
+
+    profile = calibrate_profile(profile)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
         if spec.task.input_shape and any(f.code == "shape-mismatch" for f in profile.errors):
@@ -474,6 +479,10 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
         log(f"launch ({launcher.name}): {rendered['shell']}")
     if request.on_cpu:
         log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
+    else:  # whose memory is whose on the booked devices: the processes there before the run are someone else's
+        from autodl.metrics import write_baseline
+
+        write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
     handle = launcher.launch(request).model_copy(update={"host": host})
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
@@ -489,7 +498,7 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
     :returns: the :class:`RunMetrics` summary as a dict (also kept in the run's state folder).
     :raises LaunchError: when the training exits non-zero (the metrics are kept all the same).
     """
-    from autodl.metrics import follow, make_sampler
+    from autodl.metrics import finish, follow, make_sampler
 
     handle = LaunchHandle.model_validate(handle_json)
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
@@ -500,14 +509,20 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
     def keep(m: RunMetrics) -> None:
         (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
 
-    metrics = follow(launcher, handle, sampler=make_sampler(handle, uuids), log_sink=lambda line: log(f"[train] {line}"),
-                     interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep)
+    notes: list[str] = []
+    sampler = make_sampler(handle, uuids, folder=folder, notes=notes)
+    metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
+                     interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep, notes=notes)
+    metrics = finish(metrics, handle, folder, log=log)  # OOM explanation, timeline PNG
     keep(metrics)
-    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, peak memory "
-        f"{(metrics.peak_memory_bytes or 0) / GiB:.3f} GiB ({metrics.source}), {metrics.samples} metric samples"
+    peak = ("unknown" if metrics.peak_memory_bytes is None
+            else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
+    log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
+        f"{metrics.samples} {metrics.source} samples"
         + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
-        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}; its log: {handle.log_path}")
+        why = f" ({metrics.oom['explanation']})" if metrics.oom else ""
+        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; its log: {handle.log_path}")
     return metrics.to_json()
 
 
@@ -531,6 +546,15 @@ def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any
     return False
 
 
+def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None) -> int | None:
+    """The training's exit code as its launcher reports it, or None while it runs or when it cannot be read."""
+    handle = LaunchHandle.model_validate(handle_json)
+    try:
+        return get_launcher(handle.launcher, **(launcher_kwargs or {})).poll(handle)
+    except AutoDLError:
+        return None
+
+
 def release_by_hand(run_key: str, *, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Free a lease left behind by a run whose Airflow process died: stop its training, release, record.
 
@@ -540,7 +564,7 @@ def release_by_hand(run_key: str, *, log: Callable[[str], None] = print) -> dict
         raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
     note_failure(run_key, "release", "released by hand (autodl leases --release) after its Airflow run was lost")
     return step_release_and_record(RunContext(run_key=run_key), script=None, spec_path=None, profile_out=None,
-                                   selection=None, handle_json=None, metrics_json=None, log=log)
+                                   selection=None, handle_json=None, metrics_json=None, log=log, force_release=True)
 
 
 def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
@@ -562,16 +586,21 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                             profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
                             handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
                             launcher_kwargs: dict[str, Any] | None = None,
-                            log: Callable[[str], None] = print) -> dict[str, Any]:
+                            log: Callable[[str], None] = print, force_release: bool = False) -> dict[str, Any]:
     """Step 6: stop a training still running, free the lease (idempotent), write the run record.
 
-    Runs whatever happened upstream; any input may be None.
+    Runs whatever happened upstream; any input may be None. Where NVML is present, the lease is freed
+    only once the booked devices hold none of the run's processes (``force_release``: free it anyway).
 
     :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
     """
     folder = state_dir(ctx.run_key)
     if handle_json is None and (folder / "handle-latest.json").exists():
         handle_json = json.loads((folder / "handle-latest.json").read_text())
+    if handle_json and handle_json.get("run_key") not in (None, ctx.run_key):
+        log(f"ignoring a launch handle of another run ({str(handle_json.get('run_key'))[:200]!r}) found for "
+            f"{ctx.run_key}: its training is not this run's to stop")
+        handle_json = None
     if metrics_json is None and (folder / "metrics.json").exists():
         metrics_json = json.loads((folder / "metrics.json").read_text())
     if profile_out is None and (folder / "profile.json").exists():
@@ -579,14 +608,32 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
     decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
+    clear = True
+    launcher_exit = None
     if handle is not None:
         stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
                       why="still running after collect ended: stopping it before releasing its devices")
-    released = Ledger().release(ctx.run_key)
-    log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+        launcher_exit = exit_status(handle_json, launcher_kwargs=launcher_kwargs)
+        if not handle.on_cpu:  # where NVML is present: the devices hold none of the run's processes any more
+            from autodl.metrics import wait_devices_clear
+
+            clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder, log=log)
+    if clear or force_release:
+        released = Ledger().release(ctx.run_key)
+        log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+    else:
+        released = None
+        note_failure(ctx.run_key, "release", "lease kept: the run's processes still hold its devices after the stop; "
+                                             f"free it with `autodl leases --release {ctx.run_key}` once they are gone")
+        log(f"lease of {ctx.run_key} KEPT: its devices are not empty")
 
     failures = read_failures(ctx.run_key)
     exit_code = metrics_json.get("exit_code") if metrics_json else None
+    if exit_code is None and launcher_exit is not None:
+        # collect never saw the end (its Airflow process was lost): the launcher's exit status is the outcome
+        exit_code = launcher_exit
+        metrics_json = {**(metrics_json or {}), "exit_code": launcher_exit}
+        log(f"training {ctx.run_key} exit status from the launcher: {launcher_exit}")
     if handle is None:
         outcome = "not_started"
     elif exit_code == 0:
@@ -597,6 +644,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     placement = selection.get("placement") if selection else None
     declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
     error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
+    oom = (metrics_json or {}).get("oom")
+    if outcome == "failed" and oom:
+        error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
     if outcome == "failed" and not error and exit_code is not None:
         error = f"training failed with exit code {exit_code}"
     record = RunRecord(
@@ -608,6 +658,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         launch=handle.to_json() if handle else None, metrics=metrics_json,
         estimated_peak_bytes=profile.get("peak_memory_bytes") if profile else None,
         actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
+        allocated_peak_bytes=(metrics_json or {}).get("allocated_peak_bytes"),
+        reserved_peak_bytes=(metrics_json or {}).get("reserved_peak_bytes"), oom=oom,
         device_model=(placement or {}).get("model"), error=error, report=report, decision=decision,
     )
     store = RecordStore()

@@ -79,3 +79,55 @@ class RecordStore:
 def utc(dt: datetime) -> datetime:
     """``dt`` as timezone-aware UTC (SQLite returns naive datetimes)."""
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def oom_floor(script: str, batch_size: int, *, url: str | None = None, limit: int = 200) -> tuple[int, str] | None:
+    """The least peak the estimate may give ``script`` at ``batch_size``, learnt from its runs that ran out of memory.
+
+    A failed run whose record holds an OOM report (:class:`autodl.oom.OOMReport`) needed at least its
+    ``wanted_bytes`` at its batch; rescaled to ``batch_size`` (:func:`autodl.oom.floor_at_batch`), the
+    largest such figure over the newest ``limit`` failed runs of the same script is the floor.
+
+    :param script: the script path as recorded (``RunRecord.script``).
+    :returns: ``(bytes, run key of the run it comes from)``, or None when no such run is recorded.
+    """
+    from autodl.oom import floor_at_batch
+
+    best: tuple[int, str] | None = None
+    with RecordStore(url)._session() as s:
+        q = (select(RunRow).where(RunRow.outcome == "failed").order_by(RunRow.recorded_at.desc()).limit(limit))
+        for row in s.execute(q).scalars():
+            doc = row.document or {}
+            if doc.get("script") != script or not doc.get("oom"):
+                continue
+            floor = floor_at_batch(doc["oom"], batch_size)
+            if floor is not None and (best is None or floor > best[0]):
+                best = (floor, row.run_key)
+    return best
+
+
+def calibrate_profile(profile, *, url: str | None = None):
+    """``profile`` with its peak raised to what the same script needed when it ran out of memory (:func:`oom_floor`).
+
+    The raise is said in a warning finding (code ``oom-calibration``). A store that cannot be read
+    leaves the profile as it is, with a warning saying so: calibration never blocks a run.
+
+    :param profile: a :class:`~autodl.types.ResourceProfile`.
+    :returns: the same profile, or a copy with ``peak_memory_bytes`` raised.
+    """
+    from autodl.types import Finding
+
+    try:
+        found = oom_floor(profile.script, profile.batch_size, url=url)
+    except Exception as exc:  # noqa: BLE001 - a store problem must not stop profiling
+        note = Finding(severity="warning", code="oom-calibration",
+                       message=f"could not read past out-of-memory runs of this script ({type(exc).__name__}); estimate not checked against them")
+        return profile.model_copy(update={"findings": [*profile.findings, note]})
+    if found is None or found[0] <= profile.peak_memory_bytes:
+        return profile
+    floor, run_key = found
+    gib = 1 << 30
+    note = Finding(severity="warning", code="oom-calibration",
+                   message=f"estimate raised from {profile.peak_memory_bytes / gib:.2f} to {floor / gib:.2f} GiB per device: "
+                           f"run {run_key} of this script ran out of memory needing that much at batch {profile.batch_size}")
+    return profile.model_copy(update={"peak_memory_bytes": floor, "findings": [*profile.findings, note]})

@@ -23,14 +23,34 @@ Values given here override what the profiler reads from the script.
 
 from __future__ import annotations
 
+import math
+import os
+import posixpath
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from autodl.config import read_yaml
 from autodl.errors import SpecError
+from autodl.fields import (
+    MAX_HOST_BYTES,
+    MAX_INPUT_ELEMENTS,
+    MAX_INPUT_RANK,
+    UINT32_ID_MAX,
+    BatchSize,
+    Cpus,
+    DeviceCount,
+    Fraction,
+    InputDim,
+    Int,
+    ScoreWeight,
+    SequenceLength,
+    WaitSeconds,
+)
+from autodl.inputs import clip, resolve_file, short
 
 DEFAULT_MEMORY_THRESHOLD = 0.85
 """Plan at most 85% of a device's memory: leaves room for allocator fragmentation and the
@@ -73,30 +93,39 @@ class TaskSection(_Section):
     model_name: str | None = None
     script: str | None = Field(None, description="Training script, relative to the spec file.")
     args: list[str] = Field(default_factory=list, description="Arguments passed to the script.")
-    sequence_length: int | None = Field(None, gt=0)
-    batch_size_per_gpu: int | None = Field(None, gt=0)
-    input_shape: list[PositiveInt] | None = Field(None, min_length=1, description="Per-sample input shape, e.g. [3, 32, 32].")
-    num_gpus_estimate: int | Literal["auto"] = "auto"
+    sequence_length: SequenceLength | None = None
+    batch_size_per_gpu: BatchSize | None = None
+    input_shape: list[InputDim] | None = Field(None, min_length=1, max_length=MAX_INPUT_RANK,
+                                               description="Per-sample input shape, e.g. [3, 32, 32].")
+    num_gpus_estimate: DeviceCount | Literal["auto"] = "auto"
     probe: bool | None = Field(None, description="Measure the model in the sandboxed CPU probe; "
                                                  "default: when Paddle is importable. The CLI's --probe/--no-probe wins.")
     output_dir: str | None = Field(
         None, description="Folder the training keeps its checkpoints in across runs (AUTODL_OUTPUT_DIR), relative "
                           "to the spec file; default: $AUTODL_HOME/outputs/<model_name or script name>.")
 
-    @field_validator("num_gpus_estimate")
+    @field_validator("num_gpus_estimate", mode="before")
     @classmethod
-    def _positive_gpus(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
+    def _positive_gpus(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise ValueError("must be 'auto' or an integer >= 1")
+        return value
+
+    @field_validator("input_shape")
+    @classmethod
+    def _sample_size(cls, value: list[int] | None) -> list[int] | None:
+        if value and math.prod(value) > MAX_INPUT_ELEMENTS:
+            raise ValueError(f"one sample of this shape has {math.prod(value):.3g} elements, more than any device holds; "
+                             "give the shape of one sample (without the batch), e.g. [3, 224, 224]")
         return value
 
 
 class ResourcePolicySection(_Section):
-    memory_threshold: float = Field(default_factory=lambda: _configured_threshold(), gt=0, le=1)
+    memory_threshold: Fraction = Field(default_factory=lambda: _configured_threshold())
     allow_mixed_precision: bool = True
     distributed_strategy: Literal["none", "data_parallel", "fleet"] = "none"
     preferred_devices: list[str] = Field(default_factory=list)
-    tag_priorities: dict[str, float] = Field(
+    tag_priorities: dict[str, ScoreWeight] = Field(
         default_factory=dict, description="Extra score per catalog tag, e.g. {domestic: 1.0}."
     )
     allowed_vendors: list[str] | None = None
@@ -104,11 +133,11 @@ class ResourcePolicySection(_Section):
 
 class SchedulerSection(_Section):
     algorithm: Literal["rule_based", "rl_based"] = "rule_based"
-    timeout: int = Field(3600, gt=0, description="Seconds to wait for a fitting device.")
-    poke_interval: int = Field(30, gt=0, description="Seconds between pool checks while waiting.")
+    timeout: WaitSeconds = Field(3600, description="Seconds to wait for a fitting device.")
+    poke_interval: WaitSeconds = Field(30, description="Seconds between pool checks while waiting.")
 
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _SIZE_FACTOR = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -121,22 +150,25 @@ def parse_size(value: int | str | None) -> int | None:
 
     :param value: the size, an integer (bytes) or a string with an optional unit (b, k, m, g, t).
     :returns: bytes, or ``None`` for ``None``.
-    :raises ValueError: for a negative number or an unknown unit (pydantic turns it into a SpecError).
+    :raises ValueError: for a negative, infinite or absurd (over 1 PiB) size or an unknown unit (pydantic turns
+        it into a SpecError).
     """
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError("a size is a number of bytes or a string like '8g'")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ValueError("a size must be positive")
-        return int(value)
-    match = _SIZE_RE.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a size; write bytes or a number with k, m, g or t (binary), e.g. '8g'")
-    number = float(match.group(1)) * _SIZE_FACTOR[match.group(2).lower()]
-    if number <= 0:
-        raise ValueError("a size must be positive")
+        number = value
+    else:
+        match = _SIZE_RE.match(value) if len(value) <= 40 else None
+        if not match:
+            raise ValueError(f"{short(value, 40)} is not a size; write bytes or a number with k, m, g or t (binary), "
+                             "e.g. '8g'")
+        number = float(match.group(1)) * _SIZE_FACTOR[match.group(2).lower()]
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError("a size must be a positive, finite number of bytes")
+    if number > MAX_HOST_BYTES:
+        raise ValueError(f"a size of {number:.3g} bytes is more than {MAX_HOST_BYTES >> 50} PiB; check the unit")
     return int(number)
 
 
@@ -147,7 +179,7 @@ class TolerationSpec(_Section):
     operator: Literal["Exists", "Equal"] = "Exists"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = Field(None, ge=0)
+    toleration_seconds: Int(ge=0, le=10**9) | None = None
 
 
 class MountSpec(_Section):
@@ -160,14 +192,99 @@ class MountSpec(_Section):
     @field_validator("source", "target")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
+        if not value.startswith("/") or "\x00" in value:
             raise ValueError("must be an absolute path")
-        if value.rstrip("/").endswith("docker.sock"):
+        if _normpath(value).endswith("docker.sock"):
             raise ValueError("the Docker socket is never mounted into a training container (it is root on the host)")
         return value
 
+    @field_validator("source")
+    @classmethod
+    def _not_engine_socket(cls, value: str) -> str:
+        check_mount_source(value)
+        return value
 
-_ROOT_USERS = {"0", "root", "0:0", "root:root", "root:0", "0:root"}
+
+ENGINE_SOCKETS = (
+    "/var/run/docker.sock", "/run/docker.sock",
+    "/run/containerd/containerd.sock", "/var/run/containerd/containerd.sock",
+    "/run/podman/podman.sock", "/var/run/crio/crio.sock", "/run/crio/crio.sock",
+)
+"""Container engines' API sockets at their packaged locations (Docker, containerd, Podman, CRI-O): whoever can
+write to one is root on the host."""
+
+
+def _normpath(path: str) -> str:
+    # lexical: '/var/run/docker.sock/.', '//var//run/', '/var/lib/../run' all become what they name
+    return "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else posixpath.normpath(path)
+
+
+def _engine_sockets() -> list[str]:
+    sockets = list(ENGINE_SOCKETS)
+    host = os.environ.get("DOCKER_HOST", "")
+    if host.startswith("unix://"):
+        sockets.insert(0, host[len("unix://"):])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        sockets.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "docker.sock"))
+    resolved: list[str] = []
+    for sock in sockets:
+        for name in (_normpath(sock), os.path.realpath(sock)):
+            if name not in resolved:
+                resolved.append(name)
+    return resolved
+
+
+def check_mount_source(source: str) -> None:
+    """Refuse a host folder whose mount would hand the container a container engine's socket.
+
+    The path is checked by what it names, not how it is spelt: lexically normalised (``/var/run/docker.sock/.``,
+    ``//var/run``) and, where it exists on this host, with symlinks resolved (``/var/run`` -> ``/run``). Refused:
+    the socket itself, any folder containing it (``/var/run``, ``/run``, ``/var``, ``/``), anything named
+    ``docker.sock``, and any Unix socket.
+
+    :raises ValueError: naming what the path contains (pydantic turns it into a SpecError).
+    """
+    names = {_normpath(source)}
+    try:
+        if os.path.lexists(source):
+            names.add(os.path.realpath(source))
+            if stat.S_ISSOCK(os.stat(source).st_mode):
+                raise ValueError("is a Unix socket; a socket is never mounted into a training container")
+    except OSError:
+        pass
+    for name in names:
+        for sock in _engine_sockets():
+            if name == "/" or name == sock or sock.startswith(name.rstrip("/") + "/") or name.startswith(sock + "/"):
+                raise ValueError(f"{clip(source, 60)} is or contains the container engine's socket {sock} (root on the "
+                                 "host); mount a data folder that does not hold it, e.g. /data/datasets")
+
+
+_USER_RE = re.compile(r"([0-9]+)(?::([0-9]+))?")
+
+
+def parse_container_user(value: str) -> tuple[int, int | None]:
+    """``uid[:gid]`` as numbers, refusing root however it is spelt.
+
+    Only numbers are taken: a user or group *name* is resolved inside the image, where autodl cannot see that it
+    is not root (``root``, or any name mapped to uid 0). ``0``, ``00``, ``0:1000`` are uid 0; ``-0`` and
+    ``+1000`` are not numbers; a uid above 4294967294 is not a uid (:data:`~autodl.fields.UINT32_ID_MAX`).
+
+    :returns: ``(uid, gid or None)``.
+    :raises ValueError: naming what is wrong and an example that works.
+    """
+    match = _USER_RE.fullmatch(value) if isinstance(value, str) and len(value) <= 40 else None
+    if not match:
+        raise ValueError(f"{short(value, 40)} is not a non-root numeric uid[:gid]; write numbers such as '1000:1000' "
+                         "(a name resolves inside the image, where autodl cannot check that it is not root)")
+    uid = int(match.group(1))
+    gid = int(match.group(2)) if match.group(2) is not None else None
+    if uid == 0:
+        raise ValueError(f"{short(value, 40)} is uid 0, root; the training never runs as root: use a non-root uid "
+                         "such as '1000:1000'")
+    if uid > UINT32_ID_MAX or (gid is not None and gid > UINT32_ID_MAX):
+        raise ValueError(f"{short(value, 40)} is out of range (uid and gid are at most {UINT32_ID_MAX}); use a non-root "
+                         "uid such as '1000:1000'")
+    return uid, gid
 
 
 class LauncherSection(_Section):
@@ -192,7 +309,7 @@ class LauncherSection(_Section):
         None, description="Docker IPC namespace; 'host' shares the host's /dev/shm instead of sizing one."
     )
     memory_limit: int | None = Field(None, description="Container memory limit, bytes (e.g. '32g').")
-    cpus: float | None = Field(None, gt=0, description="CPU limit in cores.")
+    cpus: Cpus | None = Field(None, description="CPU limit in cores.")
     user: str = Field("1000:1000", description="uid[:gid] the training runs as; never root.")
     network: str | None = Field(None, description="Docker network ('none' to cut it off); default: Docker's.")
     runtime: str | None = Field(None, description="Docker runtime, e.g. 'nvidia' or 'ascend'; default: the daemon's.")
@@ -226,8 +343,17 @@ class LauncherSection(_Section):
     @field_validator("user")
     @classmethod
     def _non_root(cls, value: str) -> str:
-        if value.strip() in _ROOT_USERS or not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", value):
-            raise ValueError("must be a non-root uid[:gid] such as '1000:1000'")
+        uid, gid = parse_container_user(value)
+        return f"{uid}:{gid}" if gid is not None else str(uid)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
+                raise ValueError(f"{short(key, 40)} is not an environment variable name (letters, digits, _)")
+            if "\x00" in val:
+                raise ValueError(f"the value of {key} holds a NUL byte")
         return value
 
     @field_validator("command")
@@ -274,13 +400,23 @@ class TaskSpec(_Section):
                 f"{where}: field 'task.script' is missing and no script was given; "
                 "set task.script (relative to the spec file) or pass --script."
             )
-        path = path.resolve()
-        if not path.is_file():
-            what = "is a folder, not a script" if path.is_dir() else "does not exist"
-            if override is not None:
-                raise SpecError(f"training script {path} {what}; pass the path of a Python training script.")
-            raise SpecError(f"{where}: task.script names {path}, which {what}; fix the path (relative to the spec file).")
-        return path
+        # resolved without following symlink loops; a folder, a FIFO or a too-long name is refused
+        if override is not None:
+            try:
+                return resolve_file(os.path.abspath(path), SpecError, "script",
+                                    fix="pass the path of a Python training script",
+                                    missing="does not exist; pass the path of a Python training script.")
+            except SpecError as exc:
+                raise SpecError(f"training script {exc}") from None
+        try:
+            return resolve_file(os.path.abspath(path), SpecError, "script", fix="fix task.script (relative to the spec file)",
+                                missing="does not exist; fix task.script (relative to the spec file).")
+        except SpecError as exc:
+            raise SpecError(f"{where}: field 'task.script' names {exc}") from None
+
+
+MAX_ERRORS_SHOWN = 10
+"""Validation errors listed in one message; the rest are counted (a list of 100,000 bad values says so in a line)."""
 
 
 def output_dir_path(spec: TaskSpec, script: str | Path, home: Path) -> Path:
@@ -301,13 +437,17 @@ def output_dir_path(spec: TaskSpec, script: str | Path, home: Path) -> Path:
 
 def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+    errors = exc.errors(include_url=False)
+    for err in errors[:MAX_ERRORS_SHOWN]:
+        loc = clip(".".join(str(p) for p in err["loc"]) or "<root>", 100)
         if err["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key '{loc}'; remove it or check its spelling.")
         else:
             got = err.get("input")
-            lines.append(f"{where}: field '{loc}': {err['msg']} (got {got!r}).")
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}).")
+    if len(errors) > MAX_ERRORS_SHOWN:
+        lines.append(f"{where}: ... and {len(errors) - MAX_ERRORS_SHOWN} more errors.")
     return "\n".join(lines)
 
 
@@ -326,7 +466,7 @@ def parse_spec(data: Any, source: str | Path | None = None) -> TaskSpec:
     data = dict(data)
     data.pop("source_path", None)
     if source is not None:
-        data["source_path"] = str(Path(source).resolve())
+        data["source_path"] = os.path.realpath(source)  # never raises on a symlink loop (Path.resolve does)
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:

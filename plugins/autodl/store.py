@@ -7,7 +7,6 @@ Airflow 3 tasks may not touch Airflow's metadata database, so autodl keeps its t
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 from sqlalchemy import create_engine, event
@@ -17,11 +16,7 @@ from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from autodl.config import store_url
 from autodl.errors import StoreError
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for logs and messages."""
-    return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", url)
+from autodl.redact import redact_text, redact_url  # noqa: F401 - redact_url re-exported for existing callers
 
 
 class Base(DeclarativeBase):
@@ -46,9 +41,9 @@ def get_engine(url: str | None = None) -> Engine:
     url = url or store_url()
     try:
         return _engine(url)
-    except (SQLAlchemyError, ImportError, OSError) as exc:
+    except (SQLAlchemyError, ImportError, OSError, ValueError, TypeError) as exc:  # ValueError: a URL SQLAlchemy cannot parse
         shown = redact_url(url)
-        reason = str(exc).splitlines()[0]
+        reason = redact_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         raise StoreError(
             f"autodl's store {shown} (AUTODL_STORE_URL) cannot be used: {reason}. Set AUTODL_STORE_URL to "
             "sqlite:///PATH (a writable file) or postgresql+psycopg2://USER:PASSWORD@HOST/DB."

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Severity = Literal["info", "warning", "error"]
 
@@ -34,8 +34,16 @@ class Finding(_Frozen):
 
     severity: Severity
     code: str = Field(description="Stable identifier, e.g. 'hardcoded-device', 'shape-mismatch'.")
-    message: str
+    message: str = Field(description="Shown to people: secrets in it (URLs' passwords, tokens) are redacted.")
     line: int | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _redacted(cls, value: str) -> str:
+        # a probe's stderr may echo what the script read (e.g. the worker's environment): never print a secret
+        from autodl.redact import redact_text
+
+        return redact_text(value)
 
 
 class MemoryBreakdown(_Frozen):
@@ -135,27 +143,40 @@ class Device(_Frozen):
     uuid: str | None = None
     model: str = Field(description="Catalog model name, e.g. 'A100-SXM4-40GB'.")
     vendor: str = "nvidia"
-    memory_total_bytes: int
-    memory_used_bytes: int = 0
-    utilization_pct: float = 0.0
+    memory_total_bytes: int = Field(description="The device's own memory (a MIG instance's slice), bytes.")
+    memory_used_bytes: int | None = Field(
+        0, description="Used now, bytes; None when the source could not read it (unknown, never 0).")
+    utilization_pct: float | None = Field(
+        0.0, description="Busy %, None when not reported (MIG instances, NotSupported, a stale series).")
+    temperature_c: float | None = None
+    power_w: float | None = None
     healthy: bool = True
+    health_reason: str | None = Field(None, description="Why the device is unhealthy (e.g. 'GPU is lost').")
+    compute_fraction: float | None = Field(
+        None, description="Share of the parent GPU's compute (a MIG instance, 0-1); None for a whole device.")
     declared: bool = Field(False, description="True when read from a pool file, not from a driver.")
     pci_bus_id: str | None = None
     nvlink_group: str | None = Field(None, description="Devices sharing a group are NVLink-connected.")
     labels: dict[str, str] = Field(default_factory=dict)
+    unknown: list[str] = Field(
+        default_factory=list, description="Fields the source could not read, each with why ('utilization_pct: Not Supported').")
 
     @property
-    def memory_free_bytes(self) -> int:
+    def memory_free_bytes(self) -> int | None:
+        """Free memory in bytes, or None when the used memory is unknown."""
+        if self.memory_used_bytes is None:
+            return None
         return max(0, self.memory_total_bytes - self.memory_used_bytes)
 
 
 class Inventory(_Frozen):
     """A snapshot of the pool."""
 
-    source: str = Field(description="'nvml', 'file:<path>', ...")
+    source: str = Field(description="'nvml', 'file:<path>', 'prometheus:<url>', ...")
     declared: bool
     devices: list[Device]
     read_at: datetime = Field(default_factory=utcnow)
+    notes: list[str] = Field(default_factory=list, description="How the source was chosen, what it could not read.")
 
 
 # ------------------------------------------------------------------------------------- placement
@@ -227,7 +248,25 @@ class RunMetrics(_Frozen):
     duration_s: float
     exit_code: int | None
     samples: int = 0
-    peak_memory_bytes: int | None = Field(None, description="Peak device memory (NVML) or RSS (process).")
+    peak_memory_bytes: int | None = Field(
+        None, description="The run's own per-device peak, bytes (see peak_source); never device-wide 'used'.")
+    peak_source: str | None = Field(
+        None, description="Where peak_memory_bytes comes from: 'paddle_reserved' (the training's allocator), "
+                          "'nvml_process' (NVML per-process memory of the run's processes) or 'rss' (CPU run).")
+    allocated_peak_bytes: int | None = Field(
+        None, description="Paddle's max_memory_allocated (tensors), max over the run's devices, bytes.")
+    reserved_peak_bytes: int | None = Field(
+        None, description="Paddle's max_memory_reserved (allocator pool), max over the run's devices, bytes.")
+    process_peak_bytes: int | None = Field(
+        None, description="NVML per-process memory of the run's processes, max over its devices, bytes.")
+    device_used_peak_bytes: int | None = Field(
+        None, description="Device-wide 'used' (every process), max over samples and devices: context, not the run's.")
+    others_memory_bytes: int | None = Field(
+        None, description="Most memory other processes held on the run's devices while it ran, bytes.")
+    peak_by_device: dict[str, dict[str, int | None]] = Field(
+        default_factory=dict, description="Per device (UUID or Paddle place): allocated/reserved/process peaks, bytes.")
+    oom: dict[str, Any] | None = Field(None, description="The out-of-memory explanation when the training died of one.")
+    notes: list[str] = Field(default_factory=list, description="What could not be measured, and why.")
     mean_utilization_pct: float | None = None
     max_utilization_pct: float | None = None
     max_temperature_c: float | None = None
@@ -254,9 +293,12 @@ class RunRecord(_Frozen):
     launch: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     estimated_peak_bytes: int | None = None
-    actual_peak_bytes: int | None = None
+    actual_peak_bytes: int | None = Field(None, description="The run's own peak (RunMetrics.peak_memory_bytes).")
+    allocated_peak_bytes: int | None = Field(None, description="Paddle's allocated (tensor) peak, bytes.")
+    reserved_peak_bytes: int | None = Field(None, description="Paddle's reserved (allocator pool) peak, bytes.")
+    oom: dict[str, Any] | None = Field(None, description="Out-of-memory explanation (autodl.oom.OOMReport) when it died of one.")
     device_model: str | None = None
-    error: str | None = None
+    error: str | None = Field(None, description="Why the run failed; secrets in it are redacted.")
     decision: dict[str, Any] | None = Field(
         None, description="The PlacementDecision the booking was made on: every candidate, ranked, kept or "
                           "dropped, with its score terms and reasons.")
@@ -264,3 +306,10 @@ class RunRecord(_Frozen):
         None, description="What the training said about itself in AUTODL_REPORT_FILE (e.g. the checkpoint and "
                           "epoch it resumed from); None when it wrote nothing.")
     recorded_at: datetime = Field(default_factory=utcnow)
+
+    @field_validator("error")
+    @classmethod
+    def _redacted(cls, value: str | None) -> str | None:
+        from autodl.redact import redact_text
+
+        return redact_text(value) if value else value

@@ -11,13 +11,26 @@ from autodl.metrics import ProcessSampler, follow, make_sampler, summarise
 
 
 def test_summarise_units():
-    s = summarise([{"memory_bytes": 10, "utilization_pct": 50, "temperature_c": 60, "power_w": 100},
-                   {"memory_bytes": 30, "utilization_pct": 100, "temperature_c": 70, "power_w": 200}],
+    """NVML samples: device-wide 'used' is context (device_used_peak_bytes), the run's own peak is its
+    per-process memory; units pass through."""
+    s = summarise([{"device_used_bytes": 10, "process_bytes": 4, "utilization_pct": 50, "temperature_c": 60, "power_w": 100},
+                   {"device_used_bytes": 30, "process_bytes": 8, "utilization_pct": 100, "temperature_c": 70, "power_w": 200}],
                   source="nvml", duration_s=2.0, exit_code=0)
-    assert s.peak_memory_bytes == 30 and s.mean_utilization_pct == 75 and s.max_utilization_pct == 100
+    assert s.peak_memory_bytes == 8 and s.peak_source == "nvml_process" and s.device_used_peak_bytes == 30
+    assert s.mean_utilization_pct == 75 and s.max_utilization_pct == 100
     assert s.max_temperature_c == 70 and s.mean_power_w == 150 and s.samples == 2
     empty = summarise([], source="none", duration_s=1.0, exit_code=1)
     assert empty.peak_memory_bytes is None and empty.samples == 0
+
+
+def test_summarise_never_takes_device_used_as_the_runs_peak():
+    """Without per-process memory and without the training's report, the run's peak is unknown (None,
+    with a note), not the device-wide 'used' that counts other jobs."""
+    s = summarise([{"device_used_bytes": 30 * 2**30, "process_bytes": None, "utilization_pct": None}],
+                  source="nvml", duration_s=1.0, exit_code=0)
+    assert s.peak_memory_bytes is None and s.device_used_peak_bytes == 30 * 2**30
+    assert s.mean_utilization_pct is None
+    assert any("own peak memory is unknown" in n for n in s.notes)
 
 
 def test_follow_streams_log_and_samples_process(tmp_path):
@@ -37,7 +50,7 @@ def test_follow_streams_log_and_samples_process(tmp_path):
     assert [l for l in lines if l.startswith("line")] == [f"line {i}" for i in range(5)]
     assert lines[-1] == "no newline at end"
     assert metrics.source == "process" and metrics.samples >= 3
-    assert metrics.peak_memory_bytes > 64 * 2**20  # the bytearray is resident
+    assert metrics.peak_source == "rss" and metrics.peak_memory_bytes > 64 * 2**20  # the bytearray is resident
     rows = [json.loads(l) for l in samples_path.read_text().splitlines()]
     assert len(rows) == metrics.samples and all("t" in r for r in rows)
 

@@ -107,17 +107,20 @@ def test_declared_pool_runs_on_cpu_even_with_devices(script, catalog):
 def test_two_gpus_distributed_launch_uses_positions(script, catalog):
     req = request_for(script, catalog, distributed=True)
     out = render(req)
+    # inside the container CUDA_VISIBLE_DEVICES=0,1, so --devices lists its members; rank logs go to /tmp
+    # (the code folder is read-only)
     assert out["command"] == ["python", "-u", "-m", "paddle.distributed.launch", "--devices", "0,1",
-                              "/workspace/train.py"]
+                              "--log_dir", "/tmp/autodl-launch-logs", "/workspace/train.py"]
     assert out["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert out["create_kwargs"]["device_requests"][0]["DeviceIDs"] == ["GPU-0002-uuid", "GPU-0003-uuid"]
 
 
-def test_base_training_command_on_the_host_pins_positions_of_the_visible_list(script, catalog):
-    """base.training_command: --devices lists positions 0..N-1 of CUDA_VISIBLE_DEVICES, never host ids."""
+def test_base_training_command_on_the_host_lists_members_of_the_visible_list(script, catalog):
+    """base.training_command: beside CUDA_VISIBLE_DEVICES=<UUIDs>, Paddle 3.3's launch looks each --devices
+    entry up in that list, so --devices lists the same UUIDs (positions 0,1,2 fail: '0' is not in list)."""
     req = request_for(script, catalog, distributed=True, devs=devices(indices=(4, 6, 7)))
     argv = training_command(req)
-    assert argv[argv.index("--devices") + 1] == "0,1,2"
+    assert argv[argv.index("--devices") + 1] == "GPU-0004-uuid,GPU-0006-uuid,GPU-0007-uuid"
     single = request_for(script, catalog, distributed=True, devs=devices(indices=(5,)))
     assert "paddle.distributed.launch" not in training_command(single)
 
@@ -155,7 +158,24 @@ def test_other_vendors_pin_with_their_variable(script, catalog, vendor, expected
     assert "CUDA_VISIBLE_DEVICES" not in out["env"]
     assert "device_requests" not in out["create_kwargs"]
     assert out["env"]["AUTODL_PADDLE_DEVICE"] == catalog.vendor(vendor).paddle_device
-    assert out["create_kwargs"]["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    vendor_nodes = {"ascend": [], "kunlun": ["/dev/xpu2", "/dev/xpu3", "/dev/xpuctrl"]}.get(vendor, [])
+    assert out["create_kwargs"]["devices"] == [f"{d}:{d}:rwm" for d in
+                                               dict.fromkeys([*vendor_nodes, "/dev/kfd", "/dev/dri"])]
+
+
+def test_ascend_without_its_runtime_passes_the_davinci_devices(script, catalog):
+    """Case (README, Ascend in Docker): ASCEND_VISIBLE_DEVICES is read only by the Ascend container runtime;
+    with plain runc the container must get /dev/davinciN of the booked NPUs, /dev/davinci_manager,
+    /dev/devmm_svm and /dev/hisi_hdc, and the driver read-only, or it sees no NPU."""
+    out = render(request_for(script, catalog, vendor="ascend"))
+    assert out["create_kwargs"]["devices"] == [f"{d}:{d}:rwm" for d in (
+        "/dev/davinci2", "/dev/davinci3", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")]
+    assert "ASCEND_VISIBLE_DEVICES" not in out["env"] and out["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
+    assert out["create_kwargs"]["volumes"]["/usr/local/Ascend/driver"] == {"bind": "/usr/local/Ascend/driver", "mode": "ro"}
+    assert "--device /dev/davinci2" in out["shell"] and "--runtime" not in out["shell"]
+    with_runtime = render(request_for(script, catalog, vendor="ascend", options={"runtime": "ascend"}))
+    assert with_runtime["env"]["ASCEND_VISIBLE_DEVICES"] == "2,3" and "devices" not in with_runtime["create_kwargs"]
+    assert "--runtime ascend" in with_runtime["shell"]
 
 
 def test_kunlun_without_uuids_uses_host_indices(script, catalog):

@@ -47,6 +47,7 @@ def test_multi_gpu_spec_renders_a_distributed_container(catalog):
     spec, request = request_from_pipeline(MULTI_SPEC, two_a100(catalog), num_gpus=2)
     out = get_launcher(spec.launcher.type).render(request)
     assert out["command"] == ["python", "-u", "-m", "paddle.distributed.launch", "--devices", "0,1",
+                              "--log_dir", "/tmp/autodl-launch-logs",
                               "/workspace/simple_cnn_dp.py", "--epochs", "1", "--samples", "512"]
     assert out["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert out["create_kwargs"]["device_requests"][0]["DeviceIDs"] == UUIDS

@@ -98,8 +98,9 @@ def test_gpu_limits_requests_selector_toleration(catalog):
     assert pod_resource_total(pod, "nvidia.com/gpu") == 2
     assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
+    # no CUDA_VISIBLE_DEVICES in the pod (the device plugin pins): positions; rank logs under /tmp
     assert container["command"] == ["python", "-u", "-m", "paddle.distributed.launch", "--devices", "0,1",
-                                    "/workspace/train.py"]
+                                    "--log_dir", "/tmp/autodl-launch-logs", "/workspace/train.py"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert not VISIBILITY & env.keys()
 

@@ -12,7 +12,7 @@ import pytest
 
 from autodl.catalog import load_catalog
 from autodl.launch import LaunchRequest, get_launcher, training_command
-from autodl.launch.local import LocalLauncher
+from autodl.launch.local import LocalLauncher, run_dir_name
 from autodl.errors import LaunchError
 from autodl.types import Device
 
@@ -148,13 +148,17 @@ def test_missing_script_is_launch_error(tmp_path):
         LocalLauncher().launch(req)
 
 
-def test_distributed_command_uses_positions_not_host_ids(tmp_path):
+def test_distributed_command_lists_members_of_the_visible_list(tmp_path):
+    """With CUDA_VISIBLE_DEVICES=<UUIDs> Paddle 3.3's launch resolves --devices as members of that list:
+    --devices lists the UUIDs themselves, never positions or host ids; rank logs go to the run folder."""
     req = request(tmp_path, devices=[gpu(4), gpu(6)], distributed=True)
     argv = training_command(req)
-    assert argv[1:6] == ["-u", "-m", "paddle.distributed.launch", "--devices", "0,1"]
+    assert argv[1:6] == ["-u", "-m", "paddle.distributed.launch", "--devices", "GPU-4,GPU-6"]
     rendered = LocalLauncher().render(req)
     assert rendered["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-4,GPU-6"
-    assert "paddle.distributed.launch --devices 0,1" in rendered["shell"]
+    assert "paddle.distributed.launch --devices GPU-4,GPU-6 --log_dir " in rendered["shell"]
+    log_dir = rendered["command"][rendered["command"].index("--log_dir") + 1]
+    assert log_dir.endswith(f"/runs/{run_dir_name('r1')}/attempt-1.ranks")
     single = training_command(request(tmp_path, devices=[gpu(4)], distributed=True))
     assert "paddle.distributed.launch" not in single
     assert single[0] == sys.executable

@@ -1,10 +1,16 @@
-"""The device inventory: what accelerators the pool has and how loaded they are, from NVML or a declared pool file.
+"""The device inventory: what accelerators the pool has and how loaded they are, from NVML, Prometheus/DCGM or a pool file.
 
-Sources are a registry chosen by name (``AUTODL_POOL`` or the ``--pool`` option):
+Sources are a registry chosen by name or URL scheme (``AUTODL_POOL`` or the ``--pool`` option):
 
 * ``nvml`` — the local NVIDIA driver through ``nvidia-ml-py`` (module ``pynvml``);
+* ``prometheus+http://HOST:PORT`` (or ``prometheus+https://``, optionally ``?max_age_s=60&window_s=300``) —
+  dcgm-exporter's ``DCGM_FI_DEV_*`` series read from a Prometheus server's HTTP API, so a worker or
+  triggerer without GPUs still sees the cluster's devices (:mod:`autodl.inventory.prometheus`);
 * a path to a pool YAML file — devices declared by hand (``include/pools/demo.yaml``);
-* ``auto`` (default) — NVML when a driver answers, else the demo pool file, marked as declared.
+* ``auto`` (default) — NVML; only when there is no NVIDIA stack at all (no NVML library, no driver
+  loaded, no device) the demo pool file, marked as declared. Any other NVML failure (a
+  driver/library version mismatch, no permission) is an :class:`~autodl.errors.InventoryError`:
+  a broken driver must not turn silently into a CPU run recorded as a success.
 """
 
 from __future__ import annotations
@@ -16,33 +22,58 @@ from autodl.catalog import Catalog, load_catalog
 from autodl.config import default_pool_file, pool_source
 from autodl.errors import InventoryError
 from autodl.inventory.declared import read_pool_file
-from autodl.inventory.nvml import NvmlUnavailable, read_nvml
+from autodl.inventory.nvml import NvmlFailed, NvmlUnavailable, read_nvml
 from autodl.types import Inventory
+
+
+def _read_prometheus(url: str, catalog: Catalog) -> Inventory:
+    from autodl.inventory.prometheus import read_prometheus
+
+    return read_prometheus(url, catalog)
+
 
 SOURCES: dict[str, Callable[[Catalog], Inventory]] = {
     "nvml": read_nvml,
 }
+"""Sources chosen by name."""
+
+SCHEMES: dict[str, Callable[[str, Catalog], Inventory]] = {
+    "prometheus+http": _read_prometheus,
+    "prometheus+https": _read_prometheus,
+}
+"""Sources chosen by URL scheme (``scheme://...``); each gets the whole URL."""
+
+_BROKEN_NVML_FIX = (
+    "the NVIDIA driver is installed but NVML fails; fix the driver (after a driver upgrade: reboot, or reload "
+    "the kernel module; check `nvidia-smi`), or set AUTODL_POOL / --pool to a pool file to use declared devices on purpose."
+)
 
 
 def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None = None) -> Inventory:
     """Snapshot of the pool.
 
     :param source: ``'auto'`` (default, or ``$AUTODL_POOL`` / ``[autodl] pool``), a registered source name such as
-        ``'nvml'``, or the path of a pool YAML file.
+        ``'nvml'``, a registered URL (``prometheus+http://127.0.0.1:9090``), or the path of a pool YAML file.
     :param catalog: GPU catalog used to name device models; default :func:`load_catalog`.
-    :returns: an :class:`~autodl.types.Inventory`; ``declared=True`` when the devices came from a file.
-    :raises InventoryError: for a bad pool file, or ``'nvml'`` asked for explicitly with no driver.
+    :returns: an :class:`~autodl.types.Inventory`; ``declared=True`` when the devices came from a file;
+        ``notes`` say why ``auto`` chose what it chose.
+    :raises InventoryError: for a bad pool file, an unreachable Prometheus, ``'nvml'`` asked for with
+        no driver, or NVML present but failing (exit code 5).
     """
     catalog = catalog or load_catalog()
     source = str(source or pool_source())
     if source == "auto":
         try:
-            inventory = read_nvml(catalog)
-        except NvmlUnavailable:
-            return read_pool_file(default_pool_file(), catalog)
-        if inventory.devices:
-            return inventory
-        return read_pool_file(default_pool_file(), catalog)
+            return read_nvml(catalog)
+        except NvmlUnavailable as exc:
+            fallback = read_pool_file(default_pool_file(), catalog)
+            return fallback.model_copy(update={"notes": [
+                *fallback.notes, f"no NVIDIA GPU here ({exc}): using the declared pool {default_pool_file()}"]})
+        except NvmlFailed as exc:
+            raise InventoryError(f"pool source 'auto': {exc}; {_BROKEN_NVML_FIX}") from None
+    scheme = source.split("://", 1)[0] if "://" in source else None
+    if scheme in SCHEMES:
+        return SCHEMES[scheme](source, catalog)
     if source in SOURCES:
         try:
             return SOURCES[source](catalog)
@@ -50,7 +81,12 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
             raise InventoryError(
                 f"pool source {source!r}: {exc}; install the NVIDIA driver or use a pool file (--pool include/pools/demo.yaml)."
             ) from None
+        except NvmlFailed as exc:
+            raise InventoryError(f"pool source {source!r}: {exc}; {_BROKEN_NVML_FIX}") from None
+    if scheme is not None:
+        raise InventoryError(f"pool source {source!r}: unknown scheme {scheme!r}; use one of: "
+                             f"{', '.join(sorted(SCHEMES))}, a source name ({', '.join(SOURCES)}), auto, or a pool file.")
     return read_pool_file(Path(source), catalog)
 
 
-__all__ = ["SOURCES", "read_inventory", "read_pool_file", "read_nvml"]
+__all__ = ["SCHEMES", "SOURCES", "read_inventory", "read_pool_file", "read_nvml"]

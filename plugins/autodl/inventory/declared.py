@@ -25,20 +25,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autodl.catalog import Catalog
 from autodl.config import read_yaml
 from autodl.errors import CatalogError, InventoryError
+from autodl.fields import DeviceBytes, DeviceIndex, Percent, UsedDeviceBytes
+from autodl.inputs import clip, short
 from autodl.types import Device, Inventory
 
 
 class _DeclaredDevice(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    index: int = Field(ge=0)
-    model: str
-    uuid: str | None = None
-    vendor: str | None = None
-    host: str | None = None
-    memory_total_bytes: int | None = Field(None, gt=0)
-    memory_used_bytes: int = Field(0, ge=0)
-    utilization_pct: float = Field(0.0, ge=0, le=100)
+    index: DeviceIndex
+    model: str = Field(max_length=200)
+    uuid: str | None = Field(None, max_length=200)
+    vendor: str | None = Field(None, max_length=100)
+    host: str | None = Field(None, max_length=253)
+    memory_total_bytes: DeviceBytes | None = None
+    memory_used_bytes: UsedDeviceBytes = 0
+    utilization_pct: Percent = 0.0
     healthy: bool = True
     nvlink_group: str | None = None
     pci_bus_id: str | None = None
@@ -48,7 +50,7 @@ class _DeclaredDevice(BaseModel):
 class _PoolFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "localhost"
+    host: str = Field("localhost", max_length=253)
     devices: list[_DeclaredDevice]
 
 
@@ -68,7 +70,11 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
     try:
         pool = _PoolFile.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"{p}: field '{'.'.join(str(x) for x in err['loc'])}': {err['msg']}" for err in exc.errors()]
+        errors = exc.errors(include_url=False)
+        lines = [f"{clip(p)}: field '{clip('.'.join(str(x) for x in err['loc']), 100)}': {clip(err['msg'].removeprefix('Value error, '), 200)} "
+                 f"(got {short(err.get('input'), 60)})" for err in errors[:10]]
+        if len(errors) > 10:
+            lines.append(f"{clip(p)}: ... and {len(errors) - 10} more errors")
         raise InventoryError("\n".join(lines) + "\nfix the pool file (see include/pools/demo.yaml).") from None
     if not pool.devices:
         raise InventoryError(f"{p}: the pool declares no devices; list at least one under 'devices:'.")

@@ -1,102 +1,309 @@
 """Inventory from the local NVIDIA driver through NVML (``nvidia-ml-py``, module ``pynvml``).
 
-Reads every GPU in PCI bus order (NVML's own order), and each MIG instance of a GPU in MIG mode
-as its own device (``model`` = the parent's catalog model, memory = the instance's).
+Reads every GPU in PCI bus order (NVML's own order), and each MIG instance of a GPU in MIG mode as
+its own device, with the instance's own memory and its share of the GPU's compute.
+
+Every field and every device is read in its own guard: a field NVML does not support (utilization
+of a MIG instance, power on some boards) is unknown (``None``, named in ``Device.unknown``), never
+0; a device that fails (lost from the bus, memory info unreadable) is listed unhealthy with the
+reason, and the others stay usable. Memory is read with ``nvmlDeviceGetMemoryInfo_v2`` (drivers
+>= 510 count driver-reserved memory separately; the v1 call reports it as "used", so an idle card
+looks busy: https://docs.nvidia.com/deploy/nvml-api/structnvmlMemory__v2__t.html), and with v1
+only where v2 is not supported.
+
+NVML failing as a whole is one of two things (:func:`init`): *absent* (no library, no driver
+loaded: :class:`NvmlUnavailable`, the ``auto`` pool then uses its declared fallback) or *broken*
+(e.g. a driver/library version mismatch after a driver upgrade without reboot, no permission:
+:class:`NvmlFailed`, an inventory error — a broken driver must not silently turn into a CPU run).
 """
 
 from __future__ import annotations
 
+import re
 import socket
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from autodl.catalog import Catalog
 from autodl.types import Device, Inventory
 
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+"""NVML return codes (``nvml.h``; the same values as ``pynvml.NVML_ERROR_*``)."""
+
+ABSENT_CODES = frozenset({NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND})
+"""``nvmlInit`` errors that mean "no NVIDIA GPU stack here" (the only ones the ``auto`` pool falls back on)."""
+
+V1_FALLBACK_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND,
+                               NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
+"""Errors of ``nvmlDeviceGetMemoryInfo_v2`` after which the v1 call is tried (driver < 510, old board)."""
+
+MIG_PROFILE_RE = re.compile(r"(\d+)g\.(\d+)gb", re.I)
+"""A MIG profile in an NVML device name, e.g. ``NVIDIA A100-SXM4-40GB MIG 1g.5gb``: ``<compute slices>g.<memory GB>gb``
+(NVIDIA MIG User Guide, "Supported MIG Profiles": https://docs.nvidia.com/datacenter/tesla/mig-user-guide/)."""
+
 
 class NvmlUnavailable(RuntimeError):
-    """No NVIDIA driver answers (library missing, no device, driver/library mismatch)."""
+    """No NVIDIA stack here: the NVML library is missing, no driver is loaded, or it sees no device."""
+
+
+class NvmlFailed(RuntimeError):
+    """NVML is installed but does not work (driver/library version mismatch, no permission, ...)."""
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The NVML return code of an ``NVMLError`` (``exc.value``), or None."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` as a short reason: NVML's own text and its code."""
+    code = error_code(exc)
+    text = str(exc) or type(exc).__name__
+    return f"{text} (NVML error {code})" if code is not None else text
+
+
+def load_nvml(nvml: ModuleType | None = None) -> ModuleType:
+    """The ``pynvml`` module (``nvidia-ml-py``), or ``nvml`` when given.
+
+    :raises NvmlUnavailable: when the binding is not installed.
+    """
+    if nvml is not None:
+        return nvml
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
+        raise NvmlUnavailable(f"nvidia-ml-py is not installed ({exc})") from None
+    return pynvml
+
+
+def init(nvml: ModuleType) -> None:
+    """``nvmlInit``, with its failure sorted into absent or broken.
+
+    :raises NvmlUnavailable: no library / no driver loaded (:data:`ABSENT_CODES`).
+    :raises NvmlFailed: any other NVML error, e.g. 18 "RM has detected an NVML/RM version mismatch".
+    """
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError, or OSError from a broken library
+        if error_code(exc) in ABSENT_CODES:
+            raise NvmlUnavailable(f"NVML did not initialise: {describe(exc)}") from None
+        raise NvmlFailed(f"NVML did not initialise: {describe(exc)}") from None
+
+
+def shutdown(nvml: ModuleType) -> None:
+    """``nvmlShutdown``; its failure does not matter."""
+    try:
+        nvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _nvlink_active(nvml: ModuleType, handle) -> bool:
+def read_memory(nvml: ModuleType, handle: Any) -> tuple[int, int, str]:
+    """(total, used, API version) of a device or MIG handle, bytes.
+
+    v2 first (``used`` excludes driver-reserved memory); v1 only when v2 is not supported by the
+    driver, the board or the binding.
+
+    :raises Exception: the NVML error of the last call tried.
+    """
+    v2 = getattr(nvml, "nvmlMemory_v2", None)
+    if v2 is not None:
+        try:
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+            return int(mem.total), int(mem.used), "v2"
+        except TypeError:
+            pass  # a binding whose call takes no version
+        except Exception as exc:  # noqa: BLE001
+            if error_code(exc) not in V1_FALLBACK_CODES:
+                raise
+    mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+    return int(mem.total), int(mem.used), "v1"
+
+
+def read_field(unknown: list[str], name: str, call: Callable[[], Any]) -> Any:
+    """``call()``, or None with ``'<name>: <reason>'`` appended to ``unknown`` when it fails."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - NotSupported, GpuIsLost, a binding without the call
+        unknown.append(f"{name}: {describe(exc)}")
+        return None
+
+
+def _nvlink_active(nvml: ModuleType, handle: Any) -> bool:
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
-            if nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) == getattr(nvml, "NVML_FEATURE_ENABLED", 1):
                 return True
-        except nvml.NVMLError:
+        except Exception:  # noqa: BLE001 - no NVLink, or no more links
             break
     return False
+
+
+def _mig_children(nvml: ModuleType, handle: Any) -> list[Any]:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # noqa: BLE001 - MIG not supported on this GPU
+        return []
+    if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return []
+    children = []
+    try:
+        count = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except Exception:  # noqa: BLE001
+        count = 7
+    for m in range(count):
+        try:
+            children.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, m))
+        except Exception:  # noqa: BLE001 - no instance at this slot
+            continue
+    return children
+
+
+def _mig_share(nvml: ModuleType, parent: Any, child: Any, name: str, total: int,
+               parent_total: int | None) -> tuple[str, float | None, str]:
+    """(profile, compute fraction, how the fraction was found) of a MIG instance.
+
+    The fraction is the instance's streaming multiprocessors over the GPU's (``nvmlDeviceGetAttributes``);
+    else its compute slices (from the profile in its name, ``1g.5gb``) over the GPU's slice count
+    (``nvmlDeviceGetMaxMigDeviceCount``: 7 on A100/H100, 4 on A30 — MIG User Guide); else its share
+    of the GPU's memory, which for every MIG profile is at most its compute share (1g.5gb: 1/8 of
+    memory, 1/7 of compute), so speed is not overstated.
+    """
+    profile = None
+    match = MIG_PROFILE_RE.search(name)
+    attrs = None
+    try:
+        attrs = nvml.nvmlDeviceGetAttributes(child)
+    except Exception:  # noqa: BLE001 - older driver or binding
+        attrs = None
+    if match:
+        profile = f"{match.group(1)}g.{match.group(2)}gb"
+    elif attrs is not None and getattr(attrs, "gpuInstanceSliceCount", 0):
+        profile = f"{attrs.gpuInstanceSliceCount}g.{round(attrs.memorySizeMB / 1024)}gb"
+    if attrs is not None:
+        try:
+            parent_sm = nvml.nvmlDeviceGetAttributes(parent).multiprocessorCount
+            if parent_sm and attrs.multiprocessorCount:
+                fraction = attrs.multiprocessorCount / parent_sm
+                return profile or f"{fraction:.2f}", round(fraction, 4), "multiprocessors"
+        except Exception:  # noqa: BLE001
+            pass
+    if match:
+        try:
+            slices = int(nvml.nvmlDeviceGetMaxMigDeviceCount(parent))
+            if slices:
+                return profile, round(min(1.0, int(match.group(1)) / slices), 4), "compute slices"
+        except Exception:  # noqa: BLE001
+            pass
+    if parent_total:
+        fraction = min(1.0, total / parent_total)
+        return profile or f"{total / 2**30:.1f}gib", round(fraction, 4), "memory share (conservative)"
+    return profile or f"{total / 2**30:.1f}gib", None, "unknown"
+
+
+def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[Device]:
+    """The device(s) at NVML ``index``: one GPU, or its MIG instances; unhealthy with the reason on failure."""
+    unknown: list[str] = []
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = _text(nvml.nvmlDeviceGetName(handle))
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    except Exception as exc:  # noqa: BLE001 - GpuIsLost, Unknown, ...
+        reason = f"NVML cannot read GPU {index}: {describe(exc)}"
+        return [Device(device_id=f"{host}:{index}", host=host, index=index, model="unknown", memory_total_bytes=0,
+                       memory_used_bytes=None, utilization_pct=None, healthy=False, health_reason=reason,
+                       declared=False, unknown=[reason])]
+    entry = catalog.find(name)
+    model = entry.name if entry else name
+    vendor = entry.vendor if entry else "nvidia"
+    pci = read_field(unknown, "pci_bus_id", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    labels = {"nvml_name": name}
+    try:
+        total, used, api = read_memory(nvml, handle)
+        labels["nvml_memory_api"] = api
+        memory_error = None
+    except Exception as exc:  # noqa: BLE001
+        memory_error = f"memory info: {describe(exc)}"
+        total = entry.memory_bytes if entry else 0
+        used = None
+        unknown.append(memory_error)
+        labels["memory_total_source"] = "catalog" if entry else "unknown"
+
+    children = [] if memory_error else _mig_children(nvml, handle)
+    if children:
+        out = []
+        for m, child in enumerate(children):
+            c_unknown: list[str] = ["utilization_pct: not reported for MIG instances (NVML)"]
+            try:
+                mig_uuid = _text(nvml.nvmlDeviceGetUUID(child))
+                c_total, c_used, c_api = read_memory(nvml, child)
+            except Exception as exc:  # noqa: BLE001
+                reason = f"NVML cannot read MIG instance {m} of GPU {index}: {describe(exc)}"
+                out.append(Device(device_id=f"{uuid}/mig{m}", host=host, index=index, model=f"{model} MIG",
+                                  vendor=vendor, memory_total_bytes=0, memory_used_bytes=None, utilization_pct=None,
+                                  healthy=False, health_reason=reason, declared=False, pci_bus_id=pci,
+                                  labels={"mig_parent": uuid, "mig_index": str(m)}, unknown=[reason]))
+                continue
+            c_name = read_field(c_unknown, "name", lambda: _text(nvml.nvmlDeviceGetName(child))) or ""
+            profile, fraction, how = _mig_share(nvml, handle, child, c_name, c_total, total)
+            out.append(Device(
+                device_id=mig_uuid, host=host, index=index, uuid=mig_uuid, model=f"{model} MIG {profile}",
+                vendor=vendor, memory_total_bytes=c_total, memory_used_bytes=c_used, utilization_pct=None,
+                compute_fraction=fraction, declared=False, pci_bus_id=pci, unknown=c_unknown,
+                labels={"mig_parent": uuid, "mig_index": str(m), "mig_profile": profile, "catalog_model": model,
+                        "compute_fraction_source": how, "nvml_memory_api": c_api, "nvml_name": c_name},
+            ))
+        return out
+
+    util = read_field(unknown, "utilization_pct", lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    temp = read_field(unknown, "temperature_c",
+                      lambda: float(nvml.nvmlDeviceGetTemperature(handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))))
+    power = read_field(unknown, "power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)  # mW -> W
+    group = f"{host}-nvlink" if not memory_error and _nvlink_active(nvml, handle) else None
+    return [Device(
+        device_id=uuid, host=host, index=index, uuid=uuid, model=model, vendor=vendor, memory_total_bytes=total,
+        memory_used_bytes=used, utilization_pct=util, temperature_c=temp, power_w=power,
+        healthy=memory_error is None, health_reason=memory_error, declared=False, pci_bus_id=pci,
+        nvlink_group=group, labels=labels, unknown=unknown,
+    )]
 
 
 def read_nvml(catalog: Catalog, nvml: ModuleType | None = None) -> Inventory:
     """Read the local GPUs.
 
     :param catalog: maps NVML names (``'NVIDIA A100-SXM4-40GB'``) to catalog models; a GPU that is
-        not in the catalog keeps its NVML name, and the policy drops it with that reason.
+        not in the catalog keeps its NVML name, and the policy drops it with that reason. A MIG
+        instance's model is ``'<catalog model> MIG <profile>'`` (e.g. ``'A100-SXM4-40GB MIG 1g.5gb'``).
     :param nvml: the ``pynvml`` module (injectable for tests).
-    :returns: an :class:`Inventory` with ``declared=False``; memory in bytes, utilization in %.
-    :raises NvmlUnavailable: when the NVML library or driver is absent.
+    :returns: an :class:`Inventory` with ``declared=False``; memory in bytes, utilization in %,
+        unknown fields None; failing devices unhealthy with ``health_reason``.
+    :raises NvmlUnavailable: no NVML library, no driver loaded, or no device.
+    :raises NvmlFailed: NVML present but broken (see :func:`init`).
     """
-    if nvml is None:
-        try:
-            import pynvml as nvml  # nvidia-ml-py
-        except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
-            raise NvmlUnavailable(f"nvidia-ml-py is not installed ({exc})") from None
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        raise NvmlUnavailable(f"NVML did not initialise: {exc}") from None
+    nvml = load_nvml(nvml)
+    init(nvml)
     host = socket.gethostname()
     devices: list[Device] = []
     try:
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            name = _text(nvml.nvmlDeviceGetName(handle))
-            entry = catalog.find(name)
-            model = entry.name if entry else name
-            vendor = entry.vendor if entry else "nvidia"
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            pci = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
-            group = f"{host}-nvlink" if _nvlink_active(nvml, handle) else None
-            mig_children = []
-            try:
-                current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-                if current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
-                    for m in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-                        try:
-                            mig_children.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, m))
-                        except nvml.NVMLError:
-                            continue
-            except nvml.NVMLError:
-                pass  # MIG not supported on this GPU
-            if mig_children:
-                for m, child in enumerate(mig_children):
-                    mem = nvml.nvmlDeviceGetMemoryInfo(child)
-                    mig_uuid = _text(nvml.nvmlDeviceGetUUID(child))
-                    devices.append(
-                        Device(device_id=mig_uuid, host=host, index=index, uuid=mig_uuid, model=model,
-                               vendor=vendor, memory_total_bytes=int(mem.total), memory_used_bytes=int(mem.used),
-                               utilization_pct=0.0, declared=False, pci_bus_id=pci,
-                               labels={"mig_parent": uuid, "mig_index": str(m)})
-                    )
-                continue
-            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-            try:
-                util = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            except nvml.NVMLError:
-                util = 0.0
-            devices.append(
-                Device(device_id=uuid, host=host, index=index, uuid=uuid, model=model, vendor=vendor,
-                       memory_total_bytes=int(mem.total), memory_used_bytes=int(mem.used),
-                       utilization_pct=util, declared=False, pci_bus_id=pci, nvlink_group=group,
-                       labels={"nvml_name": name})
-            )
-    finally:
         try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception as exc:  # noqa: BLE001
+            raise NvmlFailed(f"NVML cannot count the GPUs: {describe(exc)}") from None
+        if count == 0:
+            raise NvmlUnavailable("NVML sees no GPU")
+        for index in range(count):
+            devices.extend(_device(nvml, index, host, catalog))
+    finally:
+        shutdown(nvml)
     return Inventory(source="nvml", declared=False, devices=devices)

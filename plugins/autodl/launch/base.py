@@ -76,19 +76,53 @@ def pinning_env(request: LaunchRequest, *, inside_container: bool = False) -> di
     return env
 
 
-def training_command(request: LaunchRequest, *, python: str | None = None, script: str | None = None) -> list[str]:
+def launch_devices_arg(request: LaunchRequest, visible: str | None = None) -> str:
+    """The value of ``paddle.distributed.launch --devices`` for ``request``'s booked devices.
+
+    Paddle's launch reads the visibility variable of NVIDIA (``CUDA_VISIBLE_DEVICES``) and Kunlun
+    (``XPU_VISIBLE_DEVICES``) itself and resolves each ``--devices`` entry as a *member* of it
+    (``paddle/distributed/launch/context/device.py``: ``labels.index(d)``), so beside
+    ``CUDA_VISIBLE_DEVICES=<UUID>,<UUID>`` it must be those UUIDs — ``--devices 0,1`` fails with
+    ``ValueError: '0' is not in list`` (reproduced with Paddle 3.3.1). For vendors whose variable it
+    does not read (Ascend, AMD/Hygon: the runtime renumbers the visible devices), and wherever the
+    variable is unset (a Kubernetes pod), the entries are positions ``0..n-1``. The vendor table's
+    ``launch_devices`` says which (``include/catalog/vendors.yaml``).
+
+    :param visible: the visibility variable's value where the command runs (a container's
+        renumbered ``0,1``); default: the host value :func:`pinning_env` gives.
+    """
+    n = len(request.devices)
+    positions = ",".join(str(i) for i in range(n))
+    vendor = request.vendor
+    if vendor is None or vendor.launch_devices != "members":
+        return positions
+    if visible is None:
+        visible = pinning_env(request).get(vendor.visible_devices_env, "")
+    members = [v for v in (visible or "").split(",") if v]
+    return ",".join(members) if len(members) == n else positions
+
+
+def training_command(request: LaunchRequest, *, python: str | None = None, script: str | None = None,
+                     visible: str | None = None, log_dir: str | None = None) -> list[str]:
     """argv that runs the training.
 
     Single device: ``python -u script args``. Distributed (N devices): ``python -m
-    paddle.distributed.launch --devices 0,...,N-1 script args``; the positions refer to the pinned
-    visibility list, never to host ids.
+    paddle.distributed.launch --devices <...> [--log_dir DIR] script args``, with ``--devices`` as
+    :func:`launch_devices_arg` gives it for the vendor (never host indices beside a visibility list).
+
+    :param visible: the visibility variable's value where the command runs (see :func:`launch_devices_arg`);
+        ``""`` when none is set there (a pod: the device plugin pins).
+    :param log_dir: where ``paddle.distributed.launch`` writes its per-rank logs (``workerlog.N``);
+        default its own ``./log``, which a read-only code folder cannot hold.
     """
     py = python or request.python
     target = script or request.script
     n = len(request.devices)
     if request.distributed and n > 1 and not request.on_cpu:
-        devices = ",".join(str(i) for i in range(n))
-        return [py, "-u", "-m", "paddle.distributed.launch", "--devices", devices, target, *request.args]
+        argv = [py, "-u", "-m", "paddle.distributed.launch", "--devices", launch_devices_arg(request, visible)]
+        if log_dir:
+            argv += ["--log_dir", log_dir]
+        return [*argv, target, *request.args]
     return [py, "-u", target, *request.args]
 
 
@@ -149,7 +183,11 @@ def launcher_options(request: LaunchRequest, launcher: str) -> Any:
     try:
         return LauncherSection.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"launcher.{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        errors = exc.errors(include_url=False)
+        problems = "; ".join(f"launcher.{'.'.join(str(p) for p in e['loc'])[:100] or '<root>'}: "
+                             f"{e['msg'].removeprefix('Value error, ')[:300]}" for e in errors[:10])
+        if len(errors) > 10:
+            problems += f"; and {len(errors) - 10} more"
         raise LaunchError(f"run {request.run_key}: invalid launcher options: {problems}; fix the spec's launcher section.") from None
 
 

@@ -36,6 +36,7 @@ from autodl.launch.base import (
     training_command,
     visible_devices_value,
 )
+from autodl.redact import redact_env, redact_text
 from autodl.types import LaunchHandle
 
 log = logging.getLogger(__name__)
@@ -131,45 +132,70 @@ class DockerPlan:
 
     @property
     def shell(self) -> str:
-        """The equivalent ``docker run`` line, quoted for a POSIX shell."""
-        return shlex.join(self.cli)
+        """The equivalent ``docker run`` line, quoted for a POSIX shell, secret-named ``--env`` values as ``***``
+        (it is shown in logs and messages)."""
+        return redact_text(shlex.join(self.cli))
 
 
-def _device_settings(request: LaunchRequest, vendor: VendorInfo) -> tuple[dict[str, str], list[Any], list[str]]:
-    """Environment, device requests and host device ids for ``request``'s container.
+@dataclass(frozen=True)
+class DeviceSettings:
+    """How a container gets the booked devices (from the vendor table, ``include/catalog/vendors.yaml``)."""
 
-    Three cases, from the vendor table (``include/catalog/vendors.yaml``):
+    env: dict[str, str]
+    requests: list[Any] = field(default_factory=list)
+    device_ids: list[str] = field(default_factory=list)
+    device_nodes: list[str] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
+
+
+def _device_settings(request: LaunchRequest, vendor: VendorInfo, runtime: str | None = None) -> DeviceSettings:
+    """Environment, device requests, device nodes and read-only mounts for ``request``'s container.
+
+    From the vendor table (``include/catalog/vendors.yaml``, sources per vendor there):
 
     * the vendor has ``docker_capabilities`` (NVIDIA): a ``DeviceRequest`` with the device ids; the
       runtime exposes only those, renumbered, so the visibility variable lists ``0..n-1``.
       ``NVIDIA_VISIBLE_DEVICES`` is set to the same ids: Docker sets it too for a device request, and an
       engine whose default runtime is ``nvidia`` would otherwise honour the image's ``=all``.
-    * the container variable differs from the process one (Ascend Docker Runtime reads
-      ``ASCEND_VISIBLE_DEVICES``): that variable gets the host indices, the process one ``0..n-1``.
-    * otherwise (AMD, Hygon, Kunlun: device nodes passed through whole, ``launcher.devices``) nothing
-      renumbers the devices, so the visibility variable lists the host ids as on the host.
+    * the vendor has a ``docker_runtime`` (Ascend Docker Runtime) and ``launcher.runtime`` selects it:
+      the runtime's variable (``ASCEND_VISIBLE_DEVICES``) gets the host indices, the process one
+      ``0..n-1``. Without that runtime (plain runc) nothing reads ``ASCEND_VISIBLE_DEVICES``: the
+      booked ``/dev/davinciN`` and the shared ``/dev/davinci_manager``, ``/dev/devmm_svm``,
+      ``/dev/hisi_hdc`` are passed as device nodes and the driver is mounted read-only.
+    * otherwise (AMD, Hygon, Kunlun) the vendor's device nodes are passed through (per device, e.g.
+      ``/dev/xpuN``, and shared ones such as ``/dev/kfd``, ``/dev/dri``); nothing renumbers the
+      devices, so the visibility variable lists the host ids as on the host.
 
-    A CPU run gets the vendor's ``cpu_only_container_env`` (``NVIDIA_VISIBLE_DEVICES=void``).
+    A CPU run gets the vendor's ``cpu_only_container_env`` (``NVIDIA_VISIBLE_DEVICES=void``) and no device.
     """
     import docker.types
 
     if request.on_cpu or not request.devices:
         env = dict(vendor.cpu_only_container_env)
         env.update(pinning_env(request.model_copy(update={"vendor": vendor}), inside_container=True))
-        return env, [], []
+        return DeviceSettings(env)
     pinned = request.model_copy(update={"vendor": vendor})
     host_ids = visible_devices_value(request.devices).split(",")
+    indices = [str(d.index) for d in request.devices]
     if vendor.docker_capabilities:
         env = {vendor.container_visible_env: ",".join(host_ids)}
         env.update(pinning_env(pinned, inside_container=True))
         requests = [docker.types.DeviceRequest(device_ids=host_ids, capabilities=vendor.docker_capabilities)]
-        return env, requests, host_ids
-    if vendor.container_visible_env != vendor.visible_devices_env:
-        indices = [str(d.index) for d in request.devices]
+        return DeviceSettings(env, requests, host_ids)
+    nodes = [n.format(index=d.index) for d in request.devices for n in vendor.docker_device_nodes]
+    nodes += vendor.docker_shared_device_nodes
+    if vendor.docker_runtime and runtime == vendor.docker_runtime:
         env = {vendor.container_visible_env: ",".join(indices)}
         env.update(pinning_env(pinned, inside_container=True))
-        return env, [], indices
-    return pinning_env(pinned, inside_container=False), [], host_ids
+        return DeviceSettings(env, [], indices)
+    if vendor.container_visible_env != vendor.visible_devices_env:
+        return DeviceSettings(pinning_env(pinned, inside_container=True), [], indices, nodes, list(vendor.docker_mounts))
+    return DeviceSettings(pinning_env(pinned, inside_container=False), [], host_ids, nodes, list(vendor.docker_mounts))
+
+
+LAUNCH_LOG_DIR = "/tmp/autodl-launch-logs"
+"""Where ``paddle.distributed.launch`` writes its per-rank logs in a container (its default ``./log``
+would be inside the read-only code folder)."""
 
 
 class DockerLauncher:
@@ -240,8 +266,11 @@ class DockerLauncher:
             catalog = load_catalog()
             vendor = catalog.vendor(request.devices[0].vendor if request.devices else "nvidia")
         host_root, script_inside = container_script(request, opts.code_dir)
-        argv = list(opts.command) if opts.command else training_command(request, python=opts.python, script=script_inside)
-        device_env, device_requests, device_ids = _device_settings(request, vendor)
+        devs = _device_settings(request, vendor, opts.runtime)
+        device_env, device_requests, device_ids = devs.env, devs.requests, devs.device_ids
+        argv = list(opts.command) if opts.command else training_command(
+            request, python=opts.python, script=script_inside, visible=device_env.get(vendor.visible_devices_env, ""),
+            log_dir=LAUNCH_LOG_DIR)
         on_cpu = request.on_cpu or not request.devices
 
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
@@ -257,6 +286,8 @@ class DockerLauncher:
         name = container_name(request)
         labels = container_labels(request)
         volumes = {host_root: {"bind": opts.code_dir, "mode": "ro"}}
+        for path in devs.mounts:  # the vendor's driver libraries and tools, read-only
+            volumes[path] = {"bind": path, "mode": "ro"}
         for mount in opts.mounts:
             volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
         shm = opts.shm_size or (request.shm_bytes if opts.ipc_mode != "host" else None)
@@ -299,9 +330,10 @@ class DockerLauncher:
         if device_requests:
             kwargs["device_requests"] = device_requests
             cli += ["--gpus", gpus_flag(device_ids)]
-        if opts.devices and not on_cpu:
-            kwargs["devices"] = [d if d.count(":") else f"{d}:{d}:rwm" for d in opts.devices]
-            cli += [arg for d in opts.devices for arg in ("--device", d)]
+        nodes = list(dict.fromkeys([*devs.device_nodes, *(opts.devices if not on_cpu else [])]))
+        if nodes:
+            kwargs["devices"] = [d if d.count(":") else f"{d}:{d}:rwm" for d in nodes]
+            cli += [arg for d in nodes for arg in ("--device", d)]
         for source, bind in volumes.items():
             cli += ["--volume", f"{source}:{bind['bind']}:{bind['mode']}"]
         cli += [image, *argv]
@@ -320,19 +352,24 @@ class DockerLauncher:
             "image": plan.image,
             "container_name": plan.name,
             "command": plan.argv,
-            "env": plan.env,
+            "env": redact_env(plan.env),
             "labels": plan.labels,
             "device_ids": plan.device_ids,
             "visible_devices": plan.visible_devices,
             "shell": plan.shell,
-            "create_kwargs": {k: (list(map(dict, v)) if k == "device_requests" else v) for k, v in plan.create_kwargs.items()},
+            "create_kwargs": {k: (list(map(dict, v)) if k == "device_requests" else redact_env(v) if k == "environment" else v)
+                              for k, v in plan.create_kwargs.items()},
         }
 
     # ------------------------------------------------------------------------------- engine
     def containers_of(self, run_key: str) -> list[Any]:
-        """Every container (any state) labelled with ``run_key``, newest first."""
+        """Every container (any state) labelled with ``run_key``, newest first.
+
+        The engine's label filter selects; each container's own ``autodl.run_key`` label is then compared with
+        the whole run key, so a launch never reattaches to (and a stop never removes) another run's container."""
         found = self.client.containers.list(all=True, filters={"label": f"{LABEL_PREFIX}run_key={run_key}"})
-        return sorted(found, key=lambda c: c.attrs.get("Created", ""), reverse=True)
+        mine = [c for c in found if (getattr(c, "labels", None) or {}).get(f"{LABEL_PREFIX}run_key") == run_key]
+        return sorted(mine, key=lambda c: c.attrs.get("Created", ""), reverse=True)
 
     def _ensure_image(self, plan: DockerPlan) -> None:
         import docker

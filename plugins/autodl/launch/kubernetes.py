@@ -25,7 +25,8 @@ from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
 from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
-from autodl.launch.docker import DEFAULT_IMAGE, complete_utf8_length
+from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, complete_utf8_length
+from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
 
 log = logging.getLogger(__name__)
@@ -113,28 +114,81 @@ def booked_node(request: LaunchRequest) -> str | None:
     return nodes.pop()
 
 
-def product_label_value(model_name: str, catalog: Catalog) -> str | None:
-    """The GPU Feature Discovery product label value for a catalog model, or ``None`` when unknown.
+def product_label_value(model_name: str, catalog: Catalog, vendor: VendorInfo | None = None) -> str | None:
+    """The node label value naming a catalog model, or ``None`` when unknown.
 
-    GFD publishes the NVML product name with spaces replaced by dashes (``NVIDIA A100-SXM4-40GB`` ->
-    ``NVIDIA-A100-SXM4-40GB``; https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery);
+    The vendor table's ``k8s_product_values`` first (Ascend Device Plugin: ``accelerator=huawei-Ascend910``);
+    else GPU Feature Discovery's form: the NVML product name with spaces replaced by dashes
+    (``NVIDIA A100-SXM4-40GB`` -> ``NVIDIA-A100-SXM4-40GB``; https://github.com/NVIDIA/k8s-device-plugin/tree/main/docs/gpu-feature-discovery);
     the catalog's first ``nvml_names`` entry is that product name.
     """
     model = catalog.find(model_name)
     if model is None:
         return None
+    if vendor is not None and model.name in vendor.k8s_product_values:
+        return safe_label_value(vendor.k8s_product_values[model.name])
     name = model.nvml_names[0] if model.nvml_names else model.name
     return safe_label_value(re.sub(r"\s+", "-", name.strip()))
 
 
+def mig_strategy(vendor: VendorInfo) -> str:
+    """The NVIDIA device plugin's MIG strategy assumed for the cluster: ``$AUTODL_MIG_STRATEGY``, else the vendor table's.
+
+    :raises LaunchError: for a value other than ``single`` or ``mixed``.
+    """
+    import os
+
+    value = os.environ.get("AUTODL_MIG_STRATEGY") or vendor.k8s_mig_strategy or "single"
+    if value not in ("single", "mixed"):
+        raise LaunchError(f"AUTODL_MIG_STRATEGY={value!r}: use 'single' or 'mixed', as the cluster's NVIDIA device "
+                          "plugin is configured (migStrategy).")
+    return value
+
+
+def device_resource(device: Any, vendor: VendorInfo, catalog: Catalog) -> tuple[str, dict[str, str]]:
+    """The extended resource and node selector for devices like ``device``.
+
+    A MIG instance (``labels['mig_profile']``) under the ``single`` strategy is an ``nvidia.com/gpu``
+    on nodes labelled ``nvidia.com/gpu.product=<product>-MIG-<profile>``; under ``mixed`` it is an
+    ``nvidia.com/mig-<profile>`` on nodes of the parent product (NVIDIA k8s-device-plugin, "MIG
+    support"; GPU Operator with MIG: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html).
+    A whole device: the model's (else the vendor's) resource, and the vendor's product label when it has one.
+    """
+    from autodl.inventory.effective import base_model
+
+    profile = device.labels.get("mig_profile") if getattr(device, "labels", None) else None
+    base = base_model(device, catalog)
+    selector: dict[str, str] = {}
+    if profile and base is not None:
+        product = product_label_value(base.name, catalog, vendor)
+        if mig_strategy(vendor) == "mixed":
+            resource = f"nvidia.com/mig-{profile}"
+        else:
+            resource = vendor.k8s_resource
+            product = safe_label_value(f"{product}-MIG-{profile}") if product else None
+        if product and vendor.k8s_product_label:
+            selector[vendor.k8s_product_label] = product
+        return resource, selector
+    resource = (base.k8s_resource if base and base.k8s_resource else None) or vendor.k8s_resource
+    product = product_label_value(device.model, catalog, vendor)
+    if product and vendor.k8s_product_label:
+        selector[vendor.k8s_product_label] = product
+    elif vendor.k8s_product_label is None:
+        log.warning("vendor of %s documents no node label for the device model: no product node selector", device.model)
+    else:
+        log.warning("device model %s is not in the catalog: no product node selector", device.model)
+    return resource, selector
+
+
 def _uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
-    uid, _, gid = user.partition(":")
-    if not uid.isdigit() or (gid and not gid.isdigit()):
+    from autodl.spec import parse_container_user
+
+    try:
+        return parse_container_user(user)  # the same check as the spec's: never uid 0, however it is spelt
+    except ValueError as exc:
         raise LaunchError(
-            f"run {run_key}: launcher.user {user!r} must be numeric uid[:gid] for Kubernetes "
-            "(securityContext.runAsUser takes numbers); write e.g. '1000:1000'."
-        )
-    return int(uid), int(gid) if gid else None
+            f"run {run_key}: launcher.user: {exc}; Kubernetes' securityContext.runAsUser takes a numeric uid."
+        ) from None
 
 
 def pod_resource_total(pod: dict[str, Any], resource: str) -> int:
@@ -245,7 +299,9 @@ class KubernetesLauncher:
         vendor = self._vendor(request)
         on_cpu = request.on_cpu or not request.devices
         _, script_inside = container_script(request, opts.code_dir)
-        argv = list(opts.command) if opts.command else training_command(request, python=opts.python, script=script_inside)
+        # no visibility variable in the pod (the device plugin pins): --devices lists positions 0..n-1
+        argv = list(opts.command) if opts.command else training_command(
+            request, python=opts.python, script=script_inside, visible="", log_dir=LAUNCH_LOG_DIR)
         uid, gid = _uid_gid(opts.user, request.run_key)
 
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **request.env, **opts.env}
@@ -266,14 +322,9 @@ class KubernetesLauncher:
         node_selector: dict[str, str] = {}
         tolerations: list[Any] = []
         if not on_cpu:
-            model = self.catalog.find(request.devices[0].model)
-            resource = (model.k8s_resource if model and model.k8s_resource else None) or vendor.k8s_resource
+            resource, selector = device_resource(request.devices[0], vendor, self.catalog)
             limits[resource] = str(len(request.devices))
-            product = product_label_value(request.devices[0].model, self.catalog)
-            if product:
-                node_selector[vendor.k8s_product_label] = product
-            else:
-                log.warning("device model %s is not in the catalog: no product node selector", request.devices[0].model)
+            node_selector.update(selector)
             tolerations.append(k8s.V1Toleration(key=vendor.k8s_taint_key, operator="Exists", effect="NoSchedule"))
         node_selector.update(opts.node_selector)
         node = booked_node(request)
@@ -364,17 +415,21 @@ class KubernetesLauncher:
             "pod_name": pod.metadata.name,
             "image": container["image"],
             "command": container["command"],
-            "env": {e["name"]: e.get("value", "") for e in container.get("env", [])},
+            "env": redact_env({e["name"]: e.get("value", "") for e in container.get("env", [])}),
             "limits": (container.get("resources") or {}).get("limits", {}),
             "node_selector": manifest["spec"].get("nodeSelector", {}),
-            "pod": manifest,
+            "pod": redact_obj(manifest),
         }
 
     # ------------------------------------------------------------------------------ cluster
     def pods_of(self, run_key: str, namespace: str) -> list[Any]:
-        """Pods of ``run_key`` in ``namespace`` (selected by :data:`RUN_KEY_HASH_LABEL`), newest first."""
+        """Pods of ``run_key`` in ``namespace``, newest first: selected by :data:`RUN_KEY_HASH_LABEL`, then kept
+        only when their ``autodl/run-key`` annotation is the whole run key (a hash prefix may collide), so a
+        launch never reattaches to (and a stop never deletes) another run's pod."""
         pods = self.api.list_namespaced_pod(namespace, label_selector=f"{RUN_KEY_HASH_LABEL}={run_key_hash(run_key)}")
-        return sorted(pods.items or [], key=lambda p: str(p.metadata.creation_timestamp or ""), reverse=True)
+        mine = [p for p in (pods.items or [])
+                if ((p.metadata.annotations if p.metadata else None) or {}).get(f"{LABEL_PREFIX}run-key") == run_key]
+        return sorted(mine, key=lambda p: str(p.metadata.creation_timestamp or ""), reverse=True)
 
     def launch(self, request: LaunchRequest) -> LaunchHandle:
         """Create the pod, or reattach to the run's live pod; ended pods of the run are deleted first.

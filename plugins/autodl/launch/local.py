@@ -1,25 +1,42 @@
 """Local launcher: the training as a detached process group on this host, pinned by the vendor's visibility variable.
 
-Layout of one run's folder (``$AUTODL_HOME/runs/<run key>/``)::
+Layout of one run's folder (``$AUTODL_HOME/runs/<readable prefix>-<hash of the run key>/``, see
+:func:`run_dir_name`)::
 
+    run_key              the full run key this folder belongs to; every reattach checks it
     handle.json          the current attempt's LaunchHandle
     attempt-N.log        stdout+stderr of attempt N
+    attempt-N.ranks/     per-rank logs of a distributed attempt (paddle.distributed.launch --log_dir)
     attempt-N.exit       its exit code, written by the runner wrapper when it ends
-    attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE
+    attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE, and the
+                         memory peaks autodl's start-up hook reports there (:mod:`autodl.metrics`)
     launch.lock          serialises concurrent launches of the same run key
 
 A launch while the current attempt still runs reattaches to it (``reattached=True``) instead of
 starting a second copy; a launch after it ended starts attempt N+1.
+
+The training's ``PYTHONPATH`` starts with :data:`CHILD_PATH`, whose ``sitecustomize`` reports the
+process's own memory peaks without touching the script. Every process of an attempt carries
+``AUTODL_ATTEMPT_ID`` (its exit file's path), and the runner wrapper is a child subreaper: ranks
+that ``paddle.distributed.launch`` starts in their own sessions stay findable, so :meth:`LocalLauncher.stop`
+ends every one of them, not only the launcher's process group.
+
+The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA
+process needs from the worker's environment, autodl's contract variables and the spec's own
+``launcher.env`` — never autodl's or Airflow's secrets (``AUTODL_STORE_URL``, ``AIRFLOW__*``, connection
+strings, ``*PASSWORD*``/``*TOKEN*``/... variables).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +46,101 @@ from autodl.config import autodl_home
 from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
+from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
 
 STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
 a training that checkpoints on SIGTERM should finish within this)."""
 
+CHILD_PATH = str(Path(__file__).resolve().parent / "child_path")
+"""Folder put first on the training's ``PYTHONPATH``: its ``sitecustomize`` reports Paddle's memory peaks."""
+
+ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
+"""Variable every process of an attempt inherits (the attempt's exit file path): how its processes are
+found again, whatever session or parent they ended up in."""
+
+
+RUN_KEY_FILE = "run_key"
+"""File in a run folder holding the full run key the folder belongs to."""
+
 
 def run_dir_name(run_key: str) -> str:
-    """A file-system safe folder name for ``run_key``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_key)[:200]
+    """The folder name of ``run_key``'s run: ``<readable prefix>-<first 20 hex digits of its SHA-256>``.
+
+    The prefix (at most 60 file-name-safe characters) is for people; the hash keeps two run keys apart that
+    differ only in characters the prefix replaces or after its 60th character (2**80 values: a collision
+    needs ~10**12 run keys). Never longer than 81 bytes, so any run key fits a file name.
+    """
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_key)[:60].strip("._") or "run"
+    return f"{prefix}-{hashlib.sha256(run_key.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}"
+
+
+def run_folder(base: str | Path, run_key: str, *, create: bool = True) -> Path:
+    """The folder of ``run_key`` under ``base``, holding the run key it belongs to (written on creation).
+
+    :raises LaunchError: when the folder holds another run key (a hash collision or a folder edited by hand):
+        reattaching there would follow, and stop, another run's training.
+    """
+    folder = Path(base) / run_dir_name(run_key)
+    marker = folder / RUN_KEY_FILE
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not marker.exists():
+            tmp = folder / f".{RUN_KEY_FILE}.{os.getpid()}.tmp"
+            tmp.write_text(run_key, encoding="utf-8", errors="surrogatepass")
+            os.replace(tmp, marker)
+    check_run_folder(folder, run_key)
+    return folder
+
+
+def check_run_folder(folder: Path, run_key: str) -> None:
+    """:raises LaunchError: when ``folder`` records a run key other than ``run_key``."""
+    marker = Path(folder) / RUN_KEY_FILE
+    try:
+        recorded = marker.read_text(encoding="utf-8", errors="surrogatepass")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LaunchError(f"run folder {folder}: cannot read its {RUN_KEY_FILE} ({exc.strerror}); fix its permissions.") from None
+    if recorded != run_key:
+        raise LaunchError(f"run folder {folder} belongs to run {redact_text(recorded)[:200]!r}, not {redact_text(run_key)[:200]!r}; "
+                          "refusing to reattach to (or stop) another run's training. Move that folder away.")
+
+
+TRAINING_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LANGUAGE",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONHASHSEED", "VIRTUAL_ENV",
+    "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "AUTODL_PEAK_HOOK",
+})
+"""Variables of the worker's environment a training may inherit: what Python, Paddle and the CUDA libraries
+need to start (search paths, locale, threads), and ``AUTODL_PEAK_HOOK`` (``0`` turns the child-side memory
+peak hook off, :mod:`autodl.launch.child_path`)."""
+
+TRAINING_ENV_PREFIXES = ("LC_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "FLAGS_", "PADDLE_", "GLOG_", "KMP_", "MKL_",
+                         "XPU_", "BKCL_", "ASCEND_", "HCCL_", "HIP_", "ROCR_", "HSA_", "MIOPEN_", "RCCL_")
+"""Prefixes of inherited variables: CUDA/cuDNN/NCCL, NVIDIA's container variables, Paddle's ``FLAGS_*`` and
+``PADDLE_*`` (https://www.paddlepaddle.org.cn/documentation/docs/en/guides/flags/flags_en.html), glog, Intel
+OpenMP/MKL, and the other vendors' runtimes (Kunlun XPU/BKCL, Ascend/HCCL, ROCm/HIP/RCCL)."""
+
+
+def training_environment(inherited: Mapping[str, str], added: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of a local training: the allow-listed part of ``inherited`` plus ``added``.
+
+    ``inherited`` (the worker's environment) contributes only :data:`TRAINING_ENV_NAMES` and
+    :data:`TRAINING_ENV_PREFIXES`, never a secret-named variable (``*PASSWORD*``, ``*TOKEN*``, ``*KEY*``, ...)
+    nor anything of autodl's (``AUTODL_*``: the store URL) or Airflow's (``AIRFLOW*``). ``added`` (pinning,
+    autodl's contract variables, the spec's ``launcher.env``) is passed as given: it is what the run asked for.
+    """
+    env = {
+        name: value for name, value in inherited.items()
+        if not is_secret_name(name) and (name in TRAINING_ENV_NAMES or (
+            name.startswith(TRAINING_ENV_PREFIXES) and not name.startswith(("AUTODL_", "AIRFLOW"))))
+    }
+    env.update(added)
+    return env
 
 
 class LocalLauncher:
@@ -49,16 +151,22 @@ class LocalLauncher:
 
     name = "local"
 
-    def __init__(self, base_dir: str | Path | None = None, **_ignored: Any):
+    def __init__(self, base_dir: str | Path | None = None, *, stop_grace_s: float = STOP_GRACE_S, **_ignored: Any):
         self.base_dir = Path(base_dir) if base_dir else autodl_home() / "runs"
+        self.stop_grace_s = stop_grace_s
 
     # -------------------------------------------------------------------------------- helpers
     def run_dir(self, run_key: str) -> Path:
-        return self.base_dir / run_dir_name(run_key)
+        """The run's folder (created, holding its run key); see :func:`run_folder`."""
+        return run_folder(self.base_dir, run_key)
 
     def environment(self, request: LaunchRequest) -> dict[str, str]:
-        """Variables added to the training's environment: pinning, Paddle device, run identity."""
-        env = dict(request.env)
+        """Variables added to the training's environment: the spec's ``launcher.env``, pinning, Paddle device,
+        run identity. The rest of its environment is the allow-listed part of this process's (see
+        :func:`training_environment`)."""
+        user_env = request.options.get("env") if isinstance(request.options, dict) else None
+        env = {str(k): str(v) for k, v in (user_env or {}).items()}
+        env.update(request.env)
         env.update(pinning_env(request))
         if request.on_cpu or not request.devices:
             env["AUTODL_PADDLE_DEVICE"] = "cpu"
@@ -67,11 +175,25 @@ class LocalLauncher:
         env["AUTODL_RUN_KEY"] = request.run_key
         if request.labels.get("lease_id"):
             env["AUTODL_LEASE_ID"] = request.labels["lease_id"]
+        if request.vendor is not None:  # which variable maps Paddle's place to a device id, for the peak hook
+            env["AUTODL_VISIBLE_ENV"] = request.vendor.visible_devices_env
+        prior = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = CHILD_PATH + (os.pathsep + prior if prior else "")
         return env
 
+    def _next_attempt(self, folder: Path) -> int:
+        handle_file = folder / "handle.json"
+        if not handle_file.exists():
+            return 1
+        previous = LaunchHandle.model_validate_json(handle_file.read_text())
+        return int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
+
     def render(self, request: LaunchRequest) -> dict[str, Any]:
-        argv = training_command(request)
-        env = self.environment(request)
+        """What would run, for ``autodl plan --json`` and logs: argv, the variables autodl sets (secret-named
+        values shown as ``***``) and a shell line."""
+        folder = self.run_dir(request.run_key)
+        argv = training_command(request, log_dir=str(folder / f"attempt-{self._next_attempt(folder)}.ranks"))
+        env = redact_env(self.environment(request))
         return {"launcher": self.name, "command": argv, "env": env, "shell": shell_line(argv, env),
                 "workdir": request.workdir or str(request.script_path.parent)}
 
@@ -91,16 +213,22 @@ class LocalLauncher:
             attempt = 1
             if handle_file.exists():
                 previous = LaunchHandle.model_validate_json(handle_file.read_text())
+                if previous.run_key != request.run_key:
+                    raise LaunchError(f"run folder {folder} holds a handle of run {redact_text(previous.run_key)[:200]!r}, "
+                                      f"not {redact_text(request.run_key)[:200]!r}; refusing to reattach to another run's "
+                                      "training. Move that folder away.")
                 if self.poll(previous) is None:
                     return previous.model_copy(update={"reattached": True})
                 attempt = int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
             log_path = folder / f"attempt-{attempt}.log"
             exit_path = folder / f"attempt-{attempt}.exit"
-            argv = training_command(request)
+            argv = training_command(request, log_dir=str(folder / f"attempt-{attempt}.ranks"))
             added = self.environment(request)
             steps_path = folder / f"attempt-{attempt}.steps.jsonl"
             added["AUTODL_METRICS_FILE"] = str(steps_path)
-            env = {**os.environ, **added}
+            added[ATTEMPT_ENV] = str(exit_path)
+            added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
+            env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *argv]
             try:
@@ -143,13 +271,17 @@ class LocalLauncher:
             proc = psutil.Process(handle.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            return any(handle.exit_path and handle.exit_path in part for part in proc.cmdline())
+            cmdline = proc.cmdline()
+            if not cmdline:  # just forked and still exec'ing: /proc/PID/cmdline is briefly empty
+                return True
+            return any(handle.exit_path and handle.exit_path in part for part in cmdline)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return False
 
     def poll(self, handle: LaunchHandle) -> int | None:
-        """Exit code of the attempt, or None while it runs. A process that vanished without
-        writing its exit code (the wrapper was SIGKILLed) counts as exit code 137."""
+        """Exit code of the attempt, or None while it runs. A wrapper that vanished without writing its
+        exit code (it was SIGKILLed) counts as exit code 137 — once none of the attempt's processes
+        (ranks it left behind included) is alive any more; until then the run still runs."""
         exit_path = Path(handle.exit_path or "")
         if exit_path.is_file():
             return int(exit_path.read_text().strip() or 255)
@@ -157,6 +289,8 @@ class LocalLauncher:
             return None
         if exit_path.is_file():  # ended between the two checks
             return int(exit_path.read_text().strip() or 255)
+        if self._attempt_processes(handle):  # the wrapper died but ranks it started live on
+            return None
         if handle.pid in self._reaped:  # our own child, and its exit file is missing: its status says why
             code = self._reaped[handle.pid]
             return 128 - code if code < 0 else code
@@ -171,26 +305,77 @@ class LocalLauncher:
             data = fh.read()
         return data.decode("utf-8", errors="replace"), offset + len(data)
 
+    def _attempt_processes(self, handle: LaunchHandle) -> list[psutil.Process]:
+        """Live processes carrying the attempt's :data:`ATTEMPT_ENV` (found whatever their session or parent)."""
+        if not handle.exit_path:
+            return []
+        found = []
+        me = os.getpid()
+        uid = os.getuid()
+        for proc in psutil.process_iter(["uids"]):
+            try:
+                if proc.pid == me or (uid != 0 and proc.info["uids"] and proc.info["uids"].real != uid):
+                    continue
+                if proc.environ().get(ATTEMPT_ENV) == handle.exit_path and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+        return found
+
+    def processes(self, handle: LaunchHandle) -> list[psutil.Process]:
+        """Every live process of the attempt: the wrapper, its descendants (a subreaper keeps orphaned
+        ranks among them) and any process carrying the attempt's :data:`ATTEMPT_ENV`."""
+        procs: dict[int, psutil.Process] = {}
+        if handle.pid is not None and self._alive(handle):
+            try:
+                root = psutil.Process(handle.pid)
+                procs[root.pid] = root
+                for child in root.children(recursive=True):
+                    procs[child.pid] = child
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        for proc in self._attempt_processes(handle):
+            procs.setdefault(proc.pid, proc)
+        return list(procs.values())
+
+    @staticmethod
+    def _signal(procs: list[psutil.Process], sig: int) -> None:
+        groups = set()
+        for proc in procs:
+            try:
+                groups.add(os.getpgid(proc.pid))
+                proc.send_signal(sig)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+                continue
+        for pgid in groups:  # ranks in their own sessions are group leaders: reach their helpers too
+            if pgid in (os.getpgid(0),):
+                continue
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+
     def stop(self, handle: LaunchHandle) -> None:
-        """SIGTERM the process group, SIGKILL after :data:`STOP_GRACE_S`. Idempotent."""
-        if handle.pgid is None or not self._alive(handle):
+        """End every process of the attempt: SIGTERM to each (and to each process group among them:
+        ``paddle.distributed.launch`` starts every rank in its own session, so the wrapper's group alone
+        misses them), SIGKILL after ``stop_grace_s`` to whatever is left, and wait until none is alive.
+        Idempotent; records the signal as the exit code when the wrapper could not."""
+        procs = self.processes(handle)
+        if not procs:
             return
         code = 128 + signal.SIGTERM
-        try:
-            os.killpg(handle.pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and self._alive(handle):
-            time.sleep(0.1)
-        if self._alive(handle):
+        self._signal(procs, signal.SIGTERM)
+        _gone, alive = psutil.wait_procs(procs, timeout=self.stop_grace_s)
+        left = {p.pid: p for p in alive}
+        for proc in self.processes(handle):  # started during the grace period
+            left.setdefault(proc.pid, proc)
+        while left:
             code = 128 + signal.SIGKILL
-            try:
-                os.killpg(handle.pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            while self._alive(handle):
-                time.sleep(0.05)
+            self._signal(list(left.values()), signal.SIGKILL)
+            psutil.wait_procs(list(left.values()), timeout=5)
+            left = {p.pid: p for p in self.processes(handle)}
+        if handle.pid is not None:
+            self._alive(handle)  # reap the wrapper if it is our own child
         exit_path = Path(handle.exit_path or "")
         if handle.exit_path and not exit_path.exists():
             # the wrapper died with the group before it could write the code: record the signal we sent

@@ -10,6 +10,7 @@ import numpy as np
 
 from autodl.catalog import Catalog, GPUModel
 from autodl.errors import CatalogError
+from autodl.inventory.effective import effective_model
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.inventory_index import INT_LIMIT, first_appearance_codes, inventory_index
 from autodl.spec import ResourcePolicySection
@@ -24,6 +25,9 @@ DEFAULT_ALLOWED_VENDORS = ("nvidia",)
 MAX_LOAD_PCT = 90.0
 """A device whose utilization is above this is busy with another process: it stays a candidate
 for ``fits`` but not for ``available`` (sharing a saturated GPU slows both runs)."""
+
+UNKNOWN_FREE_REASON = "free memory unknown (the inventory could not read used memory): not placed until it can"
+"""Why a device whose used memory is unknown is not free now: unknown is not idle."""
 
 MAX_KEPT_CANDIDATES = 20
 """Kept candidates listed in a decision (best first); the rest are counted in the last kept one's reasons."""
@@ -120,6 +124,12 @@ def place(
     kept_reasons: list[list[str]] = []
     for grp in part.ready:
         devs, nvlink, why = grp.chosen or _choose_set(grp.available, n)
+        unknown_load = [d.device_id for d in devs if d.utilization_pct is None]
+        if unknown_load:
+            why = "; ".join(filter(None, [why, f"utilization unknown on {', '.join(unknown_load)}: scored as fully loaded"]))
+        if devs[0].compute_fraction is not None:
+            why = "; ".join(filter(None, [why, f"{devs[0].compute_fraction:.0%} of the GPU's compute (MIG instance): "
+                                               "speed and cost scaled to it"]))
         if grp.model not in step_cache:
             step = None
             if grp.gpu is not None:
@@ -140,7 +150,7 @@ def place(
                 memory_total_bytes=min(d.memory_total_bytes for d in devs),
                 step_time_s=step_cache[grp.model],
                 cost_per_hour_usd=grp.gpu.cost_per_hour_usd if grp.gpu else None,
-                load=sum(d.utilization_pct for d in devs) / (100.0 * n),
+                load=sum(_load_pct(d) for d in devs) / (100.0 * n),
                 tags=tuple(grp.gpu.tags) if grp.gpu else (),
                 order=grp.order,
                 nvlink=nvlink,
@@ -200,6 +210,18 @@ def place(
     )
 
 
+def _load_pct(device: Device) -> float:
+    """A device's utilization for scoring; unknown counts as fully busy (100%), so a device whose load
+    is known to be low ranks first."""
+    return 100.0 if device.utilization_pct is None else device.utilization_pct
+
+
+def _resolve(model: str, device: Device, catalog: Catalog) -> GPUModel | None:
+    """The catalog entry for a device model spelling, or the device's effective model (a MIG instance,
+    ``'A100-SXM4-40GB MIG 1g.5gb'``, is its parent scaled to its share: :func:`autodl.inventory.effective.effective_model`)."""
+    return catalog.find(model) or effective_model(device, catalog)
+
+
 def _vendor_reason(vendor: str, allowed: set[str]) -> str:
     return (
         f"vendor {vendor!r} needs a Paddle build for it; add '{vendor}' to "
@@ -229,12 +251,14 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
     the groups it keeps for scoring.
     """
     idx = inventory_index(inventory)
-    if idx is None or not -INT_LIMIT < need < INT_LIMIT:
+    if idx is None or not -INT_LIMIT < need < INT_LIMIT or any(d.health_reason for d in idx.devices):
         return _partition_reference(inventory, catalog, allowed, threshold, need, n, leased)
     ndev = len(idx.devices)
 
-    # Per model spelling: catalog entry and name; names are coded in order of first appearance.
-    gpus = [catalog.find(m) for m in idx.models]
+    # Per model spelling: catalog entry (or the effective model of its first device) and name; names
+    # are coded in order of first appearance.
+    _, first_of_model = np.unique(idx.model_code, return_index=True)
+    gpus = [_resolve(m, idx.devices[int(first_of_model[i])], catalog) for i, m in enumerate(idx.models)]
     names = [g.name if g is not None else m for g, m in zip(gpus, idx.models)]
     name_code: dict[str, int] = {}
     cm_of_raw = np.array([name_code.setdefault(nm, len(name_code)) for nm in names], dtype=np.intp)
@@ -407,7 +431,7 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
     for dev in inventory.devices:
         hit = gpu_cache.get(dev.model)
         if hit is None:
-            gpu = catalog.find(dev.model)
+            gpu = _resolve(dev.model, dev, catalog)
             hit = gpu_cache[dev.model] = (gpu, gpu.name if gpu else dev.model)
         gpu, model = hit
         vendor = gpu.vendor if gpu is not None else dev.vendor   # Device.vendor defaults to nvidia
@@ -427,16 +451,20 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
                 grp = groups[key] = _Group(dev.host, model, vendor, gpu, len(groups))
             grp.nfit += 1
             if not dev.healthy:
-                reason = unhealthy
+                reason = f"{unhealthy}: {dev.health_reason}" if dev.health_reason else unhealthy
             elif dev.device_id in leased:
                 reason = leased_reason
-            elif dev.utilization_pct > MAX_LOAD_PCT:
+            elif dev.utilization_pct is not None and dev.utilization_pct > MAX_LOAD_PCT:
                 reason = busy_reason
+            elif dev.memory_used_bytes is None:
+                reason = UNKNOWN_FREE_REASON
             elif need > total - dev.memory_used_bytes:
                 reason = free_reason
             else:
                 grp.available.append(dev)
                 continue
+        if dev.health_reason and not dev.healthy and not reason.startswith(unhealthy):
+            reason = f"{unhealthy}: {dev.health_reason}"   # say why the device cannot be read before its figures
         dropped.setdefault((model, reason), []).append(dev)
 
     fits = any(g.nfit >= n for g in groups.values())
@@ -461,7 +489,7 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
             if len(v) > MAX_KEPT_CANDIDATES:
                 v = heapq.nsmallest(
                     MAX_KEPT_CANDIDATES, v,
-                    key=lambda g: (min(d.utilization_pct for d in g.available) if n == 1 else 0.0, g.order),
+                    key=lambda g: (min(_load_pct(d) for d in g.available) if n == 1 else 0.0, g.order),
                 )
             ready.extend(v)
         ready.sort(key=lambda g: g.order)
@@ -477,7 +505,7 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
 def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, str | None]:
     """Pick ``n`` devices: inside the smallest NVLink group holding ``n`` free when topology is known,
     else the ``n`` least loaded (then lowest index)."""
-    key = lambda d: (d.utilization_pct, -d.memory_free_bytes, d.index)  # noqa: E731
+    key = lambda d: (_load_pct(d), -(d.memory_free_bytes or 0), d.index)  # noqa: E731
     if n == 1:
         return [min(available, key=key)], False, None
     by_group: dict[str, list[Device]] = {}
@@ -493,22 +521,25 @@ def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, st
 
 
 def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> list[str]:
-    models: dict[str, int] = {}
+    """Advice for a run nothing in the pool can hold, on each distinct device kind's own figures
+    (its own memory: a MIG slice, a declared card; :func:`autodl.inventory.effective.effective_model`)."""
+    models: dict[tuple[str, int], GPUModel | None] = {}
     for d in inventory.devices:
-        gpu = catalog.find(d.model)
+        gpu = _resolve(d.model, d, catalog)
         name = gpu.name if gpu else d.model
-        if (d.vendor or (gpu.vendor if gpu else "nvidia")) not in allowed:
+        if (gpu.vendor if gpu else d.vendor or "nvidia") not in allowed or not d.memory_total_bytes:
             continue
-        models[name] = max(models.get(name, 0), d.memory_total_bytes)
+        effective = effective_model(d, catalog)
+        models.setdefault((name, d.memory_total_bytes), effective)
     try:
         from autodl.profile import advice  # provided by the profiler
 
-        gpu_models = [catalog.find(m) for m in models if catalog.find(m) is not None]
+        gpu_models = [m for m in models.values() if m is not None]
         return list(advice(profile, gpu_models, threshold))
     except (ImportError, AttributeError):
         pass
     out = []
-    for name, mem in sorted(models.items(), key=lambda kv: -kv[1]):
+    for (name, mem), _gpu in sorted(models.items(), key=lambda kv: -kv[0][1]):
         b = profile.max_batch_size(mem, threshold)
         if b <= 0:
             out.append(f"{name} ({_gib(mem)}): even batch 1 exceeds {threshold:g} x memory; model states alone are too big.")

@@ -36,6 +36,9 @@ DEFAULT_DISTRIBUTED_GPUS = 2
 """Devices assumed for a data-parallel/fleet script when the spec says ``num_gpus_estimate: auto`` and the
 script does not fix ``nprocs``: the smallest data-parallel group. Per-card memory does not depend on it."""
 
+INT64_MAX = (1 << 63) - 1
+"""Paddle's tensor sizes and autodl's store columns are signed 64-bit: a need past this is an error, not a number."""
+
 COLD_START_FACTOR = 1.5
 """Cold-start activations = batch x seq_len x hidden x 4 bytes x 1.5 (issue 2's fallback formula: one fp32
 hidden state per token, 1.5x for the tensors kept around it)."""
@@ -46,22 +49,40 @@ def paddle_available() -> bool:
     return importlib.util.find_spec("paddle") is not None
 
 
-def _read(script: Path) -> tuple[str, ast.Module]:
-    if not script.is_file():
-        raise ProfileError(f"{script}: training script not found; check task.script in the spec or --script.")
-    try:
-        source = script.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{script}: cannot read the training script ({exc}); make it a UTF-8 text file.") from None
-    try:
-        tree = ast.parse(source, filename=str(script))
-    except SyntaxError as exc:
-        raise ProfileError(
-            f"{script}:{exc.lineno}: syntax error: {exc.msg}"
-            + (f" near {exc.text.strip()!r}" if exc.text else "")
-            + "; fix the script (run `python -m py_compile` on it) and profile again."
-        ) from None
+def _read(script: Path) -> tuple[str, ast.Module | None]:
+    # bounded, UTF-8, no symlink loops, and compiled as Python would (``return`` at module level is an error)
+    from autodl.inputs import read_script
+
+    _, source, tree = read_script(script, ProfileError)
     return source, tree
+
+
+def _bound_script_values(facts: ScriptFacts) -> None:
+    """Drop sizes read from the script that no run can have (a batch of 10**400), with a warning saying so: the
+    same bounds as the spec's (:mod:`autodl.fields`), so nothing downstream overflows or is planned from them."""
+    from autodl.fields import (MAX_BATCH_PER_DEVICE, MAX_DEVICES_PER_RUN, MAX_INPUT_DIM, MAX_INPUT_ELEMENTS,
+                               MAX_INPUT_RANK, MAX_SEQUENCE_LENGTH)
+
+    def fits(value, limit) -> bool:
+        return type(value) is int and 0 < value <= limit
+
+    dropped = []
+    for name, limit, what in (("batch_size", MAX_BATCH_PER_DEVICE, "batch size"),
+                              ("sequence_length", MAX_SEQUENCE_LENGTH, "sequence length"),
+                              ("distributed_nprocs", MAX_DEVICES_PER_RUN, "process count")):
+        value = getattr(facts, name)
+        if value is not None and not fits(value, limit):
+            dropped.append(f"{what} {str(value)[:40]}")
+            setattr(facts, name, None)
+    shape = facts.input_shape
+    if shape is not None and not (len(shape) <= MAX_INPUT_RANK and all(fits(d, MAX_INPUT_DIM) for d in shape)
+                                  and math.prod(shape) <= MAX_INPUT_ELEMENTS):
+        dropped.append(f"input shape {str(shape)[:60]}")
+        facts.input_shape = None
+    if dropped:
+        facts.findings.append(Finding(severity="warning", code="implausible-size",
+                                      message=f"ignored what the script says about the {', '.join(dropped)}: no run can "
+                                              "have it; set the real value in the spec (task.*)."))
 
 
 def _max_batches(profile: ResourceProfile, catalog: Catalog, threshold: float) -> dict[str, int]:
@@ -96,7 +117,20 @@ def profile_script(
     threshold = threshold if threshold is not None else (policy.memory_threshold if policy else DEFAULT_MEMORY_THRESHOLD)
     catalog = catalog or load_catalog()
 
-    facts: ScriptFacts = scan(tree, source)
+    try:
+        facts: ScriptFacts = scan(tree, source) if tree is not None else None
+    except RecursionError:
+        facts = None
+    if facts is None:  # valid Python nested deeper than the analysis follows: the tool's limit, not an error
+        from autodl.profile.interp import Interp
+
+        facts = ScriptFacts(interp=Interp(ast.Module(body=[], type_ignores=[])))
+        facts.build_error = "the script nests expressions deeper than the static analysis follows"
+        facts.findings.append(Finding(severity="warning", code="analysis-too-deep",
+                                      message="the script nests expressions deeper than the static analysis follows; "
+                                              "nothing was read from it (model, batch size). Set task.input_shape and "
+                                              "batch_size_per_gpu in the spec or let the probe run."))
+    _bound_script_values(facts)
     findings: list[Finding] = list(facts.findings)
 
     batch = (task.batch_size_per_gpu if task and task.batch_size_per_gpu else None) or facts.batch_size
@@ -137,6 +171,8 @@ def profile_script(
     st = StaticEstimate()
     try:
         st = estimate(facts, batch, input_shape, seq_len)
+    except OverflowError as exc:  # a size past what floats hold: the analysis' limit, said, and the work goes on
+        st.why_not = f"a size in the model is too large to follow ({exc})"
     except L.ShapeMismatch as exc:
         st.why_not = "a shape error stops the forward trace"
         msg = str(exc)
@@ -216,6 +252,11 @@ def profile_script(
         act_per_sample = int((act_per_sample or 0) * E.RECOMPUTE_FACTOR)
     bd, terms, tensor_peak = E.breakdown(params or 0, trainable or 0, facts.optimizer, amp, act_total, fixed, st.has_conv)
     per_sample_scaled = int((act_per_sample or 0) * E.AMP_ACTIVATION_FACTOR.get(amp, 1.0))
+    if bd.total_bytes > INT64_MAX or (params or 0) > INT64_MAX:
+        findings.append(Finding(severity="error", code="beyond-int64",
+                                message=f"this run needs {bd.total_bytes:.3g} bytes per device for {params or 0:.3g} "
+                                        "parameters: more than Paddle's int64 sizes (and any device) can address; "
+                                        "lower the batch or the model size."))
     prof = ResourceProfile(
         script=str(path.resolve()),
         model_name=(task.model_name if task and task.model_name else None) or facts.model_name,

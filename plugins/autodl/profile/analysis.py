@@ -187,6 +187,7 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             return Opaque("value")
 
     model_sites: list[ModelSite] = []
+    layer_sites: list[ModelSite] = []  # a bare paddle.nn layer as the model (``model = nn.Linear(...)``)
     batch_candidates: list[int] = []
     shape_candidates: list[tuple[list[int], str, int]] = []
     for node, func, in_layer, path in sc.calls:
@@ -269,6 +270,8 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             from autodl.profile import zoo
             if last == "Sequential" or zoo.is_zoo(path):
                 model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "zoo" if last != "Sequential" else "sequential"))
+        elif path.startswith("paddle") and last in L.LAYERS and sc.assign_of.get(id(node)):
+            layer_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "layer"))
         elif isinstance(interp.globals.get(path), FuncRef) and path in interp.globals:
             # a builder function (def build_model(): return Net()) assigned to a variable
             fnode = interp.globals[path].node
@@ -292,6 +295,9 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     if site is None:
         top = [s for s in model_sites if s.var]
         site = (top or model_sites or [None])[-1]
+    if site is None:  # no model class, Sequential or zoo model: a single layer trained as the model
+        chosen = [s for s in layer_sites if s.var in used] or [s for s in layer_sites if s.var in ("model", "net", "network")]
+        site = chosen[-1] if chosen else None
     facts.model_site = site
 
     # hyper-parameters
@@ -357,6 +363,16 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     return facts
 
 
+_SIZE_ARGS = frozenset({
+    "in_features", "out_features", "in_channels", "out_channels", "kernel_size", "num_features", "num_channels",
+    "num_groups", "num_embeddings", "embedding_dim", "input_size", "hidden_size", "num_layers", "embed_dim",
+    "num_heads", "d_model", "nhead", "dim_feedforward", "normalized_shape", "output_size", "stride",
+})
+"""Layer arguments that are sizes: Paddle refuses a negative one."""
+
+_INT64_MAX = (1 << 63) - 1
+
+
 def name_tree(obj: Any, prefix: str, seen: set | None = None) -> None:
     """Give every sub-layer its dotted attribute path (e.g. ``encoder.layers.0.linear1``)."""
     seen = seen if seen is not None else set()
@@ -413,7 +429,19 @@ def count_params(obj: Any, seen: set | None = None) -> tuple[int, int]:
                 t, nt = t + a, nt + b
             return t, nt
         d = L.LAYERS.get(obj.type)
-        t, nt = d.params(obj.args) if d else (0, 0)
+        negative = [k for k, v in obj.args.items() if type(v) is int and v < 0 and k in _SIZE_ARGS]
+        if negative:  # Paddle refuses a layer of negative size
+            raise L.ShapeMismatch(f"layer '{obj.name}' ({obj.type}) has a negative {negative[0]} "
+                                  f"({str(obj.args[negative[0]])[:30]}); sizes must be positive")
+        try:
+            t, nt = d.params(obj.args) if d else (0, 0)
+        except ValueError as exc:  # int('a'): a concrete argument Paddle itself refuses
+            raise L.ShapeMismatch(f"layer '{obj.name}' ({obj.type}) cannot be built from its arguments: {exc}") from None
+        except (TypeError, OverflowError) as exc:  # a value the analysis could not pin down
+            raise L.Unsupported(f"the arguments of layer '{obj.name}' ({obj.type}) could not be followed ({exc})") from None
+        if t + nt > _INT64_MAX:  # Paddle's tensor sizes are int64: it refuses to create such a parameter
+            raise L.ShapeMismatch(f"layer '{obj.name}' ({obj.type}) would hold {t + nt:.3g} parameters, more than "
+                                  "Paddle's int64 tensor sizes allow")
         for _, v in obj.children:
             a, b = count_params(v, seen)
             t, nt = t + a, nt + b

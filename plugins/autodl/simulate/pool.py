@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from autodl.catalog import Catalog
-from autodl.config import include_dir
+from autodl.config import include_dir, read_yaml
 from autodl.errors import AutoDLError
 
 DEFAULT_SIM_POOL = "sim-pai-hetero.yaml"
@@ -55,14 +54,13 @@ def load_sim_pool(path: str | Path | None, catalog: Catalog) -> SimPool:
     :raises AutoDLError: on a missing file or an entry without a known model (naming file and entry).
     """
     p = Path(path or DEFAULT_SIM_POOL)
-    if not p.is_file() and not p.is_absolute():
+    if not os.path.isfile(p) and not p.is_absolute():
         p = include_dir() / "pools" / p
-    if not p.is_file():
+    if not os.path.isfile(p):
         raise AutoDLError(f"{p}: pool file not found; pass --pool with a file from include/pools/.")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise AutoDLError(f"{p}: not valid YAML: {exc}") from None
+    raw = read_yaml(p, AutoDLError, "pool file not found; pass --pool with a file from include/pools/.") or {}
+    if not isinstance(raw, dict):
+        raise AutoDLError(f"{p}: a simulated pool is a mapping with 'groups:' or 'devices:'; see include/pools/{DEFAULT_SIM_POOL}.")
     groups: list[HostGroup] = []
     if "groups" in raw:
         for i, g in enumerate(raw["groups"] or []):

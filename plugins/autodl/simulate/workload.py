@@ -9,7 +9,9 @@ artifacts). Both ship with autodl in ``include/data/`` (sources and licences in 
 from __future__ import annotations
 
 import csv
+import io
 import math
+import os
 import random
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +20,10 @@ from pathlib import Path
 from autodl.catalog import Catalog
 from autodl.config import include_dir
 from autodl.errors import AutoDLError
+from autodl.inputs import read_text
+
+MAX_CSV_BYTES = 256 << 20
+"""Largest trace or throughput CSV read (256 MiB; the shipped Philly trace is a few MiB)."""
 
 DATA_DIR = include_dir() / "data"
 """``include/data``: the Philly trace and the measured throughput ratios, with their sources."""
@@ -90,14 +96,20 @@ def load_throughput(path: str | Path | None = None) -> dict[str, dict[str, float
     :raises AutoDLError: when the file is missing.
     """
     p = Path(path or DEFAULT_THROUGHPUT)
-    if not p.is_file():
+    if not os.path.isfile(p):
         raise AutoDLError(f"{p}: heterogeneity matrix not found; pass --throughput or set AUTODL_INCLUDE to a folder with data/.")
     out: dict[str, dict[str, float]] = {}
-    with p.open() as fh:
-        for row in csv.DictReader(fh):
+    _, text = read_text(p, AutoDLError, "throughput CSV", max_bytes=MAX_CSV_BYTES)
+    try:
+        for line, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
             cls = row.pop("model_class")
             row.pop("common_local_batch", None)
             out[cls] = {k: float(v) for k, v in row.items()}
+            if not all(math.isfinite(v) and v > 0 for v in out[cls].values()):
+                raise ValueError("throughputs must be positive, finite numbers")
+    except (KeyError, ValueError, TypeError, csv.Error) as exc:
+        raise AutoDLError(f"{p}:{line if 'line' in locals() else 1}: bad row ({exc}); expected model_class and one "
+                          "column of relative throughput per GPU type.") from None
     return out
 
 
@@ -145,16 +157,27 @@ def load_trace(
     :raises AutoDLError: when the file is missing or a row is malformed (naming the line).
     """
     p = Path(path or DEFAULT_TRACE)
-    if not p.is_file():
+    if not os.path.isfile(p):
         raise AutoDLError(f"{p}: job trace not found; pass --trace or set AUTODL_INCLUDE to a folder with data/.")
     rows = []
-    with p.open() as fh:
-        for line, r in enumerate(csv.DictReader(fh), start=2):
-            try:
-                rows.append((datetime.fromisoformat(r["timestamp"]).timestamp(), float(r["duration"]),
-                             int(r["num_gpus"]), float(r["gpu_time"])))
-            except (KeyError, ValueError, TypeError) as exc:
-                raise AutoDLError(f"{p}:{line}: bad row ({exc}); expected timestamp,duration,num_gpus,gpu_time.") from None
+    _, text = read_text(p, AutoDLError, "job trace CSV", max_bytes=MAX_CSV_BYTES)
+    reader = enumerate(csv.DictReader(io.StringIO(text)), start=2)
+    line = 1
+    while True:
+        try:
+            line, r = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise AutoDLError(f"{p}:{line + 1}: not a CSV row ({exc}).") from None
+        try:
+            row = (datetime.fromisoformat(r["timestamp"]).timestamp(), float(r["duration"]),
+                   int(r["num_gpus"]), float(r["gpu_time"]))
+            if not all(math.isfinite(v) for v in row) or row[1] < 0 or row[2] < 1:
+                raise ValueError("duration and gpu_time must be finite, num_gpus >= 1")
+            rows.append(row)
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+            raise AutoDLError(f"{p}:{line}: bad row ({exc}); expected timestamp,duration,num_gpus,gpu_time.") from None
     rows.sort(key=lambda r: r[0])
     rng = random.Random(seed)
     lo, hi = math.log(BATCH_SCALE[0]), math.log(BATCH_SCALE[1])

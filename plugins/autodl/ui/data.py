@@ -223,7 +223,7 @@ def run_row(rec: RunRecord, base_path: str = "") -> RunRow:
     return RunRow(
         run_key=rec.run_key, dag_id=rec.dag_id, run_id=rec.run_id, outcome=rec.outcome, recorded_at=rec.recorded_at,
         device_model=rec.device_model, devices=list(placement.get("devices") or []), declared_pool=rec.declared_pool,
-        estimated_peak_bytes=est, actual_peak_bytes=act, actual_source=metrics.get("source"),
+        estimated_peak_bytes=est, actual_peak_bytes=act, actual_source=metrics.get("peak_source") or metrics.get("source"),
         estimate_ratio=round(est / act, 3) if est and act else None,
         duration_s=metrics.get("duration_s"), error=rec.error, record_url=h.record_url, dag_run_url=h.dag_run_url,
     )

@@ -1,0 +1,116 @@
+"""autodl's own metrics for Prometheus (``prometheus-client``): leases held, waiting runs, estimate error, run outcomes.
+
+Everything is read from autodl's store at scrape time by a custom collector
+(https://prometheus.github.io/client_python/collector/custom/), so any process can serve it and
+the numbers are the store's, not one process's memory. Served by ``autodl exporter --port PORT``
+(``/metrics``); scrape it next to dcgm-exporter.
+
+Series:
+
+* ``autodl_leases_held`` — live leases; ``autodl_leased_devices{host, model}`` — devices they book;
+* ``autodl_waiting_runs`` — runs profiled but not booked yet (their run folder holds a profile, and they
+  have neither a live lease nor a record);
+* ``autodl_runs_total{outcome}`` — recorded runs by outcome; ``autodl_runs_oom_total`` — of them, ended by
+  an out-of-memory error;
+* ``autodl_estimate_error_ratio{device_model}`` — mean estimate / actual peak over the newest
+  :data:`ESTIMATE_WINDOW` records that have both (1 = exact, 2 = twice too high), and
+  ``autodl_estimate_error_records{device_model}`` — how many records that mean is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+ESTIMATE_WINDOW = 200
+"""Records the estimate error is computed over (newest first)."""
+
+
+class AutoDLCollector(Collector):
+    """Reads the ledger, the run records and the run folders on every scrape.
+
+    :param store_url: autodl's store; default :func:`autodl.config.store_url`.
+    """
+
+    def __init__(self, store_url: str | None = None):
+        self.store_url = store_url
+
+    def collect(self) -> Iterator[Metric]:
+        from autodl.ledger import Ledger
+        from autodl.records import RecordStore
+
+        leases = Ledger(self.store_url).leases()
+        held = GaugeMetricFamily("autodl_leases_held", "Live leases in autodl's ledger.")
+        held.add_metric([], len(leases))
+        yield held
+        devices = GaugeMetricFamily("autodl_leased_devices", "Devices booked by live leases.", labels=["host", "model"])
+        counts: dict[tuple[str, str], int] = {}
+        for lease in leases:
+            key = (lease.host, lease.model or "unknown")
+            counts[key] = counts.get(key, 0) + len(lease.device_ids)
+        for (host, model), n in sorted(counts.items()):
+            devices.add_metric([host, model], n)
+        yield devices
+
+        records = RecordStore(self.store_url).list(limit=100_000)
+        outcomes = CounterMetricFamily("autodl_runs", "Recorded runs by outcome.", labels=["outcome"])
+        by_outcome: dict[str, int] = {"succeeded": 0, "failed": 0, "not_started": 0}
+        ooms = 0
+        for r in records:
+            by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + 1
+            ooms += 1 if r.oom else 0
+        for outcome, n in sorted(by_outcome.items()):
+            outcomes.add_metric([outcome], n)
+        yield outcomes
+        oom = CounterMetricFamily("autodl_runs_oom", "Recorded runs that ended with an out-of-memory error.")
+        oom.add_metric([], ooms)
+        yield oom
+
+        ratios: dict[str, list[float]] = {}
+        for r in records[:ESTIMATE_WINDOW]:
+            if r.estimated_peak_bytes and r.actual_peak_bytes and not r.declared_pool:
+                ratios.setdefault(r.device_model or "unknown", []).append(r.estimated_peak_bytes / r.actual_peak_bytes)
+        error = GaugeMetricFamily("autodl_estimate_error_ratio",
+                                  "Mean estimated / actual peak memory of recent runs on real devices.", labels=["device_model"])
+        n_records = GaugeMetricFamily("autodl_estimate_error_records",
+                                      "Records the estimate error ratio is computed over.", labels=["device_model"])
+        for model, values in sorted(ratios.items()):
+            error.add_metric([model], sum(values) / len(values))
+            n_records.add_metric([model], len(values))
+        yield error
+        yield n_records
+
+        waiting = GaugeMetricFamily("autodl_waiting_runs", "Runs profiled but not booked yet (waiting for the pool).")
+        waiting.add_metric([], self._waiting({le.run_key for le in leases}, {r.run_key for r in records}))
+        yield waiting
+
+    @staticmethod
+    def _waiting(leased: set[str], recorded: set[str]) -> int:
+        from autodl.config import autodl_home
+        from autodl.launch.local import run_dir_name
+
+        runs = autodl_home() / "runs"
+        if not runs.is_dir():
+            return 0
+        done = {run_dir_name(k) for k in leased | recorded}
+        return sum(1 for profile in runs.glob("*/profile.json") if profile.parent.name not in done)
+
+
+def registry(store_url: str | None = None) -> CollectorRegistry:
+    """A registry holding only :class:`AutoDLCollector` (no process or platform collectors)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(AutoDLCollector(store_url))
+    return reg
+
+
+def serve(port: int, *, addr: str = "127.0.0.1", store_url: str | None = None) -> Any:
+    """Serve ``/metrics`` on ``addr:port`` in a background thread (``prometheus_client.start_http_server``).
+
+    :returns: ``(server, thread)``; ``server.shutdown()`` stops it.
+    """
+    from prometheus_client import start_http_server
+
+    return start_http_server(port, addr=addr, registry=registry(store_url))

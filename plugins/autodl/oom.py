@@ -1,0 +1,259 @@
+"""Out-of-memory exits explained: what the training needed vs what was free, whose memory it was, what batch would fit.
+
+Paddle reports a failed device allocation as a ``ResourceExhaustedError`` whose text comes from its
+allocators (PaddlePaddle source, ``paddle/phi/core/memory/allocation/``):
+
+* CUDA/ROCm (``cuda_allocator.cc``) and XPU: ``Out of memory error on GPU 0. Cannot allocate
+  1.234375GB memory on GPU 0, 9.852539GB memory has been allocated and available memory is only
+  612.312500MB.`` — "allocated" is the device's total minus available (``cudaMemGetInfo``), i.e.
+  every process's memory, not only this one's;
+* custom devices such as Ascend NPUs (``custom_allocator.cc``): ``Out of memory error on npu:0.
+  Cannot allocate 1.0GB memory on npu:0, available memory is only 512.0MB.``, or in the older
+  buddy allocator ``Out of memory error on npu 0. total memory is ..., used memory is ...,
+  available memory is only ...``;
+* the host allocator: ``Cannot allocate 1.0GB in <place>:0, available 512.0MB, total 16.0GB, used 15.5GB.``
+
+Sizes are printed by ``string::HumanReadableSize`` (``paddle/utils/string/printf.h``): a number with
+one of ``B kB MB GB TB PB`` in powers of 1024.
+
+:func:`explain` turns the training's log into an :class:`OOMReport`: the request vs the free
+memory, the allocator strategy (``FLAGS_allocator_strategy``: ``auto_growth`` by default since
+Paddle 2.0, or ``naive_best_fit``, which pre-allocates ``FLAGS_fraction_of_gpu_memory_to_use`` of
+the card), whether the device was *busy* (another process's memory made the difference) or the run
+*too big* for it, and the per-device batch that would fit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autodl.types import ResourceProfile
+
+GiB = 1 << 30
+
+UNITS = {"B": 0, "kB": 1, "KB": 1, "MB": 2, "GB": 3, "TB": 4, "PB": 5, "EB": 6}
+"""Paddle's ``HumanReadableSize`` suffixes and their power of 1024."""
+
+PADDLE_DEFAULT_STRATEGY = "auto_growth"
+"""``FLAGS_allocator_strategy``'s default (Paddle >= 2.0; ``paddle.get_flags`` in Paddle 3.3.1 says the same)."""
+
+CONTEXT_SLACK_BYTES = 1 * GiB
+"""Memory a process holds outside Paddle's allocator (CUDA context, library handles): NVML shows
+300-600 MiB per process for the context alone; 1 GiB leaves room for cuDNN/cuBLAS handles. Used only
+to tell another process's memory from the run's own when nothing else says whose it is."""
+
+TAIL_BYTES = 1 << 20
+"""How much of the end of each log is searched (the fatal error is printed last)."""
+
+def _size(name: str) -> str:
+    return rf"(?P<{name}_n>[0-9.]+)\s*(?P<{name}_u>[kKMGTPE]?B)\b"
+
+
+_DEV = r"(?P<dev>[A-Za-z_]+[ :]\d+)"
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("device", re.compile(rf"Out of memory error on {_DEV}\.\s*Cannot allocate {_size('req')} memory on [^,]+,\s*"
+                          rf"{_size('used')} memory has been allocated and available memory is only {_size('free')}")),
+    ("custom", re.compile(rf"Out of memory error on {_DEV}\.\s*Cannot allocate {_size('req')} memory on [^,]+,\s*"
+                          rf"available memory is only {_size('free')}")),
+    ("custom_total", re.compile(rf"Out of memory error on {_DEV}\.\s*total memory is {_size('total')}, used memory is "
+                                rf"{_size('used')}, available memory is only {_size('free')}")),
+    ("host", re.compile(rf"Cannot allocate {_size('req')} in (?P<dev>[^,]+),\s*available {_size('free')},\s*"
+                        rf"total {_size('total')},\s*used {_size('used')}")),
+]
+_GENERIC = re.compile(r"ResourceExhaustedError|(?i:\bout of memory\b)")
+
+
+def to_bytes(number: str, unit: str) -> int:
+    """``('1.234375', 'GB')`` -> bytes (powers of 1024, as Paddle prints them)."""
+    return int(round(float(number) * 1024 ** UNITS.get(unit, UNITS.get(unit.upper(), 0))))
+
+
+class OOMReport(BaseModel):
+    """What an out-of-memory exit says; every byte count in bytes, None when the message did not say."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: str = Field(description="Paddle's device in the message, e.g. 'GPU 0', 'npu:0'.")
+    requested_bytes: int | None = Field(description="The allocation that failed.")
+    free_bytes: int | None = Field(description="Memory available on the device when it failed.")
+    device_used_bytes: int | None = Field(description="Device-wide used (every process) when it failed.")
+    device_total_bytes: int | None = None
+    run_bytes: int | None = Field(None, description="The run's own memory on that device (Paddle's reserved peak).")
+    others_bytes: int | None = Field(None, description="Other processes' memory on the run's devices (NVML).")
+    wanted_bytes: int | None = Field(None, description="What the run needed at its batch: its own memory + the request.")
+    fixed_bytes: int = Field(0, description="The batch-independent part used to rescale (from the profile).")
+    allocator_strategy: str
+    allocator_strategy_source: Literal["training", "environment", "paddle default"]
+    verdict: Literal["busy", "too_big", "unknown"]
+    batch_size: int | None = None
+    fitting_batch_size: int | None = Field(None, description="Largest per-device batch that would have fit (at most).")
+    message: str = Field(description="The error text found in the log.")
+    explanation: str
+
+
+def find_oom(texts: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The last Paddle out-of-memory error in ``texts``: (kind, parsed fields), or None."""
+    found: tuple[int, int, str, dict[str, Any], str] | None = None
+    for order, text in enumerate(texts):
+        for kind, pattern in _PATTERNS:
+            for m in pattern.finditer(text):
+                g = m.groupdict()
+                fields: dict[str, Any] = {"device": " ".join(g["dev"].split())}
+                for key in ("req", "used", "free", "total"):
+                    if g.get(f"{key}_n"):
+                        fields[key] = to_bytes(g[f"{key}_n"], g[f"{key}_u"])
+                if found is None or (order, m.start()) >= (found[0], found[1]):
+                    found = (order, m.start(), kind, fields, " ".join(m.group(0).split()))
+    if found is not None:
+        _o, _s, kind, fields, message = found
+        return kind, {**fields, "message": message}
+    for text in reversed(texts):
+        m = None
+        for m in _GENERIC.finditer(text):
+            pass
+        if m is not None and "ResourceExhaustedError" in text:
+            line = text[text.rfind("\n", 0, m.start()) + 1: text.find("\n", m.end()) if "\n" in text[m.end():] else len(text)]
+            return "generic", {"device": "?", "message": line.strip()[:300]}
+    return None
+
+
+def read_tails(paths: list[str | Path]) -> list[str]:
+    """The last :data:`TAIL_BYTES` of each existing file, as text."""
+    out = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            continue
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - TAIL_BYTES))
+            out.append(fh.read().decode("utf-8", errors="replace"))
+    return out
+
+
+def _place_of(device: str) -> str:
+    """'GPU 0' -> 'gpu:0', 'npu:0' -> 'npu:0' (Paddle's place spelling, as the start-up hook reports it)."""
+    name, _, index = device.replace(":", " ").partition(" ")
+    return f"{name.lower()}:{index.strip()}"
+
+
+def explain(
+    texts: list[str],
+    *,
+    profile: ResourceProfile | None = None,
+    memory_reports: dict[str, Any] | None = None,
+    others_bytes: int | None = None,
+    device_total_bytes: int | None = None,
+    env: dict[str, str] | None = None,
+) -> OOMReport | None:
+    """An :class:`OOMReport` when ``texts`` (the training's logs) hold a Paddle out-of-memory error.
+
+    :param profile: the run's profile (batch size; batch-independent bytes) for the batch that would fit.
+    :param memory_reports: :func:`autodl.metrics.read_memory_reports` of the run (the run's own memory
+        per device, and ``FLAGS_allocator_strategy`` as the training saw it).
+    :param others_bytes: other processes' memory on the run's devices (NVML baseline), when known.
+    :param device_total_bytes: the device's own memory, when the message does not give it.
+    :param env: the training's environment, for ``FLAGS_allocator_strategy`` when the training did not report it.
+    :returns: the report, or None when no out-of-memory error is in the logs.
+    """
+    hit = find_oom(texts)
+    if hit is None:
+        return None
+    kind, f = hit
+    reports = memory_reports or {}
+    env = os.environ if env is None else env
+    if reports.get("allocator_strategy"):
+        strategy, strategy_source = str(reports["allocator_strategy"]), "training"
+    elif env.get("FLAGS_allocator_strategy"):
+        strategy, strategy_source = env["FLAGS_allocator_strategy"], "environment"
+    else:
+        strategy, strategy_source = PADDLE_DEFAULT_STRATEGY, "paddle default"
+    requested, free, used = f.get("req"), f.get("free"), f.get("used")
+    total = f.get("total") or (used + free if used is not None and free is not None else None) or device_total_bytes
+    if used is None and total is not None and free is not None:
+        used = total - free
+    run = None
+    place = _place_of(f["device"])
+    places = reports.get("places") or {}
+    for device, peaks in (reports.get("peak_by_device") or {}).items():
+        if device == place or places.get(device) == place:
+            run = peaks.get("reserved_peak_bytes")
+    if run is None:
+        per = reports.get("peak_by_device") or {}
+        if len(per) == 1 and kind != "host":
+            only = next(iter(per.values()))
+            key = next(iter(per))
+            if not str(key).startswith("cpu"):
+                run = only.get("reserved_peak_bytes")
+
+    # whose memory: NVML's per-process split first, else what Paddle's own counter leaves over
+    verdict: str = "unknown"
+    others = others_bytes
+    if others is None and run is not None and used is not None and used - run > CONTEXT_SLACK_BYTES:
+        others = used - run - CONTEXT_SLACK_BYTES
+    if requested is not None and free is not None and others is not None:
+        verdict = "busy" if others > 0 and requested <= free + others else "too_big"
+    elif requested is not None and free is not None and total is not None and requested > total:
+        verdict = "too_big"
+
+    if run is not None and requested is not None:
+        wanted = run + requested
+    elif used is not None and requested is not None:
+        wanted = used - (others or 0) + requested   # unknown others count as the run's: an upper bound
+    else:
+        wanted = None
+    batch = profile.batch_size if profile else None
+    fixed = 0
+    if profile is not None:
+        fixed = max(0, profile.peak_memory_bytes - profile.breakdown.activations_bytes)
+    fitting = None
+    budget = (total - (others or 0)) if total is not None else None
+    if batch and wanted and budget:
+        if verdict == "busy":
+            fitting = batch if wanted <= total else None
+        if fitting is None:
+            scale = wanted - fixed
+            fitting = int(batch * (budget - fixed) / scale) if scale > 0 and budget > fixed else 0
+            fitting = min(fitting, batch - 1) if wanted > budget else fitting
+
+    gib = lambda n: "?" if n is None else f"{n / GiB:.2f} GiB"  # noqa: E731
+    parts = [f"out of memory on {f['device']}: asked for {gib(requested)} with {gib(free)} free"
+             + (f" ({gib(used)} in use on the device of {gib(total)})" if used is not None else "")]
+    parts.append(f"allocator {strategy} ({strategy_source})")
+    if strategy == "naive_best_fit":
+        parts.append("naive_best_fit pre-allocates FLAGS_fraction_of_gpu_memory_to_use of the card, so device 'used' "
+                     "overstates the run's tensors")
+    if verdict == "busy":
+        parts.append(f"BUSY: other processes held {gib(others)} on the device; without them the allocation would have fit"
+                     + (f" (batch {fitting} fits on a free device)" if fitting else ""))
+    elif verdict == "too_big":
+        parts.append(f"TOO BIG for the device: the run wanted {gib(wanted)}"
+                     + (f"; a per-device batch of at most {fitting} would fit (task.batch_size_per_gpu, now {batch})"
+                        if fitting is not None and batch else ""))
+    else:
+        parts.append("busy or too big cannot be told: neither NVML per-process memory nor the training's own report "
+                     "covers that device" + (f"; a per-device batch of at most {fitting} would fit if it is the run's own memory"
+                                             if fitting is not None and batch else ""))
+    return OOMReport(
+        device=f["device"], requested_bytes=requested, free_bytes=free, device_used_bytes=used, device_total_bytes=total,
+        run_bytes=run, others_bytes=others, wanted_bytes=wanted, fixed_bytes=fixed, allocator_strategy=strategy,
+        allocator_strategy_source=strategy_source, verdict=verdict, batch_size=batch, fitting_batch_size=fitting,
+        message=f["message"], explanation="; ".join(parts) + ".",
+    )
+
+
+def floor_at_batch(oom: dict[str, Any], batch_size: int) -> int | None:
+    """What a recorded OOM says the same script needs at ``batch_size``, bytes (at least).
+
+    The batch-independent part (``fixed_bytes``) stays; the rest scales with the batch. None when the
+    report has no ``wanted_bytes`` or no batch size.
+    """
+    wanted, batch = oom.get("wanted_bytes"), oom.get("batch_size")
+    if not wanted or not batch:
+        return None
+    fixed = min(int(oom.get("fixed_bytes") or 0), int(wanted))
+    return int(fixed + (int(wanted) - fixed) * batch_size / int(batch))

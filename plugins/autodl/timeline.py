@@ -1,0 +1,124 @@
+"""A picture per run: memory and utilization against time, with the estimate as a line, as a PNG beside the run's log.
+
+Drawn with matplotlib's object API (``Figure`` + Agg canvas, no ``pyplot`` state, no display) from
+the run folder's files: ``samples.jsonl`` (NVML or process samples, :mod:`autodl.metrics`), the
+training's own peak reports in its ``attempt-N.steps.jsonl``, and the estimate in ``profile.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+GiB = 1 << 30
+PNG_NAME = "timeline.png"
+
+
+def _jsonl(path: Path | None) -> list[dict[str, Any]]:
+    if path is None or not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _handle(folder: Path) -> dict[str, Any]:
+    for name in ("handle-latest.json", "handle.json"):
+        if (folder / name).is_file():
+            try:
+                return json.loads((folder / name).read_text())
+            except ValueError:
+                continue
+    return {}
+
+
+def plot_run(folder: str | Path, *, out: str | Path | None = None, estimate_bytes: int | None = None,
+             title: str | None = None) -> Path:
+    """Draw the run kept in ``folder`` and write it as a PNG.
+
+    Top panel: memory in GiB against seconds since the first sample — the run's own memory (Paddle's
+    reserved peak as the training reported it, NVML per-process memory, or RSS on CPU), device-wide
+    NVML "used" (dotted, context only), other processes' memory, and the estimate as a horizontal line.
+    Bottom panel: utilization in % (GPU, or CPU % of one core on a CPU run).
+
+    :param folder: the run's folder (``$AUTODL_HOME/runs/<run key>``).
+    :param out: the PNG path; default ``<folder>/timeline.png`` (beside the attempt logs).
+    :param estimate_bytes: the estimate; default ``profile.json``'s ``peak_memory_bytes``.
+    :returns: the PNG path.
+    :raises FileNotFoundError: when the folder holds neither samples nor the training's reports.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    folder = Path(folder)
+    samples = _jsonl(folder / "samples.jsonl")
+    handle = _handle(folder)
+    steps = _jsonl(Path(handle["steps_path"])) if handle.get("steps_path") else []
+    reports = [r for r in steps if r.get("kind") == "memory"]
+    if not samples and not reports:
+        raise FileNotFoundError(f"{folder}: no metric samples and no memory reports to draw")
+    if estimate_bytes is None and (folder / "profile.json").is_file():
+        try:
+            estimate_bytes = json.loads((folder / "profile.json").read_text())["profile"]["peak_memory_bytes"]
+        except (ValueError, KeyError, TypeError):
+            estimate_bytes = None
+    times = [r["t"] for r in samples if "t" in r] + [r["t"] for r in reports if "t" in r]
+    t0 = min(times) if times else 0.0
+
+    fig = Figure(figsize=(9, 5.5), dpi=100)
+    FigureCanvasAgg(fig)
+    mem_ax, util_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+
+    def series(key: str) -> tuple[list[float], list[float]]:
+        pts = [(r["t"] - t0, r[key] / GiB) for r in samples if r.get(key) is not None and "t" in r]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    drawn = False
+    for key, label, style in (("process_bytes", "run's processes (NVML)", "-"),
+                              ("rss_bytes", "run's processes RSS (CPU run)", "-"),
+                              ("device_used_bytes", "device used, all processes (NVML)", ":"),
+                              ("others_bytes", "other processes (NVML)", "--")):
+        xs, ys = series(key)
+        if xs:
+            mem_ax.plot(xs, ys, style, label=label)
+            drawn = True
+    if reports:
+        by_device: dict[str, list[tuple[float, float, float]]] = {}
+        for r in reports:
+            by_device.setdefault(str(r.get("device") or r.get("place")), []).append(
+                (r["t"] - t0, (r.get("reserved_peak_bytes") or 0) / GiB, (r.get("allocated_peak_bytes") or 0) / GiB))
+        for device, pts in by_device.items():
+            short = device if len(device) <= 16 else device[:12] + "…"
+            mem_ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"Paddle reserved peak {short}")
+            mem_ax.step([p[0] for p in pts], [p[2] for p in pts], where="post", alpha=0.6,
+                        label=f"Paddle allocated peak {short}")
+        drawn = True
+    if estimate_bytes:
+        mem_ax.axhline(estimate_bytes / GiB, color="red", linestyle="-.", label=f"estimate {estimate_bytes / GiB:.2f} GiB")
+    mem_ax.set_ylabel("memory (GiB)")
+    if drawn or estimate_bytes:
+        mem_ax.legend(loc="upper left", fontsize="small")
+    mem_ax.grid(True, alpha=0.3)
+
+    for key, label in (("utilization_pct", "GPU utilization (mean of devices)"), ("cpu_pct", "CPU % of one core")):
+        xs = [r["t"] - t0 for r in samples if r.get(key) is not None and "t" in r]
+        ys = [r[key] for r in samples if r.get(key) is not None and "t" in r]
+        if xs:
+            util_ax.plot(xs, ys, label=label)
+    util_ax.set_ylabel("utilization (%)")
+    util_ax.set_xlabel("seconds since the first sample")
+    util_ax.grid(True, alpha=0.3)
+    if util_ax.lines:
+        util_ax.legend(loc="upper left", fontsize="small")
+    fig.suptitle(title or f"run {folder.name}")
+    fig.tight_layout()
+    path = Path(out) if out else folder / PNG_NAME
+    fig.savefig(path, format="png")
+    return path
