@@ -6,6 +6,10 @@
 
 builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device >> train_cnn.launch
 >> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``).
+
+With several GPU hosts on Celery (``[autodl] host_queues`` set where the DAG is parsed) a ``booked_host``
+step follows ``select_device`` and ``launch``/``collect_metrics`` are mapped over its one-element result,
+so that autodl's cluster policy can put them on the booked host's queue (:mod:`autodl.policies`).
 """
 
 from __future__ import annotations
@@ -14,8 +18,6 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import TaskGroup, XComArg
-
-from autodl.policies import routing_enabled
 
 from autodl.operators.steps import (
     STEP_IDS,
@@ -27,6 +29,7 @@ from autodl.operators.steps import (
     AutoDLReleaseOperator,
     AutoDLSelectOperator,
 )
+from autodl.policies import routing_enabled
 
 
 BOOKED_HOST_ID = "booked_host"
