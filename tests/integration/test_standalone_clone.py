@@ -1,7 +1,7 @@
 """The repository stands alone: a clone with no ``shared/`` folder beside it passes the tests that read data.
 
-Seen before (issue 12): a fresh clone outside this workplace failed a test, because the tests read
-``../shared/data/`` (not part of the repository). The data now lives in ``include/data/`` with its sources
+Seen before (issue 12): a fresh clone outside this workplace failed a test, because the tests read the
+data from the workplace's handed-over folder beside the repository (not part of it). The data now lives in ``include/data/`` with its sources
 and licences; this test copies the tracked files into a temporary folder (nothing beside it) and runs the
 data-reading tests there, with the copy's own package.
 """
