@@ -53,3 +53,31 @@ def test_ci_scripts_record_what_they_start():
     assert run.index("source .ci/services.sh") < run.index("\ntrap ") < run.index("source .ci/postgres.sh")
     assert "autodl_ci_started postgresql" in (REPO / ".ci/postgres.sh").read_text()
     assert "autodl_ci_started dockerd" in (REPO / ".ci/docker.sh").read_text()
+
+
+def test_docker_sh_records_the_engine_it_starts_and_the_trap_stops_it(tmp_path):
+    """.ci/docker.sh with stand-ins for docker, dockerd and pgrep (the machine's real engine is not touched):
+    the engine it starts is recorded with its pid and stopped by the EXIT trap."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    up = tmp_path / "engine-up"
+    (bin_dir / "docker").write_text(f"#!/bin/sh\n[ \"$1\" = info ] && [ -f {up} ]\n")
+    (bin_dir / "dockerd").write_text(f"#!/bin/sh\ntouch {up}\necho $$ > {tmp_path / 'dockerd.pid'}\nexec sleep 300\n")
+    (bin_dir / "pgrep").write_text("#!/bin/sh\nexit 1\n")  # no engine of anyone else's
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text(f"""set -euo pipefail
+export PATH={bin_dir}:$PATH AUTODL_DOCKERD_LOG={tmp_path / 'dockerd.log'} AUTODL_DOCKERD_WAIT_S=30
+source {REPO / '.ci/services.sh'}
+trap 'rc=$?; autodl_ci_stop_started; exit $rc' EXIT
+source {REPO / '.ci/docker.sh'}
+echo "ready=$AUTODL_DOCKER_READY"
+""")
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**os.environ})
+    assert out.returncode == 0, out.stderr
+    assert "ready=1" in out.stdout
+    pid = int((tmp_path / "dockerd.pid").read_text())
+    assert f"ci: started dockerd (pid {pid})" in out.stderr and f"ci: stopping dockerd (pid {pid}, SIGTERM)" in out.stderr
+    time.sleep(0.2)
+    assert not _alive(pid)
