@@ -12,11 +12,14 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from autodl.errors import AutoDLError
 
 GiB = 1 << 30
+POOL_HELP = ("auto | nvml | prometheus+http://HOST:PORT[?max_age_s=60&window_s=300] | pool file "
+             "(default $AUTODL_POOL, [autodl] pool, or auto)")
 MAX_MESSAGE_CHARS = 4000
 """An error message is cut here: it names the input and the fix, it never echoes a whole input."""
 
@@ -184,7 +187,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         t.add_column(col, overflow="fold")
     for d in inv.devices:
         # unknown stays unknown: '?' where the source could not read a value (never 0 / idle)
-        t.add_row(d.device_id, d.host, str(d.index), d.model, d.vendor, _gib(d.memory_total_bytes),
+        t.add_row(d.device_id, d.host, str(d.index), d.model, d.vendor, _gib(d.memory_total_bytes or None).replace("-", "?"),
                   "?" if d.memory_used_bytes is None else _gib(d.memory_used_bytes),
                   "?" if d.utilization_pct is None else f"{d.utilization_pct:.0f}",
                   "ok" if d.healthy else f"UNHEALTHY: {d.health_reason or 'marked unhealthy'}", holders.get(d.device_id, ""))
@@ -225,10 +228,20 @@ def _plot_run(run_key: str, out: str | None) -> int:
     from autodl.errors import StoreError
     from autodl.launch.local import run_dir_name
     from autodl.records import RecordStore
-    from autodl.timeline import plot_run
+    from autodl.timeline import OutputPathError, check_output_path, plot_run
 
-    folder = autodl_home() / "runs" / run_dir_name(run_key)
+    if out is not None:
+        try:
+            check_output_path(out)
+        except OutputPathError as exc:
+            raise AutoDLError(f"--out {out}: {exc}") from None
     record = RecordStore().get(run_key)
+    # the folder the record says the run's log is in (runs recorded before a change of folder naming too),
+    # else where this version would put it
+    log_path = (record.launch or {}).get("log_path") if record else None
+    candidates = [Path(log_path).parent] if log_path else []
+    candidates.append(autodl_home() / "runs" / run_dir_name(run_key))
+    folder = next((c for c in candidates if c.is_dir()), candidates[-1])
     if not folder.is_dir():
         raise StoreError(f"no run folder for run key {run_key!r} under {folder.parent}; `autodl runs --json` lists the "
                          "run keys (the folder lives on the host that ran the training, under AUTODL_HOME).")
@@ -318,13 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
     sp.add_argument("spec", help="task spec YAML")
     sp.add_argument("--script", help="override the spec's task.script")
-    sp.add_argument("--pool", help="auto | nvml | pool file (default $AUTODL_POOL, [autodl] pool, or auto)")
+    sp.add_argument("--pool", help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_plan)
 
     sp = sub.add_parser("inventory", help="the devices in the pool and their leases")
-    sp.add_argument("--pool")
+    sp.add_argument("--pool", help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_inventory)
 

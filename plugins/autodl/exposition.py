@@ -110,7 +110,17 @@ def serve(port: int, *, addr: str = "127.0.0.1", store_url: str | None = None) -
     """Serve ``/metrics`` on ``addr:port`` in a background thread (``prometheus_client.start_http_server``).
 
     :returns: ``(server, thread)``; ``server.shutdown()`` stops it.
+    :raises AutoDLError: when ``addr:port`` cannot be served (port in use or out of range, an address this host
+        does not have), naming them.
     """
     from prometheus_client import start_http_server
 
-    return start_http_server(port, addr=addr, registry=registry(store_url))
+    from autodl.errors import AutoDLError
+
+    if not 0 <= int(port) <= 65535:
+        raise AutoDLError(f"exporter port {port}: a TCP port is 0-65535 (--port)")
+    try:
+        return start_http_server(port, addr=addr, registry=registry(store_url))
+    except OSError as exc:
+        raise AutoDLError(f"cannot serve autodl's metrics on {addr}:{port}: {exc.strerror or exc}; "
+                          "choose a free --port, or a --host address of this machine") from None

@@ -51,10 +51,12 @@ def _uuid(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def nvml_processes(device_uuids: list[str], nvml: ModuleType | None = None) -> dict[str, dict[str, int | None]] | None:
+def nvml_processes(device_uuids: list[str], nvml: ModuleType | None = None, *,
+                   unreadable: dict[str, str] | None = None) -> dict[str, dict[str, int | None]] | None:
     """Compute processes on each device now: ``{uuid: {pid: used bytes or None}}``; a device NVML
-    cannot query is left out. None when NVML is not available at all."""
-    from autodl.inventory.nvml import load_nvml, shutdown
+    cannot query is left out (never reported as empty) and, when ``unreadable`` is given, put there
+    with why (``{uuid: 'GPU is lost (NVML error 15)'}``). None when NVML is not available at all."""
+    from autodl.inventory.nvml import describe, load_nvml, shutdown
 
     try:
         nv = load_nvml(nvml)
@@ -67,7 +69,9 @@ def nvml_processes(device_uuids: list[str], nvml: ModuleType | None = None) -> d
             try:
                 handle = nv.nvmlDeviceGetHandleByUUID(uuid)
                 procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - lost, no permission, ...: unknown, said by the caller
+                if unreadable is not None:
+                    unreadable[uuid] = describe(exc)
                 continue
             out[uuid] = {str(p.pid): (int(p.usedGpuMemory) if p.usedGpuMemory is not None else None) for p in procs}
     finally:
@@ -80,9 +84,11 @@ class NvmlSampler:
 
     A sample: ``device_used_bytes`` (summed, v2 memory info), ``process_bytes`` (the run's processes:
     not in ``baseline``; summed), ``others_bytes`` (the baseline's processes still there), ``utilization_pct``
-    (mean of the devices that report it), ``temperature_c`` (max), ``power_w`` (summed, None when a
-    device does not report it), and ``devices`` (the same per device UUID). A value NVML could not read
-    is absent or None, never 0.
+    (mean over the devices; None when any of them did not report it, so a lost or silent device never
+    reads as the others' load), ``temperature_c`` (max of those that report it), ``power_w`` (summed,
+    None when a device does not report it), and ``devices`` (the same per device UUID). A value NVML
+    could not read is absent or None, never 0. A device that stops answering mid-run (lost from the
+    bus, an error other than NotSupported) is said once in ``notes``.
 
     :param device_uuids: the booked devices' UUIDs (GPU- or MIG-).
     :param baseline: ``{uuid: {pid: bytes}}`` before launch (:data:`BASELINE_FILE`); without it the
@@ -104,6 +110,8 @@ class NvmlSampler:
         self.baseline = baseline
         self.handles: dict[str, Any] = {}
         self.notes: list[str] = []
+        self._failing: set[tuple[str, str]] = set()
+        self._started = time.time()
         for uuid in device_uuids:
             try:
                 self.handles[uuid] = self.nvml.nvmlDeviceGetHandleByUUID(uuid)
@@ -113,6 +121,21 @@ class NvmlSampler:
             self.close()
             raise RuntimeError("NVML finds none of the booked devices: " + "; ".join(self.notes))
 
+    def _failed(self, uuid: str, key: str, exc: BaseException) -> None:
+        """Say once per device and field that NVML stopped answering it (NotSupported is expected and silent)."""
+        from autodl.inventory.nvml import NVML_ERROR_NOT_SUPPORTED, describe, device_failed, error_code
+
+        if error_code(exc) == NVML_ERROR_NOT_SUPPORTED:
+            return
+        lost = device_failed(exc)
+        mark = (uuid, "device" if lost else key)
+        if mark in self._failing:
+            return
+        self._failing.add(mark)
+        when = f"{time.time() - self._started:.0f} s into sampling"
+        self.notes.append(f"device {uuid} failed {when} ({key}: {describe(exc)}): its figures from then on are unknown"
+                          if lost else f"device {uuid}: NVML stopped answering {key} {when} ({describe(exc)}): unknown from then on")
+
     def _device(self, uuid: str, handle: Any) -> dict[str, Any]:
         from autodl.inventory.nvml import read_memory
 
@@ -120,19 +143,22 @@ class NvmlSampler:
         out: dict[str, Any] = {}
         try:
             out["used_bytes"] = read_memory(nv, handle)[1]
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             out["used_bytes"] = None
+            self._failed(uuid, "memory", exc)
         for key, call in (("utilization_pct", lambda: float(nv.nvmlDeviceGetUtilizationRates(handle).gpu)),
                           ("temperature_c", lambda: float(nv.nvmlDeviceGetTemperature(handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0)))),
                           ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0)):   # mW -> W
             try:
                 out[key] = call()
-            except Exception:  # noqa: BLE001 - NotSupported (MIG, some boards): unknown
+            except Exception as exc:  # noqa: BLE001 - NotSupported (MIG, some boards): unknown
                 out[key] = None
+                self._failed(uuid, key, exc)
         try:
             procs = {str(p.pid): p.usedGpuMemory for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)}
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             procs = None
+            self._failed(uuid, "processes", exc)
         if procs is not None and self.baseline is not None and uuid in self.baseline:
             before = self.baseline[uuid]
             mine = [m for pid, m in procs.items() if pid not in before]
@@ -150,13 +176,13 @@ class NvmlSampler:
             vals = [d[key] for d in per.values()]
             return None if any(v is None for v in vals) else sum(vals)
 
-        utils = [d["utilization_pct"] for d in per.values() if d["utilization_pct"] is not None]
+        utils = [d["utilization_pct"] for d in per.values()]
         temps = [d["temperature_c"] for d in per.values() if d["temperature_c"] is not None]
         return {
             "device_used_bytes": total("used_bytes"),
             "process_bytes": total("process_bytes"),
             "others_bytes": total("others_bytes"),
-            "utilization_pct": round(sum(utils) / len(utils), 2) if utils else None,
+            "utilization_pct": None if not utils or None in utils else round(sum(utils) / len(utils), 2),
             "temperature_c": max(temps) if temps else None,
             "power_w": total("power_w"),
             "devices": per,
@@ -355,14 +381,27 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
     util = [u for u in util if u is not None]
     temp = [s["temperature_c"] for s in samples if s.get("temperature_c") is not None]
     power = [s["power_w"] for s in samples if s.get("power_w") is not None]
-    process_peak = _max([s.get("process_bytes") for s in samples])
+    process_values = [s.get("process_bytes") for s in samples]
+    process_peak = _max(process_values)
+    missing = sum(1 for v in process_values if v is None)
+    if process_peak is not None and missing:
+        # a peak over samples some of which are unknown is only a lower bound: the run's own NVML peak is unknown
+        notes.append(f"NVML per-process memory of the run unknown in {missing} of {len(samples)} samples "
+                     f"(at least {process_peak / 2**30:.2f} GiB seen): its NVML peak is unknown")
+        process_peak = None
     rss_peak = _max([s.get("rss_bytes") for s in samples])
     by_device: dict[str, dict[str, int | None]] = {k: dict(v) for k, v in reports["peak_by_device"].items()}
+    unknown_on: set[str] = set()
     for s in samples:
         for uuid, d in (s.get("devices") or {}).items():
-            if d.get("process_bytes") is not None:
+            if d.get("process_bytes") is None:
+                unknown_on.add(uuid)
+            else:
                 entry = by_device.setdefault(uuid, {})
                 entry["process_peak_bytes"] = max(entry.get("process_peak_bytes") or 0, d["process_bytes"])
+    for uuid in unknown_on:
+        if "process_peak_bytes" in by_device.get(uuid, {}):
+            by_device[uuid]["process_peak_bytes"] = None
     if reports["reserved_peak_bytes"] is not None:
         peak, peak_source = reports["reserved_peak_bytes"], "paddle_reserved"
     elif process_peak is not None:
@@ -373,7 +412,7 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
         peak, peak_source = None, None
         if samples or steps_path:
             notes.append("the run's own peak memory is unknown: no report from the training and no per-process NVML memory")
-    if source == "nvml" and process_peak is None and samples:
+    if source == "nvml" and samples and missing == len(samples):
         notes.append("NVML per-process memory unavailable: only device-wide 'used' was sampled (not the run's own)")
     return RunMetrics(
         source=source,
@@ -429,11 +468,13 @@ def follow(
     notes = list(notes or [])
     source = sampler.source if sampler else "none"
     out = open(samples_path, "a") if samples_path else None
+    first = sampler
 
     def done(code: int | None) -> RunMetrics:
+        said = [n for n in getattr(first, "notes", None) or [] if n not in notes]  # e.g. a device lost mid-run
         return summarise(samples, source=source, duration_s=time.time() - handle.started_at.timestamp(), exit_code=code,
                          samples_path=str(samples_path) if samples_path else None, steps_path=handle.steps_path,
-                         notes=notes)
+                         notes=[*notes, *said])
 
     try:
         while True:
@@ -512,8 +553,10 @@ def explain_oom(metrics: RunMetrics, handle: LaunchHandle, folder: str | Path) -
             profile = ResourceProfile.model_validate(json.loads(profile_file.read_text())["profile"])
         except (ValueError, KeyError, TypeError):
             profile = None
+    # the host's memory bounds a host allocation only for a run on this host (a container or pod has its own limit)
+    host_total = psutil.virtual_memory().total if handle.launcher == "local" else None
     report = explain(texts, profile=profile, memory_reports=read_memory_reports(handle.steps_path),
-                     others_bytes=metrics.others_memory_bytes)
+                     others_bytes=metrics.others_memory_bytes, host_total_bytes=host_total, run_on_cpu=handle.on_cpu)
     return report.model_dump(mode="json") if report else None
 
 
@@ -547,15 +590,17 @@ def finish(metrics: RunMetrics, handle: LaunchHandle, folder: str | Path, *,
 
 
 def run_processes_on_devices(device_uuids: list[str], baseline: dict[str, dict[str, Any]] | None,
-                             nvml: ModuleType | None = None) -> dict[str, list[str]] | None:
+                             nvml: ModuleType | None = None, *,
+                             unreadable: dict[str, str] | None = None) -> dict[str, list[str]] | None:
     """The run's processes still on its devices per NVML: ``{uuid: [pid, ...]}`` for devices that have any.
 
     The run's are the processes not in the launch-time ``baseline``. None when it cannot be told
-    (no NVML here, or no baseline).
+    (no NVML here, or no baseline). A device NVML cannot query is not in the answer; it goes into
+    ``unreadable`` (``{uuid: why}``) when that is given — it was not seen empty.
     """
     if baseline is None:
         return None
-    procs = nvml_processes(device_uuids, nvml)
+    procs = nvml_processes(device_uuids, nvml, unreadable=unreadable)
     if procs is None:
         return None
     out = {}
@@ -580,13 +625,19 @@ def wait_devices_clear(device_uuids: list[str], folder: str | Path, *, timeout_s
     baseline = read_baseline(folder)
     deadline = time.monotonic() + timeout_s
     while True:
-        left = run_processes_on_devices(device_uuids, baseline, nvml)
+        unreadable: dict[str, str] = {}
+        left = run_processes_on_devices(device_uuids, baseline, nvml, unreadable=unreadable)
         if left is None:
             log("devices not checked empty before release: " + ("no NVML here" if baseline is not None
                                                                   else "no launch-time NVML baseline"))
             return True
+        checked = [u for u in device_uuids if u not in unreadable]
         if not left:
-            log(f"devices {', '.join(device_uuids)} checked empty (NVML): none of the run's processes left")
+            if checked:
+                log(f"devices {', '.join(checked)} checked empty (NVML): none of the run's processes left")
+            if unreadable:
+                log("devices not checked empty before release, NVML cannot query them: "
+                    + "; ".join(f"{u}: {why}" for u, why in unreadable.items()))
             return True
         if time.monotonic() >= deadline:
             log("devices still hold the run's processes after it was stopped: "

@@ -11,7 +11,15 @@ allocators (PaddlePaddle source, ``paddle/phi/core/memory/allocation/``):
   Cannot allocate 1.0GB memory on npu:0, available memory is only 512.0MB.``, or in the older
   buddy allocator ``Out of memory error on npu 0. total memory is ..., used memory is ...,
   available memory is only ...``;
-* the host allocator: ``Cannot allocate 1.0GB in <place>:0, available 512.0MB, total 16.0GB, used 15.5GB.``
+* the host allocator: ``Cannot allocate 1.0GB in <place>:0, available 512.0MB, total 16.0GB, used 15.5GB.``;
+* the CPU allocator of Paddle 3 (``cpu_allocator.cc``, ``posix_memalign`` failing): ``MemoryError:
+  (ResourceExhausted) Fail to alloc memory of 17179869184 size, error code is 12.`` — the request in
+  bytes and the C ``errno`` (12 = ``ENOMEM``: the process's memory limit — ``ulimit -v``, a cgroup — or
+  the host's memory); nothing about what was free. (Strings checked in the Paddle 3.3.1 CPU build's
+  ``libphi_core.so``; the message was reproduced here with ``RLIMIT_AS``.)
+
+Paddle 2 prints the error as ``ResourceExhaustedError: ...``, Paddle 3 as ``MemoryError: (ResourceExhausted) ...``;
+both are recognised, also when the text around them is none of the above.
 
 Sizes are printed by ``string::HumanReadableSize`` (``paddle/utils/string/printf.h``): a number with
 one of ``B kB MB GB TB PB`` in powers of 1024.
@@ -64,8 +72,14 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
                                 rf"{_size('used')}, available memory is only {_size('free')}")),
     ("host", re.compile(rf"Cannot allocate {_size('req')} in (?P<dev>[^,]+),\s*available {_size('free')},\s*"
                         rf"total {_size('total')},\s*used {_size('used')}")),
+    ("host_alloc", re.compile(r"Fail to alloc memory of (?P<req_bytes>\d+) size(?:, error code is (?P<errno>\d+))?")),
 ]
-_GENERIC = re.compile(r"ResourceExhaustedError|(?i:\bout of memory\b)")
+HOST_KINDS = frozenset({"host", "host_alloc"})
+"""Messages about host (CPU) memory: on a GPU run they say nothing about the GPU's memory."""
+
+_GENERIC = re.compile(r"ResourceExhaustedError|\(ResourceExhausted\)|(?i:\bout of memory\b)")
+_ERRNO = {12: "ENOMEM: the process's memory limit (ulimit -v / RLIMIT_AS, a cgroup) or the host's memory ran out"}
+"""C ``errno`` values Paddle's CPU allocator reports (``errno.h``)."""
 
 
 def to_bytes(number: str, unit: str) -> int:
@@ -103,10 +117,14 @@ def find_oom(texts: list[str]) -> tuple[str, dict[str, Any]] | None:
         for kind, pattern in _PATTERNS:
             for m in pattern.finditer(text):
                 g = m.groupdict()
-                fields: dict[str, Any] = {"device": " ".join(g["dev"].split())}
+                fields: dict[str, Any] = {"device": " ".join((g.get("dev") or "cpu").split())}
                 for key in ("req", "used", "free", "total"):
                     if g.get(f"{key}_n"):
                         fields[key] = to_bytes(g[f"{key}_n"], g[f"{key}_u"])
+                if g.get("req_bytes"):
+                    fields["req"] = int(g["req_bytes"])
+                if g.get("errno"):
+                    fields["errno"] = int(g["errno"])
                 if found is None or (order, m.start()) >= (found[0], found[1]):
                     found = (order, m.start(), kind, fields, " ".join(m.group(0).split()))
     if found is not None:
@@ -116,7 +134,7 @@ def find_oom(texts: list[str]) -> tuple[str, dict[str, Any]] | None:
         m = None
         for m in _GENERIC.finditer(text):
             pass
-        if m is not None and "ResourceExhaustedError" in text:
+        if m is not None and ("ResourceExhaustedError" in text or "(ResourceExhausted)" in text):
             line = text[text.rfind("\n", 0, m.start()) + 1: text.find("\n", m.end()) if "\n" in text[m.end():] else len(text)]
             return "generic", {"device": "?", "message": line.strip()[:300]}
     return None
@@ -138,7 +156,7 @@ def read_tails(paths: list[str | Path]) -> list[str]:
 def _place_of(device: str) -> str:
     """'GPU 0' -> 'gpu:0', 'npu:0' -> 'npu:0' (Paddle's place spelling, as the start-up hook reports it)."""
     name, _, index = device.replace(":", " ").partition(" ")
-    return f"{name.lower()}:{index.strip()}"
+    return f"{name.lower()}:{index.strip()}" if index.strip() else name.lower()
 
 
 def explain(
@@ -149,6 +167,8 @@ def explain(
     others_bytes: int | None = None,
     device_total_bytes: int | None = None,
     env: dict[str, str] | None = None,
+    host_total_bytes: int | None = None,
+    run_on_cpu: bool | None = None,
 ) -> OOMReport | None:
     """An :class:`OOMReport` when ``texts`` (the training's logs) hold a Paddle out-of-memory error.
 
@@ -158,6 +178,9 @@ def explain(
     :param others_bytes: other processes' memory on the run's devices (NVML baseline), when known.
     :param device_total_bytes: the device's own memory, when the message does not give it.
     :param env: the training's environment, for ``FLAGS_allocator_strategy`` when the training did not report it.
+    :param host_total_bytes: the host's memory, for a host (CPU) allocation failure that does not give a total.
+    :param run_on_cpu: False for a run on an accelerator: a host allocation failure then says nothing about the
+        device's memory, so ``wanted_bytes`` stays None and the device estimate is not raised from it.
     :returns: the report, or None when no out-of-memory error is in the logs.
     """
     hit = find_oom(texts)
@@ -173,7 +196,9 @@ def explain(
     else:
         strategy, strategy_source = PADDLE_DEFAULT_STRATEGY, "paddle default"
     requested, free, used = f.get("req"), f.get("free"), f.get("used")
-    total = f.get("total") or (used + free if used is not None and free is not None else None) or device_total_bytes
+    host = kind in HOST_KINDS
+    total = f.get("total") or (used + free if used is not None and free is not None else None) or \
+        (host_total_bytes if host else device_total_bytes)
     if used is None and total is not None and free is not None:
         used = total - free
     run = None
@@ -197,13 +222,17 @@ def explain(
         others = used - run - CONTEXT_SLACK_BYTES
     if requested is not None and free is not None and others is not None:
         verdict = "busy" if others > 0 and requested <= free + others else "too_big"
-    elif requested is not None and free is not None and total is not None and requested > total:
-        verdict = "too_big"
+    elif requested is not None and total is not None and requested > total:
+        verdict = "too_big"   # more than the whole device (or host) holds, whoever else was there
 
-    if run is not None and requested is not None:
+    if host and run_on_cpu is False:
+        wanted = None   # host memory of a GPU run: not the device's need
+    elif run is not None and requested is not None:
         wanted = run + requested
     elif used is not None and requested is not None:
         wanted = used - (others or 0) + requested   # unknown others count as the run's: an upper bound
+    elif kind == "host_alloc" and requested is not None:
+        wanted = requested   # the failed request alone: a lower bound of what the run needed
     else:
         wanted = None
     batch = profile.batch_size if profile else None
@@ -223,6 +252,10 @@ def explain(
     gib = lambda n: "?" if n is None else f"{n / GiB:.2f} GiB"  # noqa: E731
     parts = [f"out of memory on {f['device']}: asked for {gib(requested)} with {gib(free)} free"
              + (f" ({gib(used)} in use on the device of {gib(total)})" if used is not None else "")]
+    if f.get("errno") is not None:
+        parts.append(f"errno {f['errno']}" + (f" ({_ERRNO[f['errno']]})" if f["errno"] in _ERRNO else ""))
+    if host and run_on_cpu is False:
+        parts.append("this is host (CPU) memory, not the GPU's: the GPU estimate is not raised from it")
     parts.append(f"allocator {strategy} ({strategy_source})")
     if strategy == "naive_best_fit":
         parts.append("naive_best_fit pre-allocates FLAGS_fraction_of_gpu_memory_to_use of the card, so device 'used' "

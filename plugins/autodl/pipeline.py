@@ -204,7 +204,7 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
     from autodl.records import calibrate_profile  # never below what this script needed when it ran out of memory
 
-    profile = calibrate_profile(profile)
+    profile = calibrate_profile(profile, threshold=spec.resource_policy.memory_threshold)
     if profile.errors:
         lines = [f"{script_path}:{f.line or '?'}: [{f.code}] {f.message}" for f in profile.errors]
         if spec.task.input_shape and any(f.code == "shape-mismatch" for f in profile.errors):
@@ -478,7 +478,9 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     if rendered.get("shell"):
         log(f"launch ({launcher.name}): {rendered['shell']}")
     if request.on_cpu:
-        log("devices are declared, not real: the training runs on CPU (visible devices hidden)")
+        log("devices are declared, not real: the training runs on CPU (visible devices hidden)"
+            + (f"; as ONE process: the {len(request.devices)}-device data-parallel launch (paddle.distributed.launch, "
+               "one rank per device) is not exercised here" if len(request.devices) > 1 else ""))
     else:  # whose memory is whose on the booked devices: the processes there before the run are someone else's
         from autodl.metrics import write_baseline
 

@@ -106,14 +106,16 @@ def oom_floor(script: str, batch_size: int, *, url: str | None = None, limit: in
     return best
 
 
-def calibrate_profile(profile, *, url: str | None = None):
+def calibrate_profile(profile, *, url: str | None = None, threshold: float | None = None):
     """``profile`` with its peak raised to what the same script needed when it ran out of memory (:func:`oom_floor`).
 
     The raise is said in a warning finding (code ``oom-calibration``). A store that cannot be read
     leaves the profile as it is, with a warning saying so: calibration never blocks a run.
 
     :param profile: a :class:`~autodl.types.ResourceProfile`.
-    :returns: the same profile, or a copy with ``peak_memory_bytes`` raised.
+    :param threshold: the fraction of device memory a run may plan to use, for the largest batch per device
+        (``resource_policy.memory_threshold``; default the spec's default).
+    :returns: the same profile, or a copy with ``peak_memory_bytes`` raised (the rise counted as activations).
     """
     from autodl.types import Finding
 
@@ -130,4 +132,31 @@ def calibrate_profile(profile, *, url: str | None = None):
     note = Finding(severity="warning", code="oom-calibration",
                    message=f"estimate raised from {profile.peak_memory_bytes / gib:.2f} to {floor / gib:.2f} GiB per device: "
                            f"run {run_key} of this script ran out of memory needing that much at batch {profile.batch_size}")
-    return profile.model_copy(update={"peak_memory_bytes": floor, "findings": [*profile.findings, note]})
+    return _raised(profile, floor, note, threshold)
+
+
+def _raised(profile, floor: int, note, threshold: float | None):
+    """``profile`` with its peak raised to ``floor``, the rise counted as activations (the part that scales with the
+    batch, as :func:`autodl.oom.floor_at_batch` assumes), so the largest batch per device and the advice (AMP,
+    recompute, a smaller batch) are worked out from the raised figure, not from the estimate that failed."""
+    from autodl.catalog import load_catalog
+
+    extra = floor - profile.peak_memory_bytes
+    activations = profile.breakdown.activations_bytes + extra
+    raised = profile.model_copy(update={
+        "peak_memory_bytes": floor,
+        "breakdown": profile.breakdown.model_copy(update={"activations_bytes": activations}),
+        "activation_bytes_per_sample": activations // max(1, profile.batch_size),
+        "findings": [*profile.findings, note],
+    })
+    try:
+        models = load_catalog().models
+    except Exception:  # noqa: BLE001 - the figures below are advice; the raised peak is what matters
+        return raised
+    if threshold is None:
+        from autodl.spec import DEFAULT_MEMORY_THRESHOLD
+
+        threshold = DEFAULT_MEMORY_THRESHOLD
+    by_device = {name: (raised.max_batch_size(models[name].memory_bytes, threshold) if name in models else n)
+                 for name, n in profile.max_batch_size_by_device.items()}
+    return raised.model_copy(update={"max_batch_size_by_device": by_device})

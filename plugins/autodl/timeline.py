@@ -8,11 +8,36 @@ training's own peak reports in its ``attempt-N.steps.jsonl``, and the estimate i
 from __future__ import annotations
 
 import json
+import math
+import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
 GiB = 1 << 30
 PNG_NAME = "timeline.png"
+TITLE_WIDTH = 90
+"""Characters per title line: a run key is long, and a 9-inch figure holds about this many at medium size."""
+
+
+class OutputPathError(ValueError):
+    """The PNG cannot be written where asked."""
+
+
+def check_output_path(out: str | Path) -> Path:
+    """``out`` as a path a PNG can be written to.
+
+    :raises OutputPathError: when it is a folder, or its folder does not exist or is not writable.
+    """
+    path = Path(out)
+    if path.is_dir():
+        raise OutputPathError(f"{path} is a folder; give a file name, e.g. {path / PNG_NAME}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OutputPathError(f"{parent} does not exist; create it or choose another --out")
+    if not os.access(parent, os.W_OK):
+        raise OutputPathError(f"{parent} is not writable; choose another --out")
+    return path
 
 
 def _jsonl(path: Path | None) -> list[dict[str, Any]]:
@@ -53,11 +78,14 @@ def plot_run(folder: str | Path, *, out: str | Path | None = None, estimate_byte
     :param estimate_bytes: the estimate; default ``profile.json``'s ``peak_memory_bytes``.
     :returns: the PNG path.
     :raises FileNotFoundError: when the folder holds neither samples nor the training's reports.
+    :raises OutputPathError: when ``out`` cannot be written (a folder, or its folder is missing).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     folder = Path(folder)
+    if out is not None:
+        check_output_path(out)
     samples = _jsonl(folder / "samples.jsonl")
     handle = _handle(folder)
     steps = _jsonl(Path(handle["steps_path"])) if handle.get("steps_path") else []
@@ -76,9 +104,13 @@ def plot_run(folder: str | Path, *, out: str | Path | None = None, estimate_byte
     FigureCanvasAgg(fig)
     mem_ax, util_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
 
-    def series(key: str) -> tuple[list[float], list[float]]:
-        pts = [(r["t"] - t0, r[key] / GiB) for r in samples if r.get(key) is not None and "t" in r]
-        return [p[0] for p in pts], [p[1] for p in pts]
+    def series(key: str, scale: float = GiB) -> tuple[list[float], list[float]]:
+        """Points of ``key``; a sample where it is unknown is NaN, so the line breaks there instead of
+        bridging the gap with invented values."""
+        rows = [r for r in samples if "t" in r and key in r]
+        if not any(r[key] is not None for r in rows):
+            return [], []
+        return [r["t"] - t0 for r in rows], [math.nan if r[key] is None else r[key] / scale for r in rows]
 
     drawn = False
     for key, label, style in (("process_bytes", "run's processes (NVML)", "-"),
@@ -104,20 +136,20 @@ def plot_run(folder: str | Path, *, out: str | Path | None = None, estimate_byte
         mem_ax.axhline(estimate_bytes / GiB, color="red", linestyle="-.", label=f"estimate {estimate_bytes / GiB:.2f} GiB")
     mem_ax.set_ylabel("memory (GiB)")
     if drawn or estimate_bytes:
-        mem_ax.legend(loc="upper left", fontsize="small")
+        mem_ax.legend(loc="best", fontsize="small")
     mem_ax.grid(True, alpha=0.3)
 
-    for key, label in (("utilization_pct", "GPU utilization (mean of devices)"), ("cpu_pct", "CPU % of one core")):
-        xs = [r["t"] - t0 for r in samples if r.get(key) is not None and "t" in r]
-        ys = [r[key] for r in samples if r.get(key) is not None and "t" in r]
+    for key, label in (("utilization_pct", "GPU utilization (mean of devices; gap = unknown)"),
+                       ("cpu_pct", "CPU % of one core")):
+        xs, ys = series(key, scale=1.0)
         if xs:
             util_ax.plot(xs, ys, label=label)
     util_ax.set_ylabel("utilization (%)")
     util_ax.set_xlabel("seconds since the first sample")
     util_ax.grid(True, alpha=0.3)
     if util_ax.lines:
-        util_ax.legend(loc="upper left", fontsize="small")
-    fig.suptitle(title or f"run {folder.name}")
+        util_ax.legend(loc="best", fontsize="small")
+    fig.suptitle(textwrap.fill(title or f"run {folder.name}", TITLE_WIDTH), fontsize="medium")
     fig.tight_layout()
     path = Path(out) if out else folder / PNG_NAME
     fig.savefig(path, format="png")

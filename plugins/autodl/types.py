@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 Severity = Literal["info", "warning", "error"]
 
@@ -143,7 +143,9 @@ class Device(_Frozen):
     uuid: str | None = None
     model: str = Field(description="Catalog model name, e.g. 'A100-SXM4-40GB'.")
     vendor: str = "nvidia"
-    memory_total_bytes: int = Field(description="The device's own memory (a MIG instance's slice), bytes.")
+    memory_total_bytes: int = Field(description=(
+        "The device's own memory (a MIG instance's slice), bytes; 0 in Python and null in JSON when nobody could "
+        "say it (an unhealthy device NVML could not read and the catalog does not know)."))
     memory_used_bytes: int | None = Field(
         0, description="Used now, bytes; None when the source could not read it (unknown, never 0).")
     utilization_pct: float | None = Field(
@@ -160,6 +162,15 @@ class Device(_Frozen):
     labels: dict[str, str] = Field(default_factory=dict)
     unknown: list[str] = Field(
         default_factory=list, description="Fields the source could not read, each with why ('utilization_pct: Not Supported').")
+
+    @field_validator("memory_total_bytes", mode="before")
+    @classmethod
+    def _total_from_json(cls, value: Any) -> Any:
+        return 0 if value is None else value
+
+    @field_serializer("memory_total_bytes", when_used="json")
+    def _total_to_json(self, value: int) -> int | None:
+        return value or None   # unknown is null in every JSON view (CLI, UI API, XCom), never 0
 
     @property
     def memory_free_bytes(self) -> int | None:

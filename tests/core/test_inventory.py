@@ -82,7 +82,9 @@ class _FakeNvml:
     """An NVML with two GPUs: an A100 with NVLink and an unknown part; for the mapping logic only."""
 
     class NVMLError(Exception):
-        pass
+        def __init__(self, text, value=3):   # 3 = NVML_ERROR_NOT_SUPPORTED, as pynvml's errors carry their code
+            super().__init__(text)
+            self.value = value
 
     NVML_FEATURE_ENABLED = 1
     NVML_NVLINK_MAX_LINKS = 2

@@ -48,6 +48,18 @@ _BROKEN_NVML_FIX = (
     "the kernel module; check `nvidia-smi`), or set AUTODL_POOL / --pool to a pool file to use declared devices on purpose."
 )
 
+_NVML_FIXES: dict[int, str] = {
+    4: ("this user may not open the NVIDIA devices; check the permissions of /dev/nvidiactl and /dev/nvidia* "
+        "(the `video` group, or the container's device list) and run `nvidia-smi` as the same user, or set "
+        "AUTODL_POOL / --pool to a pool file to use declared devices on purpose."),
+}
+"""What to do for a broken NVML, by NVML return code (``nvml.h``: 4 = ``NVML_ERROR_NO_PERMISSION``); other codes
+get :data:`_BROKEN_NVML_FIX`."""
+
+
+def _broken_fix(exc: NvmlFailed) -> str:
+    return _NVML_FIXES.get(getattr(exc, "code", None), _BROKEN_NVML_FIX)
+
 
 def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None = None) -> Inventory:
     """Snapshot of the pool.
@@ -70,7 +82,7 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
             return fallback.model_copy(update={"notes": [
                 *fallback.notes, f"no NVIDIA GPU here ({exc}): using the declared pool {default_pool_file()}"]})
         except NvmlFailed as exc:
-            raise InventoryError(f"pool source 'auto': {exc}; {_BROKEN_NVML_FIX}") from None
+            raise InventoryError(f"pool source 'auto': {exc}; {_broken_fix(exc)}") from None
     scheme = source.split("://", 1)[0] if "://" in source else None
     if scheme in SCHEMES:
         return SCHEMES[scheme](source, catalog)
@@ -82,7 +94,7 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
                 f"pool source {source!r}: {exc}; install the NVIDIA driver or use a pool file (--pool include/pools/demo.yaml)."
             ) from None
         except NvmlFailed as exc:
-            raise InventoryError(f"pool source {source!r}: {exc}; {_BROKEN_NVML_FIX}") from None
+            raise InventoryError(f"pool source {source!r}: {exc}; {_broken_fix(exc)}") from None
     if scheme is not None:
         raise InventoryError(f"pool source {source!r}: unknown scheme {scheme!r}; use one of: "
                              f"{', '.join(sorted(SCHEMES))}, a source name ({', '.join(SOURCES)}), auto, or a pool file.")

@@ -29,15 +29,31 @@ from autodl.hosts import this_host
 from autodl.types import Device, Inventory
 
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 """NVML return codes (``nvml.h``; the same values as ``pynvml.NVML_ERROR_*``)."""
 
 ABSENT_CODES = frozenset({NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND})
 """``nvmlInit`` errors that mean "no NVIDIA GPU stack here" (the only ones the ``auto`` pool falls back on)."""
+
+DEVICE_FAILED_CODES = frozenset({NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED})
+"""Errors of any per-device call that mean the whole device is gone, not one field: ``GPU_IS_LOST`` ("the GPU
+has fallen off the bus or has otherwise become inaccessible") and ``RESET_REQUIRED`` ("the GPU requires a
+reset before it can be used again") — NVML API reference, ``nvmlReturn_t``
+(https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html). A device that answers one of them on
+any field is unhealthy, whatever its other fields said."""
+
+NO_MIG_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND})
+"""``nvmlDeviceGetMigMode`` errors that mean "this GPU (or driver) has no MIG": the GPU is used whole. Any other
+error leaves the MIG mode unknown, and the device is not offered whole (CUDA cannot use a GPU in MIG mode
+except through its instances)."""
 
 V1_FALLBACK_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND,
                                NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
@@ -53,7 +69,18 @@ class NvmlUnavailable(RuntimeError):
 
 
 class NvmlFailed(RuntimeError):
-    """NVML is installed but does not work (driver/library version mismatch, no permission, ...)."""
+    """NVML is installed but does not work (driver/library version mismatch, no permission, ...).
+
+    ``code`` is the NVML return code when there was one (the fix to suggest depends on it).
+    """
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+class MemoryInfoInconsistent(ValueError):
+    """NVML's memory info contradicts itself (used above total, a zero total): the reading is unknown, not a figure."""
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -94,7 +121,7 @@ def init(nvml: ModuleType) -> None:
     except Exception as exc:  # noqa: BLE001 - NVMLError, or OSError from a broken library
         if error_code(exc) in ABSENT_CODES:
             raise NvmlUnavailable(f"NVML did not initialise: {describe(exc)}") from None
-        raise NvmlFailed(f"NVML did not initialise: {describe(exc)}") from None
+        raise NvmlFailed(f"NVML did not initialise: {describe(exc)}", error_code(exc)) from None
 
 
 def shutdown(nvml: ModuleType) -> None:
@@ -115,20 +142,34 @@ def read_memory(nvml: ModuleType, handle: Any) -> tuple[int, int, str]:
     v2 first (``used`` excludes driver-reserved memory); v1 only when v2 is not supported by the
     driver, the board or the binding.
 
+    :raises MemoryInfoInconsistent: when the answer contradicts itself (``used > total``, ``total == 0``:
+        seen with a GPU in a bad state); the caller treats the memory as unknown, never as the figures.
     :raises Exception: the NVML error of the last call tried.
     """
     v2 = getattr(nvml, "nvmlMemory_v2", None)
     if v2 is not None:
         try:
             mem = nvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
-            return int(mem.total), int(mem.used), "v2"
+            return _checked(int(mem.total), int(mem.used), "v2")
         except TypeError:
             pass  # a binding whose call takes no version
         except Exception as exc:  # noqa: BLE001
             if error_code(exc) not in V1_FALLBACK_CODES:
                 raise
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-    return int(mem.total), int(mem.used), "v1"
+    return _checked(int(mem.total), int(mem.used), "v1")
+
+
+def _checked(total: int, used: int, api: str) -> tuple[int, int, str]:
+    if total <= 0 or used < 0 or used > total:
+        raise MemoryInfoInconsistent(
+            f"{api} reports used {used / 2**30:.2f} GiB of total {total / 2**30:.2f} GiB (inconsistent)")
+    return total, used, api
+
+
+def device_failed(exc: BaseException) -> bool:
+    """True when ``exc`` means the whole device is gone (:data:`DEVICE_FAILED_CODES`), not one unsupported field."""
+    return error_code(exc) in DEVICE_FAILED_CODES
 
 
 def read_field(unknown: list[str], name: str, call: Callable[[], Any]) -> Any:
@@ -150,14 +191,26 @@ def _nvlink_active(nvml: ModuleType, handle: Any) -> bool:
     return False
 
 
-def _mig_children(nvml: ModuleType, handle: Any) -> list[Any]:
+def _mig_children(nvml: ModuleType, handle: Any) -> tuple[list[Any], list[str], str | None]:
+    """(MIG instance handles, slots that could not be read with why, why the GPU cannot be used) of a GPU.
+
+    No MIG (not supported, disabled): ``([], [], None)`` — the GPU is used whole. MIG enabled with no
+    instance, or a MIG mode NVML cannot tell: no children and the reason, since CUDA cannot run on a GPU
+    in MIG mode except inside an instance (NVIDIA MIG User Guide, "CUDA Device Enumeration":
+    https://docs.nvidia.com/datacenter/tesla/mig-user-guide/).
+    """
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-    except Exception:  # noqa: BLE001 - MIG not supported on this GPU
-        return []
+    except AttributeError:  # a binding without MIG calls
+        return [], [], None
+    except Exception as exc:  # noqa: BLE001
+        if error_code(exc) in NO_MIG_CODES:
+            return [], [], None  # MIG not supported on this GPU
+        return [], [], f"MIG mode unreadable ({describe(exc)}): the GPU is not offered whole"
     if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
-        return []
-    children = []
+        return [], [], None
+    children: list[Any] = []
+    failed: list[str] = []
     try:
         count = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
     except Exception:  # noqa: BLE001
@@ -165,9 +218,14 @@ def _mig_children(nvml: ModuleType, handle: Any) -> list[Any]:
     for m in range(count):
         try:
             children.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, m))
-        except Exception:  # noqa: BLE001 - no instance at this slot
-            continue
-    return children
+        except Exception as exc:  # noqa: BLE001
+            if error_code(exc) != NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no instance at this slot
+                failed.append(f"MIG slot {m}: {describe(exc)}")
+    if not children:
+        why = "; ".join(failed) if failed else "no MIG instance exists"
+        return [], failed, (f"MIG mode is enabled but {why}: CUDA cannot use this GPU until instances are created "
+                            "(`nvidia-smi mig -cgi ... -C`) or MIG is disabled")
+    return children, failed, None
 
 
 def _mig_share(nvml: ModuleType, parent: Any, child: Any, name: str, total: int,
@@ -212,23 +270,47 @@ def _mig_share(nvml: ModuleType, parent: Any, child: Any, name: str, total: int,
     return profile or f"{total / 2**30:.1f}gib", None, "unknown"
 
 
+UNKNOWN_TOTAL = "memory_total_bytes: unknown (neither NVML nor the catalog says it)"
+"""``Device.unknown`` entry of a device whose memory total is not known (``memory_total_bytes`` is then 0, which
+JSON shows as null)."""
+
+
 def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[Device]:
-    """The device(s) at NVML ``index``: one GPU, or its MIG instances; unhealthy with the reason on failure."""
-    unknown: list[str] = []
+    """The device(s) at NVML ``index``: one GPU, or its MIG instances; unhealthy with the reason on failure.
+
+    Each identity field is read in its own guard: a GPU whose name cannot be read keeps its UUID and memory
+    (model ``unknown``), one whose UUID cannot be read keeps its name (id ``host:index``); either is
+    unhealthy — it cannot be sized or pinned. A per-device error meaning the GPU is gone
+    (:data:`DEVICE_FAILED_CODES`) on any field makes it unhealthy, whatever the other fields said.
+    """
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        name = _text(nvml.nvmlDeviceGetName(handle))
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-    except Exception as exc:  # noqa: BLE001 - GpuIsLost, Unknown, ...
+    except Exception as exc:  # noqa: BLE001 - GpuIsLost, NoPermission, Unknown, ...
         reason = f"NVML cannot read GPU {index}: {describe(exc)}"
         return [Device(device_id=f"{host}:{index}", host=host, index=index, model="unknown", memory_total_bytes=0,
                        memory_used_bytes=None, utilization_pct=None, healthy=False, health_reason=reason,
-                       declared=False, unknown=[reason])]
-    entry = catalog.find(name)
-    model = entry.name if entry else name
+                       declared=False, unknown=[reason, UNKNOWN_TOTAL])]
+    unknown: list[str] = []
+    problems: list[str] = []   # why the device is unhealthy, in the order found
+
+    def field(name: str, call: Callable[[], Any], *, required: bool = False) -> Any:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - NotSupported, GpuIsLost, a binding without the call
+            why = f"{name}: {describe(exc)}"
+            unknown.append(why)
+            if required or device_failed(exc):
+                problems.append(why)
+            return None
+
+    name = field("name", lambda: _text(nvml.nvmlDeviceGetName(handle)), required=True)
+    uuid = field("uuid", lambda: _text(nvml.nvmlDeviceGetUUID(handle)), required=True)
+    device_id = uuid or f"{host}:{index}"
+    entry = catalog.find(name) if name else None
+    model = entry.name if entry else (name or "unknown")
     vendor = entry.vendor if entry else "nvidia"
-    pci = read_field(unknown, "pci_bus_id", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId))
-    labels = {"nvml_name": name}
+    pci = field("pci_bus_id", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    labels = {"nvml_name": name} if name else {}
     try:
         total, used, api = read_memory(nvml, handle)
         labels["nvml_memory_api"] = api
@@ -238,10 +320,15 @@ def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[D
         total = entry.memory_bytes if entry else 0
         used = None
         unknown.append(memory_error)
+        problems.append(memory_error)
         labels["memory_total_source"] = "catalog" if entry else "unknown"
+        if not total:
+            unknown.append(UNKNOWN_TOTAL)
 
-    children = [] if memory_error else _mig_children(nvml, handle)
-    if children:
+    children, failed_slots, mig_problem = ([], [], None) if memory_error else _mig_children(nvml, handle)
+    if mig_problem:
+        problems.append(mig_problem)
+    if children and uuid:
         out = []
         for m, child in enumerate(children):
             c_unknown: list[str] = ["utilization_pct: not reported for MIG instances (NVML)"]
@@ -253,7 +340,7 @@ def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[D
                 out.append(Device(device_id=f"{uuid}/mig{m}", host=host, index=index, model=f"{model} MIG",
                                   vendor=vendor, memory_total_bytes=0, memory_used_bytes=None, utilization_pct=None,
                                   healthy=False, health_reason=reason, declared=False, pci_bus_id=pci,
-                                  labels={"mig_parent": uuid, "mig_index": str(m)}, unknown=[reason]))
+                                  labels={"mig_parent": uuid, "mig_index": str(m)}, unknown=[reason, UNKNOWN_TOTAL]))
                 continue
             c_name = read_field(c_unknown, "name", lambda: _text(nvml.nvmlDeviceGetName(child))) or ""
             profile, fraction, how = _mig_share(nvml, handle, child, c_name, c_total, total)
@@ -264,17 +351,24 @@ def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[D
                 labels={"mig_parent": uuid, "mig_index": str(m), "mig_profile": profile, "catalog_model": model,
                         "compute_fraction_source": how, "nvml_memory_api": c_api, "nvml_name": c_name},
             ))
+        for slot in failed_slots:
+            reason = f"NVML cannot read {slot} of GPU {index}"
+            out.append(Device(device_id=f"{uuid}/{slot.split(':')[0].replace(' ', '-').lower()}", host=host,
+                              index=index, model=f"{model} MIG", vendor=vendor, memory_total_bytes=0,
+                              memory_used_bytes=None, utilization_pct=None, healthy=False, health_reason=reason,
+                              declared=False, pci_bus_id=pci, labels={"mig_parent": uuid},
+                              unknown=[reason, UNKNOWN_TOTAL]))
         return out
 
-    util = read_field(unknown, "utilization_pct", lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-    temp = read_field(unknown, "temperature_c",
-                      lambda: float(nvml.nvmlDeviceGetTemperature(handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))))
-    power = read_field(unknown, "power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)  # mW -> W
-    group = f"{host}-nvlink" if not memory_error and _nvlink_active(nvml, handle) else None
+    util = field("utilization_pct", lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    temp = field("temperature_c",
+                 lambda: float(nvml.nvmlDeviceGetTemperature(handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))))
+    power = field("power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)  # mW -> W
+    group = f"{host}-nvlink" if not problems and _nvlink_active(nvml, handle) else None
     return [Device(
-        device_id=uuid, host=host, index=index, uuid=uuid, model=model, vendor=vendor, memory_total_bytes=total,
+        device_id=device_id, host=host, index=index, uuid=uuid, model=model, vendor=vendor, memory_total_bytes=total,
         memory_used_bytes=used, utilization_pct=util, temperature_c=temp, power_w=power,
-        healthy=memory_error is None, health_reason=memory_error, declared=False, pci_bus_id=pci,
+        healthy=not problems, health_reason="; ".join(problems) or None, declared=False, pci_bus_id=pci,
         nvlink_group=group, labels=labels, unknown=unknown,
     )]
 
@@ -299,7 +393,7 @@ def read_nvml(catalog: Catalog, nvml: ModuleType | None = None) -> Inventory:
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except Exception as exc:  # noqa: BLE001
-            raise NvmlFailed(f"NVML cannot count the GPUs: {describe(exc)}") from None
+            raise NvmlFailed(f"NVML cannot count the GPUs: {describe(exc)}", error_code(exc)) from None
         if count == 0:
             raise NvmlUnavailable("NVML sees no GPU")
         for index in range(count):

@@ -13,15 +13,20 @@ units from DCGM's field reference https://docs.nvidia.com/datacenter/dcgm/latest
 ``DCGM_FI_DEV_GPU_TEMP`` (°C), ``DCGM_FI_DEV_POWER_USAGE`` (W), with the labels ``Hostname``,
 ``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id`` and, for MIG instances, ``GPU_I_PROFILE`` and ``GPU_I_ID``.
 
-A series whose newest sample is older than ``max_age_s`` is *stale*: that field is unknown (None),
-never its old value and never 0. A device all of whose series are stale is listed unhealthy ("no
-fresh DCGM sample"); its memory total then comes from the catalog. A device is one
-(``Hostname``, ``UUID``, ``GPU_I_ID``).
+A series whose newest sample is older than ``max_age_s``, or whose scrape target Prometheus reports down
+(``up == 0``: Prometheus knows at once, before ``max_age_s`` passes), is *stale*: that field is unknown
+(None), never its old value and never 0. So is a value that is not a number (``NaN``, ``±Inf``, negative).
+A device all of whose series are stale is listed unhealthy ("no fresh DCGM sample"); its memory total then
+comes from the catalog. A device is one (``Hostname``, ``UUID``, ``GPU_I_ID``); series without a ``UUID``
+label are one device per (``Hostname``, ``gpu``), listed unhealthy (it cannot be pinned), never dropped
+unsaid. When several targets export the same device (an exporter deployed twice), each field takes the
+busiest fresh value (most memory used, least free, highest utilization) and a note says so.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.error
 import urllib.parse
@@ -57,11 +62,58 @@ TIMEOUT_S = 10.0
 """Seconds to wait for the Prometheus server."""
 
 
+LOWER_IS_BUSIER = frozenset({"free_mib"})
+"""Fields whose smaller value is the busier (conservative) one when duplicated series disagree."""
+
+
 @dataclass
 class _Seen:
     labels: dict[str, str]
-    values: dict[str, float] = field(default_factory=dict)
-    ages: dict[str, float] = field(default_factory=dict)
+    samples: dict[str, list[tuple[float, float | None, str | None]]] = field(default_factory=dict)
+    """field -> the newest sample of each series: (age s, value or None, why unusable or None)."""
+    targets: dict[str, set[str]] = field(default_factory=dict)  # field -> scrape targets exporting it
+
+    def add(self, what: str, age: float, value: Any, target: str, down: bool) -> None:
+        """One series' newest sample (a value that is not a usable number, or from a down target, is kept as why)."""
+        self.targets.setdefault(what, set()).add(target)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if down:
+            why = f"target {target} is down (up == 0)"
+        elif not math.isfinite(number) or number < 0:
+            why = f"not a number ({value})"
+        else:
+            why = None
+        self.samples.setdefault(what, []).append((age, None if why else number, why))
+
+    @property
+    def ages(self) -> dict[str, float]:
+        return {what: min(a for a, _v, _w in got) for what, got in self.samples.items()}
+
+    def resolve(self, what: str, max_age: float) -> tuple[float | None, str | None]:
+        """(the field's value, None) from its fresh usable samples — the busiest when several series disagree —
+        or (None, why it is unknown)."""
+        got = self.samples.get(what)
+        if not got:
+            return None, "no DCGM series"
+        fresh = [v for a, v, _w in got if v is not None and a <= max_age]
+        if fresh:
+            return (min(fresh) if what in LOWER_IS_BUSIER else max(fresh)), None
+        recent = [w for a, _v, w in got if w is not None and a <= max_age]
+        if recent:
+            return None, recent[0]
+        newest = min(a for a, _v, _w in got)
+        return None, f"stale (newest sample {newest:.0f} s old > {max_age:g} s)"
+
+
+def _busier(what: str, new: float, old: float) -> bool:
+    return new < old if what in LOWER_IS_BUSIER else new > old
+
+
+def _target(labels: dict[str, str]) -> str:
+    return f"{labels.get('job', '?')}/{labels.get('instance', '?')}"
 
 
 def parse_url(url: str) -> tuple[str, float, float]:
@@ -112,7 +164,17 @@ def query(base: str, promql: str, at: float, *, source: str) -> list[dict[str, A
 
 
 def _key(labels: dict[str, str]) -> tuple[str, str, str]:
-    return labels.get("Hostname", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
+    """(host, UUID — or ``gpu<index>`` for a series without one, GPU instance)."""
+    return labels.get("Hostname", ""), labels.get("UUID") or f"gpu{labels.get('gpu', '?')}", labels.get("GPU_I_ID", "")
+
+
+def _down_targets(base: str, at: float, source: str) -> set[str]:
+    """Scrape targets Prometheus reports down at ``at`` (``up == 0``), as ``job/instance``; empty when it cannot say."""
+    try:
+        rows = query(base, "up == 0", at, source=source)
+    except InventoryError:
+        return set()
+    return {_target(dict(r.get("metric") or {})) for r in rows}
 
 
 def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> Inventory:
@@ -129,29 +191,36 @@ def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> 
     at = time.time() if now is None else now
     names = "|".join(n.removeprefix("DCGM_FI_DEV_") for n in FIELDS)
     rows = query(base, f'{{__name__=~"DCGM_FI_DEV_({names})"}}[{int(window)}s]', at, source=url)
+    down = _down_targets(base, at, url) if rows else set()
     seen: dict[tuple[str, str, str], _Seen] = {}
     for row in rows:
         labels = dict(row.get("metric") or {})
         name = labels.pop("__name__", "")
         what = FIELDS.get(name)
         values = row.get("values") or []
-        if what is None or not values or not labels.get("UUID"):
+        if what is None or not values:
             continue
         ts, value = values[-1]
-        entry = seen.setdefault(_key(labels), _Seen(labels))
-        entry.ages[what] = at - float(ts)
         try:
-            entry.values[what] = float(value)
-        except ValueError:
+            age = at - float(ts)
+        except (TypeError, ValueError):
             continue
+        target = _target(labels)
+        entry = seen.setdefault(_key(labels), _Seen(labels))
+        entry.add(what, age, value, target, target in down)
     if not seen:
         raise InventoryError(
             f"pool source {url!r}: Prometheus at {base} has no DCGM_FI_DEV_* series in the last {window:g} s; "
             "check that it scrapes dcgm-exporter on the GPU nodes (https://github.com/NVIDIA/dcgm-exporter).")
     devices = [_device(entry, catalog, max_age) for entry in seen.values()]
     devices.sort(key=lambda d: (d.host, d.index, d.labels.get("GPU_I_ID", "")))
-    notes = [f"{sum(1 for d in devices if d.unknown)} device(s) with stale or missing DCGM series (older than {max_age:g} s)"] \
-        if any(d.unknown for d in devices) else []
+    notes = [f"{sum(1 for d in devices if d.unknown)} device(s) with stale, missing or unusable DCGM series "
+             f"(older than {max_age:g} s, target down, or not a number)"] if any(d.unknown for d in devices) else []
+    for key, entry in seen.items():
+        dup = sorted({t for ts in entry.targets.values() if len(ts) > 1 for t in ts})
+        if dup:
+            notes.append(f"{key[1]}{'/gi' + key[2] if key[2] else ''} on {key[0] or '?'} is exported by {len(dup)} "
+                         f"targets ({', '.join(dup)}): each field takes the busiest fresh value")
     return Inventory(source=f"prometheus:{base}", declared=False, devices=devices, notes=notes)
 
 
@@ -159,18 +228,19 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
     labels = entry.labels
     unknown: list[str] = []
     fresh: dict[str, float] = {}
+    reasons: list[str] = []
     for what in FIELDS.values():
-        if what not in entry.ages:
-            if what != "reserved_mib":  # older exporters do not export FB_RESERVED
-                unknown.append(f"{what}: no DCGM series")
-        elif entry.ages[what] > max_age or what not in entry.values:
-            unknown.append(f"{what}: stale (newest sample {entry.ages[what]:.0f} s old > {max_age:g} s)")
-        else:
-            fresh[what] = entry.values[what]
+        value, why = entry.resolve(what, max_age)
+        if value is not None:
+            fresh[what] = value
+        elif what in entry.samples or what != "reserved_mib":  # older exporters do not export FB_RESERVED
+            unknown.append(f"{what}: {why}")
+            if what in entry.samples:
+                reasons.append(why)
     model_name = labels.get("modelName", "")
     gpu = catalog.find(model_name) if model_name else None
     model = gpu.name if gpu else (model_name or "unknown")
-    uuid = labels["UUID"]
+    uuid = labels.get("UUID") or None
     profile = labels.get("GPU_I_PROFILE")
     instance = labels.get("GPU_I_ID", "")
     memory_known = "used_mib" in fresh and "free_mib" in fresh
@@ -183,7 +253,7 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
     compute_fraction = None
     out_labels = {"dcgm_model_name": model_name, **({"pci_bus_id": labels["pci_bus_id"]} if "pci_bus_id" in labels else {})}
     if instance:
-        out_labels.update({"mig_parent": uuid, "GPU_I_ID": instance, "mig_profile": profile or "", "catalog_model": model})
+        out_labels.update({"mig_parent": uuid or "", "GPU_I_ID": instance, "mig_profile": profile or "", "catalog_model": model})
         if gpu and total:
             # DCGM does not say the GPU's slice count; the memory share is at most the compute share
             compute_fraction = round(min(1.0, total / gpu.memory_bytes), 4)
@@ -194,9 +264,22 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
         index = int(labels.get("gpu", "0"))
     except ValueError:
         index = 0
+    host = labels.get("Hostname") or "unknown"
+    problems = []
+    if stale_all:
+        problems.append(f"no fresh DCGM sample (newest {min(entry.ages.values()):.0f} s old)"
+                        if all(r.startswith("stale") for r in reasons)
+                        else "no usable DCGM sample (" + "; ".join(sorted(set(reasons))) + ")")
+    if uuid is None:
+        problems.append(f"dcgm-exporter gives no UUID label for GPU {labels.get('gpu', '?')} on {host}: "
+                        "it cannot be pinned (check the exporter's labels / relabelling)")
+        unknown.append("uuid: no UUID label")
+    if not total:
+        unknown.append("memory_total_bytes: unknown (no fresh memory series, and not in the catalog)")
+    base_id = uuid or f"{host}:{labels.get('gpu', '?')}"
     return Device(
-        device_id=f"{uuid}/gi{instance}" if instance else uuid,
-        host=labels.get("Hostname") or "unknown",
+        device_id=f"{base_id}/gi{instance}" if instance else base_id,
+        host=host,
         index=index,
         uuid=None if instance else uuid,
         model=model,
@@ -206,8 +289,8 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
         utilization_pct=fresh.get("utilization_pct"),
         temperature_c=fresh.get("temperature_c"),
         power_w=fresh.get("power_w"),
-        healthy=not stale_all,
-        health_reason=f"no fresh DCGM sample (newest {min(entry.ages.values()):.0f} s old)" if stale_all else None,
+        healthy=not problems,
+        health_reason="; ".join(problems) or None,
         compute_fraction=compute_fraction,
         declared=False,
         pci_bus_id=labels.get("pci_bus_id"),

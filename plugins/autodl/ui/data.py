@@ -140,7 +140,7 @@ def device_row(device: Device, holder: Holder | None) -> DeviceRow:
     healthy = getattr(device, "healthy", None)
     return DeviceRow(
         device_id=device.device_id, host=device.host, index=device.index, model=device.model, vendor=device.vendor,
-        memory_total_bytes=getattr(device, "memory_total_bytes", None),
+        memory_total_bytes=getattr(device, "memory_total_bytes", None) or None,  # 0 = not known (Device's field)
         memory_used_bytes=getattr(device, "memory_used_bytes", None),
         utilization_pct=getattr(device, "utilization_pct", None),
         temperature_c=getattr(device, "temperature_c", None),
