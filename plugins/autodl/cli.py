@@ -1,4 +1,4 @@
-"""The ``autodl`` command: profile, plan, inventory, leases, runs, simulate — JSON with ``--json``, tables without.
+"""The ``autodl`` command: profile, plan, inventory, leases, queue, runs, simulate — JSON with ``--json``, tables without.
 
 Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 10 config, 130 interrupted (see
 :mod:`autodl.errors`); 1 an unexpected internal error (a bug: one line, no traceback unless ``AUTODL_DEBUG=1``).
@@ -203,21 +203,36 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
 def cmd_leases(args: argparse.Namespace) -> int:
     from autodl.ledger import Ledger
+    from autodl.types import utcnow
 
-    ledger = Ledger()
     if args.release:
-        return _release_by_hand(args.release)
-    leases = ledger.leases()
+        return _release_by_hand(args.release, force=args.force)
+    if args.reap:
+        from autodl.pipeline import reap_expired
+
+        freed = reap_expired(log=print)
+        print(f"reaped {len(freed)} expired lease(s)" + (f": {', '.join(freed)}" if freed else ""))
+        return 0
+    leases = Ledger().leases()
     if args.json:
         _print_json([le.to_json() for le in leases])
         return 0
     from rich.table import Table
 
+    now = utcnow()
     t = Table(title="live leases")
-    for col in ("lease", "run key", "model", "devices", "since"):
-        t.add_column(col)
+    for col in ("lease", "run key", "owner", "model", "devices", "since", "expires"):
+        t.add_column(col, overflow="fold")
     for le in leases:
-        t.add_row(le.lease_id, le.run_key, le.model or "", ",".join(le.device_ids), le.created_at.isoformat())
+        if le.expires_at is None:
+            expires = "never (no TTL)"
+        elif le.expired(now):
+            expires = f"EXPIRED {int((now - le.expires_at).total_seconds())} s ago"
+        else:
+            expires = f"in {int((le.expires_at - now).total_seconds())} s"
+        t.add_row(le.lease_id, le.run_key, le.owner.user or "(unknown)", le.model or "", ",".join(le.device_ids),
+                  le.created_at.isoformat(timespec="seconds"), expires)
+    t.caption = "autodl leases --reap frees expired ones now; --release RUN_KEY [--force] frees one by hand"
     _console().print(t)
     return 0
 
@@ -269,13 +284,37 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         server.shutdown()
 
 
-def _release_by_hand(run_key: str) -> int:
+def _release_by_hand(run_key: str, *, force: bool = False) -> int:
     """Free a lease left behind (e.g. the Airflow process was killed): its training is stopped first, so
-    the device is not handed to another run while the old one still computes on it; a record is written."""
+    the device is not handed to another run while the old one still computes on it; a record is written.
+    Another user's lease needs ``--force``."""
     from autodl.pipeline import release_by_hand
 
-    result = release_by_hand(run_key)
+    result = release_by_hand(run_key, force=force)
     print(f"released the lease of {run_key}; recorded outcome={result['outcome']}")
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from autodl.queue import AdmissionQueue
+    from autodl.types import utcnow
+
+    now = utcnow()
+    entries = AdmissionQueue().in_order(now)
+    if args.json:
+        _print_json([{**e.to_json(), "stale": e.stale(now)} for e in entries])
+        return 0
+    from rich.table import Table
+
+    t = Table(title="admission queue (next first)")
+    for col in ("#", "run key", "owner", "devices", "GiB each", "waiting s", "last seen s", "expected s"):
+        t.add_column(col, overflow="fold")
+    for i, e in enumerate(entries, 1):
+        seen = (now - e.heartbeat_at).total_seconds()
+        t.add_row(str(i) if not e.stale(now) else "stale", e.run_key, e.owner_user or "(unknown)", str(e.num_gpus),
+                  _gib(e.needed_bytes), f"{(now - e.enqueued_at).total_seconds():.0f}", f"{seen:.0f}",
+                  f"{e.expected_runtime_s:.0f}" if e.expected_runtime_s else "-")
+    _console().print(t)
     return 0
 
 
@@ -342,9 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_inventory)
 
     sp = sub.add_parser("leases", help="live leases (and releasing one by run key)")
-    sp.add_argument("--release", metavar="RUN_KEY")
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--release", metavar="RUN_KEY", help="stop the run's training, free its lease, record it")
+    g.add_argument("--reap", action="store_true", help="free every lease whose TTL ran out now")
+    sp.add_argument("--force", action="store_true", help="with --release: release another user's lease")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_leases)
+
+    sp = sub.add_parser("queue", help="runs waiting for devices, in the order the queue takes them")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_queue)
 
     sp = sub.add_parser("runs", help="run records")
     sp.add_argument("--dag-id")

@@ -10,19 +10,19 @@
 | ``default_launcher``          | ``AUTODL_LAUNCHER``        | a spec without ``launcher:`` gets ``local``          |
 | ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
 | (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
+| (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
 
 An environment variable always wins. Inside an Airflow process (the ``airflow`` package already
 imported: scheduler, worker, triggerer, dag-processor, api-server) the ``[autodl]`` section is read
 through Airflow's own ``conf`` (so ``airflow.cfg``, ``AIRFLOW__AUTODL__<OPTION>`` and secrets backends
 all work; the provider declares the section, :mod:`autodl.provider`). The ``autodl`` command line reads
-it too when Airflow is installed and configured here (an ``airflow.cfg`` in ``$AIRFLOW_HOME``, or an
-``AIRFLOW__AUTODL__*`` variable), and never imports Airflow otherwise. The core imports Airflow only
-here, lazily, and works without it.
+the same ``AIRFLOW__AUTODL__*`` variables and ``airflow.cfg`` (``$AIRFLOW_CONFIG``, else
+``$AIRFLOW_HOME/airflow.cfg``) without importing Airflow. The core imports Airflow only here, lazily,
+and only where it is already loaded.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from importlib import resources
@@ -66,29 +66,51 @@ def include_dir() -> Path:
     )
 
 
-def _airflow_configured_here() -> bool:
-    """True when the command line should read Airflow's configuration: Airflow is installed and there is
-    an ``airflow.cfg`` or an ``AIRFLOW__AUTODL__*`` variable to read."""
-    if any(key.startswith("AIRFLOW__AUTODL__") for key in os.environ):
-        return importlib.util.find_spec("airflow") is not None
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-    return (home / "airflow.cfg").is_file() and importlib.util.find_spec("airflow") is not None
+def airflow_cfg_path() -> Path:
+    """The ``airflow.cfg`` Airflow reads: ``$AIRFLOW_CONFIG``, else ``$AIRFLOW_HOME/airflow.cfg`` (``~/airflow``)."""
+    if os.environ.get("AIRFLOW_CONFIG"):
+        return Path(os.environ["AIRFLOW_CONFIG"])
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "airflow.cfg"
+
+
+def _option_without_airflow(name: str) -> str | None:
+    """``[autodl] <name>`` as Airflow would read it from the same two places, without importing Airflow:
+    ``AIRFLOW__AUTODL__<NAME>``, else the ``[autodl]`` section of :func:`airflow_cfg_path`. (Importing
+    Airflow in the command line would cost seconds and set up Airflow's logging, which writes to stdout
+    and so breaks ``--json``.) Secrets backends and ``_cmd`` options are Airflow's own: inside Airflow only."""
+    env = os.environ.get(f"AIRFLOW__AUTODL__{name.upper()}")
+    if env is not None:
+        return env
+    path = airflow_cfg_path()
+    if not path.is_file():
+        return None
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None  # Airflow itself reports a configuration it cannot read
+    return parser.get("autodl", name, fallback=None)
 
 
 def airflow_option(name: str) -> str | None:
-    """``[autodl] <name>`` from Airflow's conf, or None when unset, empty, or Airflow is not in use here.
+    """``[autodl] <name>`` from Airflow's configuration, or None when unset or empty.
 
+    Inside an Airflow process (``airflow`` already imported) through Airflow's own ``conf``; elsewhere (the
+    ``autodl`` command) from ``AIRFLOW__AUTODL__*`` and ``airflow.cfg`` directly (:func:`_option_without_airflow`).
     Never raises: a configuration Airflow itself cannot read is Airflow's error to report, and autodl
     falls back to its defaults.
     """
-    if "airflow" not in sys.modules and not _airflow_configured_here():
-        return None
-    try:
-        from airflow.configuration import conf
+    if "airflow" in sys.modules:
+        try:
+            from airflow.configuration import conf
 
-        value = conf.get("autodl", name, fallback=None)
-    except Exception:  # noqa: BLE001 - see the docstring
-        return None
+            value = conf.get("autodl", name, fallback=None)
+        except Exception:  # noqa: BLE001 - see the docstring
+            value = None
+    else:
+        value = _option_without_airflow(name)
     if value is None:
         return None
     value = str(value).strip()
@@ -141,6 +163,42 @@ def store_url() -> str:
 def pool_source() -> str:
     """The inventory source used when none is given: ``auto``, ``nvml``, a URL source or a pool file."""
     return setting("pool") or "auto"
+
+
+DEFAULT_LEASE_TTL_S = 300.0
+"""A lease not heartbeated for this many seconds is dead. 300 s is the time Airflow itself gives a running
+task without heartbeat before declaring it a zombie (``[scheduler] task_instance_heartbeat_timeout``,
+default 300): long enough to ride out a scheduler or triggerer restart, short enough that a GPU left by
+a crashed run is free again within minutes."""
+
+
+def lease_ttl_s() -> float:
+    """Seconds a lease lives without a heartbeat: ``AUTODL_LEASE_TTL``, default :data:`DEFAULT_LEASE_TTL_S`.
+
+    :raises StoreError: when the variable is not a positive, finite number of seconds.
+    """
+    import math
+
+    from autodl.errors import StoreError
+
+    raw = os.environ.get("AUTODL_LEASE_TTL")
+    if raw in (None, ""):
+        return DEFAULT_LEASE_TTL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise StoreError(f"AUTODL_LEASE_TTL={raw!r} is not a positive number of seconds; unset it for the "
+                         f"default {DEFAULT_LEASE_TTL_S:g} s or set e.g. AUTODL_LEASE_TTL=600.")
+    return value
+
+
+def current_user() -> str:
+    """Who runs this process, for lease ownership outside Airflow: ``AUTODL_USER``, else the login name."""
+    import getpass
+
+    return os.environ.get("AUTODL_USER") or getpass.getuser()
 
 
 def default_pool_file() -> Path:

@@ -47,10 +47,31 @@ class LeaseError(AutoDLError):
     exit_code = 6
 
 
+class PoolBusy(LeaseError):
+    """Fitting devices exist but none is granted to this run now: keep waiting (never a failure)."""
+
+
+class LeaseLost(LeaseError):
+    """The run's lease expired (no heartbeat within its TTL) or was released by someone else."""
+
+
+class WaitTimeout(LeaseError):
+    """No fitting device was granted within the spec's ``scheduler.timeout``."""
+
+
+class NotOwner(LeaseError):
+    """Releasing a lease booked by someone else without ``--force``."""
+
+
 class LaunchError(AutoDLError):
     """The training could not be started, followed or stopped."""
 
     exit_code = 7
+
+
+class TrainingFailed(LaunchError):
+    """The training ended badly (non-zero exit) or was stopped for a reason a retry cannot mend (its lease
+    lost, a time limit, an unschedulable pod): following it again would see the same end."""
 
 
 class CatalogError(AutoDLError):

@@ -441,6 +441,91 @@ def _int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+class Follower:
+    """Follows a launched training one poll at a time: streams new log lines to ``log_sink``, samples
+    metrics into ``samples_path`` (JSON lines) while it runs, and summarises.
+
+    :func:`follow` loops over :meth:`step` in the calling thread; the collect trigger calls :meth:`step`
+    from the triggerer's event loop (in a thread), so no worker slot is held while a training runs.
+    A sampler that raises is dropped with a note (and a log line): metrics never fail a run.
+
+    :param notes: what could not be measured so far (e.g. from :func:`make_sampler`).
+    :param offset: log byte offset to start from (a follower resumed after a triggerer restart).
+    :param resume: reload the samples already in ``samples_path`` so the summary covers the whole run.
+    """
+
+    def __init__(self, launcher: Launcher, handle: LaunchHandle, *, sampler: Sampler | None,
+                 log_sink: Callable[[str], None] = print, samples_path: str | Path | None = None,
+                 notes: list[str] | None = None, offset: int = 0, resume: bool = False):
+        self.launcher = launcher
+        self.handle = handle
+        self.sampler = sampler
+        self.first = sampler  # kept after a failing sampler is dropped: its notes (e.g. a device lost mid-run)
+        self.source = sampler.source if sampler else "none"
+        self.log_sink = log_sink
+        self.samples_path = samples_path
+        self.notes = list(notes or [])
+        self.offset = offset
+        self.pending = ""
+        self.samples: list[dict[str, Any]] = []
+        self.exit_code: int | None = None
+        if resume:
+            self.samples = _rows(samples_path)
+        self._out = open(samples_path, "a") if samples_path else None
+
+    def step(self) -> int | None:
+        """One poll: the exit code once the training ended (its last log lines flushed), else None."""
+        code = self.launcher.poll(self.handle)
+        self._read_logs()
+        if self.sampler is not None and code is None:
+            try:
+                s = self.sampler.sample()
+            except Exception as exc:  # noqa: BLE001 - a metrics failure never fails the run
+                note = f"metrics sampler ({self.sampler.source}) failed and was stopped: {type(exc).__name__}: {exc}"
+                self.notes.append(note)
+                self.log_sink(f"autodl: {note}")
+                _close(self.sampler)
+                self.sampler = None
+                s = None
+            if s is not None:
+                s["t"] = time.time()
+                self.samples.append(s)
+                if self._out:
+                    self._out.write(json.dumps(s) + "\n")
+                    self._out.flush()
+        if code is not None:
+            self._read_logs()
+            for line in self.pending.split("\n"):
+                if line:
+                    self.log_sink(line)
+            self.pending = ""
+            self.exit_code = code
+        return code
+
+    def _read_logs(self) -> None:
+        text, self.offset = self.launcher.read_logs(self.handle, self.offset)
+        if text:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            for line in lines:
+                self.log_sink(line)
+
+    def summary(self, exit_code: int | None = None) -> RunMetrics:
+        """What the run did so far (``exit_code`` None while it still runs or when it was interrupted)."""
+        said = [n for n in getattr(self.first, "notes", None) or [] if n not in self.notes]
+        return summarise(self.samples, source=self.source, duration_s=time.time() - self.handle.started_at.timestamp(),
+                         exit_code=exit_code, samples_path=str(self.samples_path) if self.samples_path else None,
+                         steps_path=self.handle.steps_path, notes=[*self.notes, *said])
+
+    def close(self) -> None:
+        if self._out:
+            self._out.close()
+            self._out = None
+        if self.sampler is not None:
+            _close(self.sampler)
+            self.sampler = None
+
+
 def follow(
     launcher: Launcher,
     handle: LaunchHandle,
@@ -451,74 +536,34 @@ def follow(
     samples_path: str | Path | None = None,
     partial_sink: Callable[[RunMetrics], None] | None = None,
     notes: list[str] | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> RunMetrics:
     """Follow a launched training until it exits: stream its log lines to ``log_sink``, sample metrics
-    every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise.
-
-    A sampler that raises is dropped with a note (and a log line): metrics never fail a run.
+    every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise (see :class:`Follower`).
 
     :param partial_sink: called with the metrics gathered so far (exit code None) when following is
-        interrupted (the task killed, Ctrl-C), before the interruption propagates.
+        interrupted (the task killed, Ctrl-C, ``on_tick`` raised), before the interruption propagates.
     :param notes: what could not be measured so far (e.g. from :func:`make_sampler`).
+    :param on_tick: called after each poll while the training runs (heartbeats, time limits); what it
+        raises ends the following.
     :returns: :class:`RunMetrics` with the exit code; duration counts from the handle's start.
     """
-    offset = 0
-    pending = ""
-    samples: list[dict[str, Any]] = []
-    notes = list(notes or [])
-    source = sampler.source if sampler else "none"
-    out = open(samples_path, "a") if samples_path else None
-    first = sampler
-
-    def done(code: int | None) -> RunMetrics:
-        said = [n for n in getattr(first, "notes", None) or [] if n not in notes]  # e.g. a device lost mid-run
-        return summarise(samples, source=source, duration_s=time.time() - handle.started_at.timestamp(), exit_code=code,
-                         samples_path=str(samples_path) if samples_path else None, steps_path=handle.steps_path,
-                         notes=[*notes, *said])
-
+    follower = Follower(launcher, handle, sampler=sampler, log_sink=log_sink, samples_path=samples_path, notes=notes)
     try:
         while True:
-            code = launcher.poll(handle)
-            text, offset = launcher.read_logs(handle, offset)
-            if text:
-                pending += text
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    log_sink(line)
-            if sampler is not None and code is None:
-                try:
-                    s = sampler.sample()
-                except Exception as exc:  # noqa: BLE001 - a metrics failure never fails the run
-                    note = f"metrics sampler ({sampler.source}) failed and was stopped: {type(exc).__name__}: {exc}"
-                    notes.append(note)
-                    log_sink(f"autodl: {note}")
-                    _close(sampler)
-                    sampler = None
-                    s = None
-                if s is not None:
-                    s["t"] = time.time()
-                    samples.append(s)
-                    if out:
-                        out.write(json.dumps(s) + "\n")
-                        out.flush()
+            code = follower.step()
             if code is not None:
-                text, offset = launcher.read_logs(handle, offset)
-                pending += text
-                for line in pending.split("\n"):
-                    if line:
-                        log_sink(line)
                 break
+            if on_tick is not None:
+                on_tick()
             time.sleep(interval_s)
     except BaseException:
         if partial_sink is not None:
-            partial_sink(done(None))
+            partial_sink(follower.summary(None))
         raise
     finally:
-        if out:
-            out.close()
-        if sampler is not None:
-            _close(sampler)
-    return done(code)
+        follower.close()
+    return follower.summary(code)
 
 
 def _close(sampler: Sampler) -> None:

@@ -10,16 +10,30 @@ training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
 from __future__ import annotations
 
 import json
+import os
+import time
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
 from autodl.config import autodl_home
-from autodl.errors import AutoDLError, LaunchError, LeaseError, NoFitError, ProfileError, SpecError
-from autodl.hosts import booked_host, require_here
+from autodl.errors import (
+    AutoDLError,
+    LeaseError,
+    LeaseLost,
+    NoFitError,
+    NotOwner,
+    PoolBusy,
+    ProfileError,
+    SpecError,
+    TrainingFailed,
+    WaitTimeout,
+)
+from autodl.hosts import booked_host, require_here, this_host
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
 from autodl.launch.local import run_folder
@@ -31,10 +45,13 @@ from autodl.types import (
     Device,
     Inventory,
     LaunchHandle,
+    Lease,
+    LeaseOwner,
     PlacementDecision,
     ResourceProfile,
     RunMetrics,
     RunRecord,
+    utcnow,
 )
 
 GiB = 1 << 30
@@ -60,6 +77,7 @@ class RunContext:
     run_id: str | None = None
     task_id: str | None = None
     try_number: int | None = None
+    user: str | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
 
     def labels(self, lease_id: str | None = None) -> dict[str, str]:
@@ -352,72 +370,196 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     return out
 
 
-def step_wait(profile_out: dict[str, Any], *, pool: str | None = None, log: Callable[[str], None] = print) -> bool:
-    """Step 2 (one poke): True when a fitting device set is free now.
+def owner_of(ctx: RunContext) -> LeaseOwner:
+    """The lease owner for a run: its DAG, its DAG run and the user who triggered it."""
+    return LeaseOwner(dag_id=ctx.dag_id, run_id=ctx.run_id, user=ctx.user)
 
-    :raises NoFitError: when nothing in the pool could ever fit (no point waiting).
+
+def expected_runtime_s(ctx: RunContext, *, limit: int = 20) -> float | None:
+    """Median duration (seconds) of this run's earlier successful runs (same DAG and task group), from
+    the run records; None when there are none."""
+    if not ctx.dag_id or not ctx.run_id or not ctx.run_key.endswith(ctx.run_id):
+        return None
+    family = ctx.run_key[: -len(ctx.run_id)]
+    try:
+        durations = sorted(
+            float(r.metrics["duration_s"]) for r in RecordStore().list(dag_id=ctx.dag_id, limit=limit)
+            if r.run_key.startswith(family) and r.run_key != ctx.run_key and r.outcome == "succeeded"
+            and r.metrics and r.metrics.get("duration_s")
+        )
+    except AutoDLError:
+        return None
+    return durations[len(durations) // 2] if durations else None
+
+
+def _fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], bool]:
+    from autodl.policy import DEFAULT_ALLOWED_VENDORS
+
+    policy = spec.resource_policy
+    allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
+    need = profile.peak_memory_bytes
+    return lambda d: d.vendor in allowed and need <= policy.memory_threshold * d.memory_total_bytes
+
+
+def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
+              log: Callable[[str], None] = print, poke_interval_s: float | None = None,
+              timeout_s: float | None = None,
+              launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """Step 2, one poll: wait in the admission queue; book the devices when the queue grants them.
+
+    In order: a run that already holds a lease gets it back (a retried or resumed wait); expired leases
+    are reaped (:func:`reap_expired`), so their devices are offered again; the run joins (or refreshes)
+    its entry in the queue; the queue decides (:func:`autodl.queue.decide`); when it grants this run
+    devices they are booked atomically, the run leaves the queue and its selection is returned. A lost
+    booking race is not a failure: the run keeps waiting.
+
+    :param poke_interval_s: seconds between polls (default the spec's ``scheduler.poke_interval``); the
+        entry stops blocking others after :func:`autodl.queue.stale_after` of it without a poll.
+    :param timeout_s: seconds the run may wait from when it first joined (default ``scheduler.timeout``).
+    :param launcher_kwargs_for: connection details per launcher type, for stopping what expired leases left.
+    :returns: the selection (as :func:`step_select`) when booked, None while still waiting.
+    :raises NoFitError: nothing in the pool could ever hold the run (no point waiting; it leaves the queue).
+    :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
     """
+    from autodl.queue import AdmissionQueue, candidate_groups, decide, free_devices, running_run, stale_after
+
     spec = run_spec(profile_out)
     profile = ResourceProfile.model_validate(profile_out["profile"])
+    poke = float(poke_interval_s or spec.scheduler.poke_interval)
+    timeout = float(timeout_s or spec.scheduler.timeout)
     catalog = load_catalog()
+    ledger = Ledger()
+    queue = AdmissionQueue()
     inventory = read_inventory(pool, catalog=catalog)
-    decision = plan(profile, spec, inventory=inventory, catalog=catalog)
-    if not decision.fits:
-        raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
-    if not decision.available:
-        log("no fitting device is free yet:")
-        for line in format_candidates(decision):
-            log(line)
-    return decision.available
+    held = ledger.get(ctx.run_key)
+    if held is not None:
+        try:
+            held = ledger.heartbeat(ctx.run_key, held.lease_id)
+        except LeaseLost as exc:
+            log(f"{exc} Waiting for devices again.")
+            held = None
+        if held is not None:
+            queue.leave(ctx.run_key)
+            log(f"run {ctx.run_key} already holds lease {held.lease_id} on {held.device_ids}; reusing it")
+            return _selection_of(held, inventory, spec.scheduler.algorithm)
+    reap_expired(log=log, launcher_kwargs_for=launcher_kwargs_for)
+
+    everywhere = plan(profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
+    if not everywhere.fits:
+        queue.leave(ctx.run_key)
+        raise no_fit_error(profile, everywhere, inventory, spec.resource_policy.memory_threshold)
+    ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
+    entry = queue.join(
+        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes,
+        candidates=candidate_groups(inventory, _fits_ever(profile, spec), ranked),
+        stale_after_s=stale_after(poke), vendors=spec.resource_policy.allowed_vendors, dag_id=ctx.dag_id,
+        run_id=ctx.run_id, owner_user=ctx.user, pool=pool, expected_runtime_s=expected_runtime_s(ctx),
+        timeout_s=timeout,
+    )
+    now = utcnow()
+    if entry.deadline_at is not None and now > entry.deadline_at:
+        queue.leave(ctx.run_key)
+        raise WaitTimeout(f"run {ctx.run_key}: no fitting device became free within {timeout:g} s (scheduler.timeout); "
+                          f"it waited since {entry.enqueued_at.isoformat()}.")
+    leases = ledger.leases()
+    leased = frozenset(d for le in leases for d in le.device_ids)
+    free = free_devices(inventory, leased)
+    decisions: dict[frozenset, PlacementDecision] = {}
+
+    def place_own(free_now: frozenset) -> list[str] | None:
+        everything = frozenset(d.device_id for d in inventory.devices)
+        decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=everything - free_now)
+        decisions[free_now] = decision
+        return decision.chosen.devices if decision.chosen is not None else None
+
+    grant = decide(entry, queue.entries(), free, [running_run(le) for le in leases], now, place_own)
+    if grant is None:
+        _log_waiting(ctx, queue.in_order(now), leases, everywhere, log)
+        return None
+    decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
+    chosen = decision.chosen if decision else None
+    by_id = {d.device_id: d for d in inventory.devices}
+    first = by_id[grant.devices[0]]
+    try:
+        lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model, owner=owner_of(ctx),
+                            launcher=spec.launcher.type, placement=chosen.to_json() if chosen else None,
+                            expected_runtime_s=entry.expected_runtime_s)
+    except LeaseError as exc:
+        log(f"lost a booking race ({exc}); still waiting")
+        return None
+    queue.leave(ctx.run_key)
+    if decision is not None:
+        keep_decision(ctx.run_key, decision)
+    lines = format_candidates(decision) if decision else []
+    for line in lines:
+        log(line)
+    if inventory.declared:
+        log("the pool is DECLARED (no driver answered): the booking is bookkeeping only and the training runs on CPU")
+    waited = (now - entry.enqueued_at).total_seconds()
+    log(f"booked lease {lease.lease_id}: {lease.model} {lease.device_ids} after waiting {waited:.0f} s "
+        f"({grant.reason}); TTL {lease.ttl_s:g} s")
+    selection = _selection(lease, [by_id[i] for i in lease.device_ids], inventory,
+                           decision.algorithm if decision else spec.scheduler.algorithm,
+                           chosen.to_json() if chosen else None, lines)
+    (state_dir(ctx.run_key) / "selection.json").write_text(json.dumps(selection))
+    return selection
+
+
+def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: PlacementDecision,
+                 log: Callable[[str], None]) -> None:
+    keys = [e.run_key for e in order]
+    place = keys.index(ctx.run_key) + 1 if ctx.run_key in keys else None
+    ahead = keys[: place - 1] if place else []
+    fitting = {d for c in everywhere.candidates if c.kept for d in c.devices}
+    holders = [f"{le.run_key} ({le.owner.user or 'unknown user'}) on {','.join(le.device_ids)}"
+               for le in leases if fitting & set(le.device_ids)]
+    log(f"waiting: #{place or '?'} of {len(keys)} in the admission queue"
+        + (f" behind {', '.join(ahead[:3])}{' ...' if len(ahead) > 3 else ''}" if ahead else "")
+        + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else ""))
 
 
 def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
-                log: Callable[[str], None] = print, attempts: int = 5) -> dict[str, Any]:
-    """Step 3: place and book a lease atomically; log the ranked candidates.
+                log: Callable[[str], None] = print,
+                launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Step 3: the devices this run booked while waiting, with the ranked candidates; or, when it holds
+    no lease (freed while the task was between steps), one more poll of the queue.
 
-    Retried internally when another run books the chosen devices first.
-
-    :returns: ``{"lease", "placement", "devices", "declared_pool", "algorithm"}`` (devices are full
-        :class:`Device` dicts for the launcher).
+    :returns: ``{"lease", "placement", "devices", "declared_pool", "pool_source", "algorithm"}`` (devices are
+        full :class:`Device` dicts for the launcher).
     :raises NoFitError: nothing in the pool can ever fit.
-    :raises LeaseError: fitting devices exist but none is free (the task retries).
+    :raises PoolBusy: no lease and the queue grants none now (the operator goes back to waiting).
+    :raises LeaseLost: the lease expired before this step could renew it.
     """
     spec = run_spec(profile_out)
-    profile = ResourceProfile.model_validate(profile_out["profile"])
-    catalog = load_catalog()
     ledger = Ledger()
-    existing = ledger.get(ctx.run_key)
-    for _ in range(attempts):
-        inventory = read_inventory(pool, catalog=catalog)
-        if existing is not None:
-            by_id = {d.device_id: d for d in inventory.devices}
-            devices = [by_id[i] for i in existing.device_ids if i in by_id]
-            log(f"run {ctx.run_key} already holds lease {existing.lease_id} on {existing.device_ids}; reusing it")
-            return _selection(existing, devices, inventory, spec.scheduler.algorithm, None)
-        decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=ledger.leased_device_ids())
-        for line in format_candidates(decision):
-            log(line)
-        keep_decision(ctx.run_key, decision)
-        if not decision.fits:
-            raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
-        if decision.chosen is None:
-            raise LeaseError(f"run {ctx.run_key}: every fitting device is busy now; the task will retry.")
-        chosen = decision.chosen
-        try:
-            lease = ledger.book(ctx.run_key, chosen.devices, host=chosen.host, model=chosen.model)
-        except LeaseError as exc:
-            log(f"lost a race for {chosen.devices}: {exc}; placing again")
-            continue
-        by_id = {d.device_id: d for d in inventory.devices}
-        devices = [by_id[i] for i in lease.device_ids]
-        if inventory.declared:
-            log("the pool is DECLARED (no driver answered): the booking is bookkeeping only and the training runs on CPU")
-        log(f"booked lease {lease.lease_id}: {chosen.model} {lease.device_ids}")
-        return _selection(lease, devices, inventory, decision.algorithm, chosen.to_json())
-    raise LeaseError(f"run {ctx.run_key}: lost the race for free devices {attempts} times; the task will retry.")
+    lease = ledger.get(ctx.run_key)
+    if lease is not None:
+        lease = ledger.heartbeat(ctx.run_key, lease.lease_id)
+        inventory = read_inventory(pool, catalog=load_catalog())
+        saved = state_dir(ctx.run_key) / "selection.json"
+        if saved.exists():
+            selection = json.loads(saved.read_text())
+            if selection.get("lease", {}).get("lease_id") == lease.lease_id:
+                for line in selection.get("candidates_log") or []:
+                    log(line)
+                log(f"using lease {lease.lease_id} booked while waiting: {lease.model} {lease.device_ids}")
+                return selection
+        log(f"run {ctx.run_key} already holds lease {lease.lease_id} on {lease.device_ids}; reusing it")
+        return _selection_of(lease, inventory, spec.scheduler.algorithm)
+    selection = step_wait(ctx, profile_out, pool=pool, log=log, launcher_kwargs_for=launcher_kwargs_for)
+    if selection is None:
+        raise PoolBusy(f"run {ctx.run_key}: every fitting device is busy or granted to runs ahead of it in the "
+                       "admission queue; it waits again.")
+    return selection
 
 
-def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: str, chosen: dict | None) -> dict[str, Any]:
+def _selection_of(lease: Lease, inventory: Inventory, algorithm: str) -> dict[str, Any]:
+    by_id = {d.device_id: d for d in inventory.devices}
+    return _selection(lease, [by_id[i] for i in lease.device_ids if i in by_id], inventory, algorithm, lease.placement)
+
+
+def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: str, chosen: dict | None,
+               candidates_log: list[str] | None = None) -> dict[str, Any]:
     return {
         "lease": lease.to_json(),
         "placement": chosen or {"devices": lease.device_ids, "model": lease.model, "host": lease.host},
@@ -425,6 +567,7 @@ def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: st
         "declared_pool": inventory.declared,
         "pool_source": inventory.source,
         "algorithm": algorithm,
+        "candidates_log": list(candidates_log or []),
     }
 
 
@@ -466,10 +609,16 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
                 launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Step 4: start the training detached (or reattach to the attempt still running).
 
+    The lease is renewed first (a dead lease launches nothing) and the handle is recorded on it, so a
+    reaper can stop the training if every follower of it dies.
+
     :returns: the :class:`LaunchHandle` as a dict.
     :raises LaunchError: the launcher could not start it.
+    :raises LeaseLost: the lease expired or was released before the launch.
     """
     spec, request = build_request(ctx, profile_out, selection)
+    ledger = Ledger()
+    ledger.heartbeat(ctx.run_key, selection["lease"]["lease_id"])
     launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
     host = booked_host(d.host for d in request.devices)
     if launcher.name == "local" and not request.on_cpu:  # declared devices: the CPU run goes where this step runs
@@ -489,34 +638,131 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
     (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))
+    try:
+        ledger.attach(ctx.run_key, handle=handle.to_json(), launched_on=this_host(), launcher=launcher.name)
+    except LeaseLost:
+        log("the lease was reclaimed while launching: stopping the training just started")
+        launcher.stop(handle)
+        raise
     return handle.to_json()
 
 
-def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type: str = "local",
-                 launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print,
-                 interval_s: float = 1.0) -> dict[str, Any]:
-    """Step 5: follow the training to its end, streaming its log and sampling metrics.
+# ------------------------------------------------------------------------------------------- collect
+@dataclass(frozen=True)
+class CollectLimits:
+    """What may end a collect before the training does.
 
-    :returns: the :class:`RunMetrics` summary as a dict (also kept in the run's state folder).
-    :raises LaunchError: when the training exits non-zero (the metrics are kept all the same).
+    :ivar max_run_time_s: the spec's ``scheduler.max_run_time``: seconds from the training's start.
+    :ivar deadline_ts: an absolute end (epoch seconds), e.g. the collect task's ``execution_timeout``.
+    :ivar deadline_why: what set ``deadline_ts`` (said in the log and the record).
+    :ivar max_pending_s: the spec's ``scheduler.max_pending_time``: seconds a pod may stay unschedulable.
+    :ivar heartbeat_every_s: seconds between lease heartbeats.
     """
-    from autodl.metrics import finish, follow, make_sampler
 
-    handle = LaunchHandle.model_validate(handle_json)
+    max_run_time_s: float | None = None
+    deadline_ts: float | None = None
+    deadline_why: str = "execution_timeout"
+    max_pending_s: float | None = None
+    heartbeat_every_s: float = 30.0
+
+    @classmethod
+    def for_run(cls, profile_out: dict[str, Any] | None, *, deadline_ts: float | None = None,
+                deadline_why: str = "execution_timeout") -> "CollectLimits":
+        """Limits from the run's spec (``scheduler.max_run_time``, ``max_pending_time``) and the lease TTL:
+        a heartbeat every TTL/5, at most every 30 s, so four in a row may be missed before the lease dies."""
+        from autodl.config import lease_ttl_s
+
+        sched = run_spec(profile_out or {}).scheduler if profile_out else TaskSpec().scheduler
+        return cls(max_run_time_s=sched.max_run_time, deadline_ts=deadline_ts, deadline_why=deadline_why,
+                   max_pending_s=sched.max_pending_time, heartbeat_every_s=min(30.0, lease_ttl_s() / 5.0))
+
+
+class CollectStopped(TrainingFailed):
+    """The training was stopped before it ended by itself: ``status`` says why (``lease_lost``,
+    ``timed_out``, ``unschedulable``)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class CollectGuard:
+    """Heartbeats the run's lease while a training is followed and says when the collect must stop early
+    (lease lost, ``max_run_time`` or the deadline passed, a pod unschedulable for too long).
+
+    Used both by the worker's loop (:func:`step_collect`) and by the collect trigger.
+    """
+
+    def __init__(self, ctx: RunContext, handle: LaunchHandle, launcher: Any, limits: CollectLimits,
+                 log: Callable[[str], None] = print, lease_id: str | None = None):
+        self.ctx, self.handle, self.launcher, self.limits, self.log = ctx, handle, launcher, limits, log
+        self.lease_id = lease_id or handle.lease_id
+        self._last_beat = 0.0
+        self._pending_since: float | None = None
+        self._pending_reason: str | None = None
+
+    def check(self, now: float | None = None) -> CollectStopped | None:
+        """One check while the training runs: None to go on, else why to stop (not raised)."""
+        now = now or time.time()
+        limits = self.limits
+        if now - self._last_beat >= limits.heartbeat_every_s:
+            try:
+                Ledger().heartbeat(self.ctx.run_key, self.lease_id)
+                self._last_beat = now
+            except LeaseLost as exc:
+                return CollectStopped("lease_lost", f"{exc} The training was stopped: its devices may be booked by another run.")
+        ran = now - self.handle.started_at.timestamp()
+        if limits.max_run_time_s is not None and ran > limits.max_run_time_s:
+            return CollectStopped("timed_out", f"training {self.ctx.run_key} ran {ran:.0f} s, longer than "
+                                               f"scheduler.max_run_time {limits.max_run_time_s:g} s: stopped")
+        if limits.deadline_ts is not None and now > limits.deadline_ts:
+            return CollectStopped("timed_out", f"training {self.ctx.run_key} passed the collect task's "
+                                               f"{limits.deadline_why} after {ran:.0f} s: stopped")
+        probe = getattr(self.launcher, "unschedulable_reason", None)
+        if probe is not None:
+            reason = probe(self.handle)
+            if reason is None:
+                self._pending_since = self._pending_reason = None
+            else:
+                if self._pending_since is None:
+                    self._pending_since = now
+                if reason != self._pending_reason:
+                    self.log(f"pod {self.handle.pod_name} cannot be scheduled: {reason}")
+                    self._pending_reason = reason
+                waited = now - self._pending_since
+                if limits.max_pending_s is not None and waited > limits.max_pending_s:
+                    return CollectStopped("unschedulable", f"pod {self.handle.namespace}/{self.handle.pod_name} stayed "
+                                                           f"unschedulable for {waited:.0f} s (scheduler.max_pending_time "
+                                                           f"{limits.max_pending_s:g} s): {reason}; stopped")
+        return None
+
+
+def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, launcher_kwargs: dict[str, Any] | None):
+    """(launcher, sampler, samples path, keep(metrics), notes) for following ``handle``: keep writes
+    metrics.json; notes say what could not be measured (e.g. no NVML)."""
+    from autodl.metrics import make_sampler
+
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
     if launcher.name == "local":
         require_here(None if handle.on_cpu else handle.host, "follow the training", ctx.run_key)
     folder = state_dir(ctx.run_key)
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
+
     def keep(m: RunMetrics) -> None:
         (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
 
     notes: list[str] = []
-    sampler = make_sampler(handle, uuids, folder=folder, notes=notes)
-    metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
-                     interval_s=interval_s, samples_path=folder / "samples.jsonl", partial_sink=keep, notes=notes)
-    metrics = finish(metrics, handle, folder, log=log)  # OOM explanation, timeline PNG
-    keep(metrics)
+    return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
+
+
+def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, log: Callable[[str], None]) -> dict[str, Any]:
+    """Finish the metrics (out-of-memory explanation, timeline PNG: :func:`autodl.metrics.finish`), keep them,
+    log how the training ended; raise when it failed (the metrics are kept all the same)."""
+    from autodl.metrics import finish
+
+    folder = state_dir(ctx.run_key)
+    metrics = finish(metrics, handle, folder, log=log)
+    (folder / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
     peak = ("unknown" if metrics.peak_memory_bytes is None
             else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
     log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
@@ -524,8 +770,52 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
         + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
         why = f" ({metrics.oom['explanation']})" if metrics.oom else ""
-        raise LaunchError(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; its log: {handle.log_path}")
+        raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; "
+                             f"its log: {handle.log_path}")
     return metrics.to_json()
+
+
+def stop_early(ctx: RunContext, handle: LaunchHandle, launcher: Any, stopped: CollectStopped,
+               log: Callable[[str], None]) -> None:
+    """Stop the training for ``stopped``'s reason and remember it for the record (never raises)."""
+    log(str(stopped))
+    note_failure(ctx.run_key, "collect", str(stopped))
+    try:
+        if launcher.poll(handle) is None:
+            launcher.stop(handle)
+    except AutoDLError as exc:
+        log(f"could not stop the training {ctx.run_key}: {exc}")
+
+
+def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type: str = "local",
+                 launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                 interval_s: float = 1.0, limits: CollectLimits | None = None) -> dict[str, Any]:
+    """Step 5 (in the worker): follow the training to its end, streaming its log, sampling metrics and
+    heartbeating the lease.
+
+    :returns: the :class:`RunMetrics` summary as a dict (also kept in the run's state folder).
+    :raises TrainingFailed: when the training exits non-zero (the metrics are kept all the same).
+    :raises CollectStopped: when it was stopped early (lease lost, a time limit, an unschedulable pod).
+    """
+    from autodl.metrics import follow
+
+    handle = LaunchHandle.model_validate(handle_json)
+    launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, launcher_type, launcher_kwargs)
+    guard = CollectGuard(ctx, handle, launcher, limits or CollectLimits(), log)
+
+    def tick() -> None:
+        stopped = guard.check()
+        if stopped is not None:
+            raise stopped
+
+    try:
+        metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
+                         interval_s=interval_s, samples_path=samples_path, partial_sink=keep, notes=notes,
+                         on_tick=tick)
+    except CollectStopped as stopped:
+        stop_early(ctx, handle, launcher, stopped, log)
+        raise
+    return summarise_end(ctx, handle, metrics, log)
 
 
 def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None,
@@ -534,6 +824,12 @@ def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any
 
     :returns: True when a running training was stopped.
     """
+    return _stop(handle_json, launcher_kwargs=launcher_kwargs, log=log, why=why) == "stopped"
+
+
+def _stop(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None,
+          log: Callable[[str], None] = print, why: str = "stopping it") -> str:
+    """``"stopped"``, ``"not running"`` or ``"unknown: <why>"`` (the launcher could not be asked)."""
     handle = LaunchHandle.model_validate(handle_json)
     try:
         launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
@@ -542,10 +838,92 @@ def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any
         if launcher.poll(handle) is None:
             log(f"training {handle.run_key} {why}")
             launcher.stop(handle)
-            return True
+            return "stopped"
+        return "not running"
     except AutoDLError as exc:
         log(f"could not stop the training {handle.run_key}: {exc}")
-    return False
+        return f"unknown: {exc}"
+
+
+# ------------------------------------------------------------------------------- leases left behind
+def reaper_id() -> str:
+    """Who reaps: ``host:pid``."""
+    return f"{this_host()}:{os.getpid()}"
+
+
+def _left_behind_handle(lease: Lease) -> dict[str, Any] | None:
+    """How to find what an expired lease's run launched: the handle on the lease, else the run folder's,
+    else (containers, pods) the run key alone, which the Docker and Kubernetes launchers select by label."""
+    if lease.handle:
+        return lease.handle
+    for path in (state_dir(lease.run_key) / "handle-latest.json", state_dir(lease.run_key) / "handle.json"):
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                continue
+    if lease.launcher in ("docker", "kubernetes"):
+        return LaunchHandle(launcher=lease.launcher, run_key=lease.run_key).to_json()
+    return None
+
+
+def stop_left_behind(lease: Lease, *, launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None,
+                     log: Callable[[str], None] = print) -> bool:
+    """Stop whatever the run of ``lease`` left running (process tree, container or pod, through the
+    launcher's own stop). True when nothing of it runs any more; False when that cannot be known (a local
+    training on another host, a launcher that does not answer): its devices must not be freed then."""
+    handle = _left_behind_handle(lease)
+    if handle is None:
+        return True  # booked, never launched
+    kind = handle.get("launcher") or lease.launcher or "local"
+    if kind == "local" and lease.launched_on and lease.launched_on != this_host():
+        log(f"lease {lease.lease_id} of {lease.run_key}: its training runs on {lease.launched_on}, not here "
+            f"({this_host()}); it cannot be stopped from here, so its devices stay booked")
+        return False
+    # the booked host's own engine (docker_<host>) when the handle names it
+    kwargs = (launcher_kwargs_for(kind, handle["host"]) if handle.get("host") else launcher_kwargs_for(kind)) \
+        if launcher_kwargs_for else {}
+    result = _stop(handle, launcher_kwargs=kwargs, log=log, why="was left behind by an expired lease: stopping it")
+    return not result.startswith("unknown")
+
+
+def release_lease(lease: Lease, *, reason: str, step: str = "lease", log: Callable[[str], None] = print,
+                  launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """Stop what ``lease``'s run left, free the lease and record the run with ``reason``.
+
+    :returns: :func:`step_release_and_record`'s result, or None when the training could not be stopped
+        (the lease is kept).
+    """
+    if not stop_left_behind(lease, launcher_kwargs_for=launcher_kwargs_for, log=log):
+        return None
+    note_failure(lease.run_key, step, reason)
+    ctx = RunContext(run_key=lease.run_key, dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, user=lease.owner.user)
+    return step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
+                                   handle_json=_left_behind_handle(lease), metrics_json=None, log=log,
+                                   lease_id=lease.lease_id,
+                                   launcher_kwargs=launcher_kwargs_for(lease.launcher or "local") if launcher_kwargs_for else None)
+
+
+def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = None,
+                 launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> list[str]:
+    """Reclaim every lease whose TTL ran out: claim it (one reaper per lease), stop what it left, free it,
+    and record the run as failed with why. Called before devices are offered to waiting runs.
+
+    :returns: the run keys whose leases were freed.
+    """
+    ledger = Ledger()
+    me = reaper_id()
+    freed: list[str] = []
+    for lease in ledger.expired(now):
+        if not ledger.claim_expired(lease.lease_id, me, now=now):
+            continue
+        last = lease.heartbeat_at.isoformat() if lease.heartbeat_at else "never"
+        reason = (f"lease {lease.lease_id} expired: no heartbeat since {last} (TTL {lease.ttl_s:g} s; its Airflow task, "
+                  f"triggerer or worker is gone); reclaimed by {me}, its training stopped")
+        log(f"reaping the lease of {lease.run_key} ({lease.owner.describe()}): {reason}")
+        if release_lease(lease, reason=reason, log=log, launcher_kwargs_for=launcher_kwargs_for) is not None:
+            freed.append(lease.run_key)
+    return freed
 
 
 def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None) -> int | None:
@@ -557,16 +935,58 @@ def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] 
         return None
 
 
-def release_by_hand(run_key: str, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+def release_by_hand(run_key: str, *, user: str | None = None, force: bool = False,
+                    log: Callable[[str], None] = print) -> dict[str, Any]:
     """Free a lease left behind by a run whose Airflow process died: stop its training, release, record.
 
+    Only the lease's owner may do this; anyone else (or anyone, when the owner is unknown) needs ``force``.
+
+    :param user: who asks (default :func:`autodl.config.current_user`).
     :raises LeaseError: when ``run_key`` holds no lease.
+    :raises NotOwner: when the lease is someone else's and ``force`` is not given (the message says whose).
     """
-    if Ledger().get(run_key) is None:
+    from autodl.config import current_user
+
+    user = user or current_user()
+    lease = Ledger().get(run_key)
+    if lease is None:
         raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
-    note_failure(run_key, "release", "released by hand (autodl leases --release) after its Airflow run was lost")
-    return step_release_and_record(RunContext(run_key=run_key), script=None, spec_path=None, profile_out=None,
-                                   selection=None, handle_json=None, metrics_json=None, log=log, force_release=True)
+    mine = lease.owner.user is not None and lease.owner.user == user
+    whose = f"booked {lease.created_at.isoformat()} by {lease.owner.describe()}"
+    if not mine and not force:
+        raise NotOwner(f"the lease of {run_key} is not yours ({user}): it was {whose}. Releasing it stops its "
+                       "training; pass --force to do it anyway.")
+    how = "released by hand (autodl leases --release)" + (f" by {user} with --force; it was {whose}" if not mine else f" by its owner {user}")
+    log(how)
+    handle = _left_behind_handle(lease)
+    if handle is not None:
+        _stop(handle, log=log, why="is stopped by a manual release")
+    note_failure(run_key, "release", how)
+    ctx = RunContext(run_key=run_key, dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, user=lease.owner.user)
+    return step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
+                                   handle_json=handle, metrics_json=None, log=log, lease_id=lease.lease_id,
+                                   force_release=True)
+
+
+def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | None = None,
+                       log: Callable[[str], None] = print,
+                       launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> list[str]:
+    """Release the leases of a failed Airflow DAG run (all its autodl groups, or only ``run_key``'s) and take
+    its waiting runs out of the queue; each run is recorded with ``reason``. Returns the freed run keys."""
+    from autodl.queue import AdmissionQueue
+
+    queue = AdmissionQueue()
+    if run_key is None:
+        queue.leave_all(dag_id=dag_id, run_id=run_id)
+    else:
+        queue.leave(run_key)
+    freed = []
+    for lease in Ledger().leases(owner_dag_id=dag_id, owner_run_id=run_id):
+        if run_key is not None and lease.run_key != run_key:
+            continue
+        if release_lease(lease, reason=reason, step="airflow", log=log, launcher_kwargs_for=launcher_kwargs_for):
+            freed.append(lease.run_key)
+    return freed
 
 
 def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
@@ -588,14 +1008,19 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                             profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
                             handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
                             launcher_kwargs: dict[str, Any] | None = None,
-                            log: Callable[[str], None] = print, force_release: bool = False) -> dict[str, Any]:
-    """Step 6: stop a training still running, free the lease (idempotent), write the run record.
+                            log: Callable[[str], None] = print, lease_id: str | None = None,
+                            force_release: bool = False) -> dict[str, Any]:
+    """Step 6: stop a training still running, free the lease (idempotent), leave the queue, write the run record.
 
-    Runs whatever happened upstream; any input may be None. Where NVML is present, the lease is freed
-    only once the booked devices hold none of the run's processes (``force_release``: free it anyway).
+    Runs whatever happened upstream; any input may be None. A training that ended by itself before it was
+    stopped is recorded with its own exit code. Where NVML is present, the lease is freed only once the
+    booked devices hold none of the run's processes (``force_release``: free it anyway).
 
+    :param lease_id: free only this lease (a reaper or a manual release), not a newer one of the run.
     :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
     """
+    from autodl.queue import AdmissionQueue
+
     folder = state_dir(ctx.run_key)
     if handle_json is None and (folder / "handle-latest.json").exists():
         handle_json = json.loads((folder / "handle-latest.json").read_text())
@@ -607,6 +1032,8 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         metrics_json = json.loads((folder / "metrics.json").read_text())
     if profile_out is None and (folder / "profile.json").exists():
         profile_out = json.loads((folder / "profile.json").read_text())
+    if selection is None and (folder / "selection.json").exists():
+        selection = json.loads((folder / "selection.json").read_text())
     report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
     decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
@@ -620,8 +1047,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
             from autodl.metrics import wait_devices_clear
 
             clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder, log=log)
+    AdmissionQueue().leave(ctx.run_key)
     if clear or force_release:
-        released = Ledger().release(ctx.run_key)
+        released = Ledger().release(ctx.run_key, lease_id)
         log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
     else:
         released = None
@@ -643,7 +1071,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     else:
         outcome = "failed"
     profile = profile_out.get("profile") if profile_out else None
-    placement = selection.get("placement") if selection else None
+    placement = selection.get("placement") if selection else (released.placement if released else None)
     declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
     error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
     oom = (metrics_json or {}).get("oom")
@@ -665,9 +1093,15 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         device_model=(placement or {}).get("model"), error=error, report=report, decision=decision,
     )
     store = RecordStore()
-    first_time = store.get(ctx.run_key) is None
+    previous = store.get(ctx.run_key)
+    if previous is not None:  # a second writer (the run's own release after a reaper) keeps what the first knew
+        record = record.model_copy(update={
+            k: getattr(previous, k) for k in ("dag_id", "run_id", "profile", "placement", "lease_id", "launch", "metrics",
+                                              "estimated_peak_bytes", "actual_peak_bytes", "device_model")
+            if getattr(record, k) is None and getattr(previous, k) is not None
+        })
     store.write(record)
-    if first_time:  # a retried release must not teach the policy the same run twice
+    if previous is None:  # a retried release must not teach the policy the same run twice
         try:
             from autodl.policy import observe
 

@@ -5,10 +5,13 @@ Operators are imported from ``autodl.operators``; their "autodl run record" extr
 that page. The plugin registers once: through the package's entry point (``pip install``), never also
 from the plugins folder (``plugins/.airflowignore`` keeps Airflow from importing the package's files one by
 one, and ``scripts/setup.sh`` leaves no ``autodl.egg-info`` there, which would make Airflow see the entry
-point twice and report "Plugin 'autodl' already registered").
+point twice and report "Plugin 'autodl' already registered"). Its listeners (:mod:`autodl.listeners`)
+release the leases of failed runs.
 """
 
 from __future__ import annotations
+
+import importlib
 
 from airflow.plugins_manager import AirflowPlugin
 
@@ -40,6 +43,7 @@ class AutoDLPlugin(AirflowPlugin):
     """autodl's Airflow plugin."""
 
     name = "autodl"
+    listeners = [importlib.import_module("autodl.listeners")]
     fastapi_apps = [{"app": GpuPageApp(), "url_prefix": APP_PREFIX, "name": "autodl GPUs"}]
     external_views = [{
         "name": "GPUs",

@@ -17,6 +17,7 @@ Example (``include/specs/simple_cnn.yaml``)::
     scheduler:
       algorithm: rule_based                 # rule_based | rl_based
       timeout: 3600                         # seconds to wait for a free device
+      max_run_time: 7200                    # seconds the training may run (default: no limit)
 
 Values given here override what the profiler reads from the script.
 """
@@ -55,6 +56,11 @@ from autodl.inputs import clip, resolve_file, short
 DEFAULT_MEMORY_THRESHOLD = 0.85
 """Plan at most 85% of a device's memory: leaves room for allocator fragmentation and the
 estimate's error (the design card's default; issue 2)."""
+
+
+DEFAULT_MAX_PENDING_S = 900
+"""Seconds a Kubernetes pod may stay unschedulable before the run gives up: 15 minutes, the cluster
+autoscaler's ``--max-node-provision-time`` default (after that it stops waiting for a new node too)."""
 
 
 def _configured_threshold() -> float:
@@ -135,6 +141,10 @@ class SchedulerSection(_Section):
     algorithm: Literal["rule_based", "rl_based"] = "rule_based"
     timeout: WaitSeconds = Field(3600, description="Seconds to wait for a fitting device.")
     poke_interval: WaitSeconds = Field(30, description="Seconds between pool checks while waiting.")
+    max_run_time: WaitSeconds | None = Field(None, description="Seconds the training may run; past it autodl "
+                                                               "stops it and records why. None: no limit.")
+    max_pending_time: WaitSeconds = Field(DEFAULT_MAX_PENDING_S, description="Seconds a Kubernetes pod may stay "
+                                          "unschedulable (Pending, FailedScheduling) before the run is stopped.")
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)

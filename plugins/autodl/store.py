@@ -1,22 +1,38 @@
-"""autodl's own store (leases, run records, learned state): SQLAlchemy, SQLite by default, PostgreSQL in production.
+"""autodl's own store (leases, the admission queue, run records, learned state): SQLAlchemy, SQLite by default,
+PostgreSQL in production.
 
 Airflow 3 tasks may not touch Airflow's metadata database, so autodl keeps its tables here, at
 ``AUTODL_STORE_URL`` (see :mod:`autodl.config`). Every module that owns a table declares it on
-:data:`Base` and the tables are created on first use.
+:data:`Base`; the schema itself comes from the Alembic migrations in ``autodl/migrations`` (version table
+:data:`VERSION_TABLE`), applied once per store on first use, under a lock so that any number of processes
+racing a fresh store agree (PostgreSQL: an advisory lock; SQLite: an exclusive lock on a file beside
+the database).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from autodl.config import store_url
 from autodl.errors import StoreError
 from autodl.redact import redact_text, redact_url  # noqa: F401 - redact_url re-exported for existing callers
+
+VERSION_TABLE = "autodl_alembic_version"
+"""Alembic's version table for autodl's schema; not ``alembic_version``, so a store that shares a database
+with another Alembic-managed application (Airflow's own metadata uses ``alembic_version``) never mixes
+the two histories."""
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 class Base(DeclarativeBase):
@@ -25,18 +41,18 @@ class Base(DeclarativeBase):
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA busy_timeout=30000")  # first, so that switching to WAL waits instead of failing
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=30000")
     cur.close()
 
 
 def get_engine(url: str | None = None) -> Engine:
-    """Engine for ``url`` (default :func:`autodl.config.store_url`, read at each call), tables created.
+    """Engine for ``url`` (default :func:`autodl.config.store_url`, read at each call), schema migrated.
 
     SQLite gets WAL and a 30 s busy timeout so concurrent tasks serialise instead of failing.
 
     :raises StoreError: when the URL is malformed, its driver is missing, or the database cannot be
-        reached or written (the message names AUTODL_STORE_URL, with any password hidden).
+        reached, written or migrated (the message names AUTODL_STORE_URL, with any password hidden).
     """
     url = url or store_url()
     try:
@@ -50,16 +66,38 @@ def get_engine(url: str | None = None) -> Engine:
         ) from None
 
 
-@lru_cache(maxsize=32)
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
 def _engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
-    else:
-        engine = create_engine(url, pool_pre_ping=True)
-    _import_table_modules()
-    Base.metadata.create_all(engine)
+    """One engine per URL and process (migrated on creation)."""
+    engine = _ENGINES.get(url)
+    if engine is not None:
+        return engine
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(url)
+        if engine is None:
+            if url.startswith("sqlite"):
+                engine = create_engine(url, connect_args={"timeout": 30})
+                event.listen(engine, "connect", _sqlite_pragmas)
+            else:
+                engine = create_engine(url, pool_pre_ping=True)
+            _import_table_modules()
+            migrate(engine)
+            _ENGINES[url] = engine
     return engine
+
+
+def _forget_parent_connections() -> None:
+    """In a forked child (Airflow's LocalExecutor forks its workers, multiprocessing forks), the pooled
+    connections are the parent's sockets: using them from two processes corrupts both sessions. The child
+    drops them without closing them and opens its own (SQLAlchemy's advice for ``fork``)."""
+    for engine in list(_ENGINES.values()):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_parent_connections)
 
 
 def session_factory(url: str | None = None) -> sessionmaker:
@@ -67,11 +105,99 @@ def session_factory(url: str | None = None) -> sessionmaker:
     return sessionmaker(get_engine(url), expire_on_commit=False)
 
 
+# ------------------------------------------------------------------------------------------- migrations
+def _alembic_config(connection: Connection | None = None):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration's revision id."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the store at ``connection`` is at; None for a store never migrated."""
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+
+def migrate(engine: Engine) -> str:
+    """Bring the store's schema to the newest migration, once, safely under concurrency.
+
+    A store already at the head costs one query. Otherwise the upgrade runs under a lock held for the
+    whole upgrade (PostgreSQL: ``pg_advisory_lock`` on a key derived from the schema; SQLite: ``flock``
+    on ``<database>.migrate.lock``), and the revision is read again under the lock, so of N processes
+    racing a fresh store one creates the tables and the others find them made. Stores created before
+    migrations existed (tables present, no version table) are adopted by the first migration.
+
+    :returns: the head revision.
+    """
+    import logging
+
+    chatty = logging.getLogger("alembic")
+    level = chatty.level
+    chatty.setLevel(logging.WARNING)  # not Alembic's "Context impl ..." lines in every task's log
+    try:
+        head = head_revision()
+        with engine.connect() as conn:
+            if current_revision(conn) == head:
+                return head
+        with _migration_lock(engine) as conn:
+            current = current_revision(conn)
+            if current != head:
+                from alembic import command
+
+                command.upgrade(_alembic_config(conn), "head")
+                conn.commit()
+                logging.getLogger(__name__).info("autodl's store %s migrated from %s to %s",
+                                                 redact_url(str(engine.url)), current or "empty", head)
+        return head
+    finally:
+        chatty.setLevel(level)
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection holding the store's migration lock for the duration of the block."""
+    dialect = engine.dialect.name
+    if dialect == "postgresql":
+        with engine.connect() as conn:
+            key = conn.execute(text("SELECT hashtext('autodl-migrations:' || current_schema())")).scalar_one()
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            conn.commit()
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+    elif dialect == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        lock_path = Path(engine.url.database).with_name(Path(engine.url.database).name + ".migrate.lock")
+        with open(lock_path, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                with engine.connect() as conn:
+                    yield conn
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    else:  # an in-memory SQLite store is private to this process; other databases: one advisory-free try
+        with engine.connect() as conn:
+            yield conn
+
+
 def _import_table_modules() -> None:
-    # Modules that declare tables; importing registers them on Base.metadata.
+    # Modules that declare tables; importing registers them on Base.metadata (the migrations must match).
     import importlib
 
-    for name in ("autodl.ledger", "autodl.records", "autodl.policy.rl_state"):
+    for name in ("autodl.ledger", "autodl.queue", "autodl.records", "autodl.policy.rl_state"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -216,8 +216,26 @@ class PlacementDecision(_Frozen):
     suggestions: list[str] = Field(default_factory=list)
 
 
+class LeaseOwner(_Frozen):
+    """Who booked a lease: the Airflow DAG and run, and the user who triggered it (or ran the CLI)."""
+
+    dag_id: str | None = None
+    run_id: str | None = None
+    user: str | None = None
+
+    def describe(self) -> str:
+        """``user U, DAG D, run R`` with unknown parts said to be unknown."""
+        return (f"user {self.user or '(unknown)'}, DAG {self.dag_id or '(none)'}, "
+                f"run {self.run_id or '(none)'}")
+
+
 class Lease(_Frozen):
-    """A booking of devices for one run; the ledger guarantees one live lease per device."""
+    """A booking of devices for one run; the ledger guarantees one live lease per device.
+
+    A lease lives while its holder heartbeats: ``expires_at`` is the last heartbeat plus ``ttl_s``
+    seconds; past it the lease is dead and a reaper stops what it left and frees it. ``expires_at`` None
+    (a lease booked before TTLs existed) never expires by itself.
+    """
 
     lease_id: str
     run_key: str
@@ -225,6 +243,46 @@ class Lease(_Frozen):
     host: str = "localhost"
     model: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    owner: LeaseOwner = Field(default_factory=LeaseOwner)
+    ttl_s: float | None = Field(None, description="Seconds the lease lives without a heartbeat.")
+    heartbeat_at: datetime | None = None
+    expires_at: datetime | None = None
+    launcher: str | None = Field(None, description="Launcher type that runs (or will run) the training.")
+    handle: dict[str, Any] | None = Field(None, description="The LaunchHandle once launched: how to stop it.")
+    launched_on: str | None = Field(None, description="Host name of the machine that launched the training.")
+    placement: dict[str, Any] | None = Field(None, description="The chosen candidate (devices, model, score, reasons).")
+    expected_runtime_s: float | None = None
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """True when the lease's TTL has run out (never for a lease without TTL)."""
+        return self.expires_at is not None and self.expires_at < (now or utcnow())
+
+
+class QueueEntry(_Frozen):
+    """A run waiting in the admission queue for devices, with its request.
+
+    ``candidates`` are the device sets its own placement policy accepts (leases ignored), best first:
+    the queue offers a run only devices from these, so every waiter decides the same way for the others.
+    """
+
+    run_key: str
+    dag_id: str | None = None
+    run_id: str | None = None
+    owner_user: str | None = None
+    num_gpus: int = Field(ge=1, description="Gang size: devices needed at once.")
+    needed_bytes: int = Field(ge=0, description="Estimated per-device peak memory, bytes.")
+    vendors: list[str] | None = None
+    candidates: list[list[str]] = Field(default_factory=list)
+    pool: str | None = None
+    enqueued_at: datetime
+    heartbeat_at: datetime
+    stale_after_s: float = Field(gt=0, description="Without a heartbeat for this long the entry stops blocking others.")
+    expected_runtime_s: float | None = None
+    deadline_at: datetime | None = None
+
+    def stale(self, now: datetime | None = None) -> bool:
+        """True when the poller of this entry has not been seen for ``stale_after_s`` seconds."""
+        return ((now or utcnow()) - self.heartbeat_at).total_seconds() > self.stale_after_s
 
 
 # ---------------------------------------------------------------------------------------- launch

@@ -48,7 +48,26 @@ def test_dag_has_the_six_steps_in_order():
     assert release.is_teardown and not release.on_failure_fail_dagrun
     assert str(release.trigger_rule).endswith("all_done_setup_success") or "ALL_DONE_SETUP_SUCCESS" in str(release.trigger_rule)
     assert set(ids[:-1]) <= release.upstream_task_ids
-    assert dag.get_task(ids[1]).mode == "reschedule"
+    wait, select, collect = dag.get_task(ids[1]), dag.get_task(ids[2]), dag.get_task(ids[4])
+    # waiting and following happen in the triggerer by default; reschedule is the fallback mode
+    assert wait.deferrable and select.deferrable and collect.deferrable and wait.mode == "reschedule"
+    # one retry per poke the wait can make: a reschedule failed by apache/airflow#71172 is retried
+    assert wait.retries == 3600 // 30 + 1 and wait.retry_delay.total_seconds() == 5
+
+
+def test_non_deferrable_groups_reschedule_and_collect_in_the_worker():
+    from datetime import datetime, timedelta
+
+    from airflow.sdk import DAG
+
+    from autodl.operators import AutoDLTrainOperator
+
+    with DAG("autodl_fallback_check", start_date=datetime(2026, 1, 1), schedule=None) as dag:
+        AutoDLTrainOperator(task_id="train", spec=str(REPO / "include/specs/simple_cnn.yaml"), deferrable=False,
+                            execution_timeout=timedelta(hours=2))
+    wait, collect = dag.get_task("train.wait_for_pool"), dag.get_task("train.collect_metrics")
+    assert not wait.deferrable and wait.mode == "reschedule" and not collect.deferrable
+    assert collect.execution_timeout == timedelta(hours=2)
 
 
 def test_example_dag_trains_for_real_and_records(airflow_db, autodl_home):

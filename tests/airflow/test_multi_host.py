@@ -71,6 +71,9 @@ def test_group_maps_launch_and_collect_only_when_hosts_have_queues(monkeypatch):
     routed = build_dag("autodl_two_hosts", spec, pool)
     mapped = sorted(t.task_id for t in routed.tasks if getattr(t, "is_mapped", False))
     assert mapped == ["train.collect_metrics", "train.launch"]
+    # routed to the GPU host's worker, collect follows the training there, never from a triggerer elsewhere
+    assert routed.get_task("train.collect_metrics").partial_kwargs["deferrable"] is False
+    assert plain.get_task("train.collect_metrics").deferrable is True
 
 
 def test_runs_placed_on_each_host_go_to_that_hosts_queue(airflow_db, monkeypatch):

@@ -1,55 +1,232 @@
-"""PoolTrigger (deferrable wait): fires when a leased device frees up; reports a run that can never fit."""
+"""The triggers, run as the triggerer runs them (an asyncio loop): PoolTrigger waits in the admission queue
+and books; CollectTrigger follows a training, streams its log, heartbeats its lease, stops it at its limits."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
+from autodl import pipeline
 from autodl.ledger import Ledger
+from autodl.queue import AdmissionQueue
+from autodl.records import RecordStore
 from autodl.types import MemoryBreakdown, ResourceProfile
 
 DEMO_IDS = ["GPU-demo0000-a100-0000-0000-000000000000", "GPU-demo0001-v100-0000-0000-000000000000",
             "GPU-demo0002-3090-0000-0000-000000000000"]
 
 
-def profile_out(peak_gib: float) -> dict:
+def profile_out(peak_gib: float, script: str = "/x.py") -> dict:
     act = int(peak_gib * 2**30) - 3000
     b = MemoryBreakdown(weights_bytes=1000, gradients_bytes=1000, optimizer_state_bytes=1000, activations_bytes=act)
-    p = ResourceProfile(script="/x.py", params=250, peak_memory_bytes=b.total_bytes, breakdown=b,
+    p = ResourceProfile(script=script, params=250, peak_memory_bytes=b.total_bytes, breakdown=b,
                         flops_per_step=1e9, batch_size=8, activation_bytes_per_sample=act // 8)
-    return {"profile": p.to_json(), "spec_path": None, "script": "/x.py"}
+    return {"profile": p.to_json(), "spec_path": None, "script": script}
 
 
-def test_trigger_waits_for_a_release_then_fires(autodl_home):
+def run_fields(key: str, user: str = "alice") -> dict:
+    return {"run_key": key, "dag_id": "dag", "run_id": key, "task_id": "g.wait_for_pool", "try_number": 1, "user": user}
+
+
+async def first_event(trigger):
+    async for event in trigger.run():
+        return event
+
+
+def test_trigger_waits_for_a_release_then_books(autodl_home):
     from autodl.triggers.pool import PoolTrigger
 
     ledger = Ledger()
     ledger.book("other-run", DEMO_IDS)
-    trigger = PoolTrigger(profile_out=profile_out(1.0), pool=None, poke_interval=0.05)
+    trigger = PoolTrigger(run=run_fields("mine"), profile_out=profile_out(1.0), pool=None, poke_interval=0.05, min_deferral_s=0)
     classpath, kwargs = trigger.serialize()
     assert classpath == "autodl.triggers.pool.PoolTrigger" and kwargs["poke_interval"] == 0.05
+    assert PoolTrigger(**kwargs).serialize() == (classpath, kwargs)
 
     async def scenario():
-        events = trigger.run().__aiter__()
-        first = asyncio.ensure_future(events.__anext__())
-        await asyncio.sleep(0.3)
-        fired_while_leased = first.done()
+        pending = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(0.5)
+        fired_while_leased = pending.done()
+        queued = [e.run_key for e in AdmissionQueue().entries()]
         ledger.release("other-run")
-        event = await first
-        return fired_while_leased, event
+        return fired_while_leased, queued, await pending
 
-    fired_while_leased, event = asyncio.run(scenario())
-    assert fired_while_leased is False
-    assert event.payload["status"] == "available"
+    fired_while_leased, queued, event = asyncio.run(scenario())
+    assert fired_while_leased is False and queued == ["mine"]
+    assert event.payload["status"] == "booked"
+    lease = ledger.get("mine")
+    assert event.payload["selection"]["lease"]["lease_id"] == lease.lease_id
+    assert lease.owner.user == "alice" and lease.owner.dag_id == "dag" and lease.expires_at is not None
+    assert AdmissionQueue().entries() == []  # booked: out of the queue
+
+
+def test_two_triggers_book_one_after_the_other_in_queue_order(autodl_home, tmp_path):
+    """Two runs wait for the same single device: the one that joined first books first; the second books
+    only after the first releases (never both, never the second first)."""
+    from autodl.triggers.pool import PoolTrigger
+
+    pool = tmp_path / "one.yaml"
+    pool.write_text("host: box\ndevices:\n  - {index: 0, model: A100-SXM4-40GB, uuid: GPU-one}\n")
+    Ledger().book("holder", ["GPU-one"])
+    first = PoolTrigger(run=run_fields("first"), profile_out=profile_out(1.0), pool=str(pool), poke_interval=0.05, min_deferral_s=0)
+    second = PoolTrigger(run=run_fields("second"), profile_out=profile_out(1.0), pool=str(pool), poke_interval=0.05, min_deferral_s=0)
+
+    async def scenario():
+        a = asyncio.ensure_future(first_event(first))
+        await asyncio.sleep(0.3)
+        b = asyncio.ensure_future(first_event(second))
+        await asyncio.sleep(0.3)
+        order = [e.run_key for e in AdmissionQueue().in_order()]
+        Ledger().release("holder")
+        done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.sleep(0.3)
+        second_waits = not b.done()
+        Ledger().release("first")
+        return order, done == {a}, second_waits, await a, await b
+
+    order, first_done_first, second_waits, ev_a, ev_b = asyncio.run(scenario())
+    assert order == ["first", "second"]
+    assert first_done_first and second_waits
+    assert ev_a.payload["status"] == ev_b.payload["status"] == "booked"
+    assert Ledger().get("second").device_ids == ["GPU-one"]
 
 
 def test_trigger_reports_no_fit(autodl_home):
     from autodl.triggers.pool import PoolTrigger
 
-    trigger = PoolTrigger(profile_out=profile_out(500.0), poke_interval=0.05)
-
-    async def first_event():
-        async for event in trigger.run():
-            return event
-
-    event = asyncio.run(first_event())
+    trigger = PoolTrigger(run=run_fields("big"), profile_out=profile_out(500.0), poke_interval=0.05, min_deferral_s=0)
+    event = asyncio.run(first_event(trigger))
     assert event.payload["status"] == "no_fit" and "no device in the pool" in event.payload["message"]
+    assert AdmissionQueue().entries() == []
+
+
+def test_trigger_times_out_from_when_the_run_joined(autodl_home):
+    from autodl.triggers.pool import PoolTrigger
+
+    Ledger().book("other-run", DEMO_IDS)
+    trigger = PoolTrigger(run=run_fields("late"), profile_out=profile_out(1.0), poke_interval=0.05, timeout_s=0.3, min_deferral_s=0)
+    event = asyncio.run(first_event(trigger))
+    assert event.payload["status"] == "timeout" and "within 0.3 s (scheduler.timeout)" in event.payload["message"]
+    assert AdmissionQueue().entries() == [] and Ledger().get("late") is None
+
+
+# --------------------------------------------------------------------------------------------- collect
+def launched(tmp_path, body: str, key: str = "dag.g.r1"):
+    script = tmp_path / "train.py"
+    script.write_text(body)
+    out = profile_out(0.5, str(script))
+    ctx = pipeline.RunContext(run_key=key, dag_id="dag", run_id="r1", user="alice")
+    sel = pipeline.step_select(ctx, out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx, out, sel, log=lambda _l: None)
+    return ctx, handle
+
+
+def collect_trigger(ctx, handle, **limits):
+    from autodl.triggers.collect import CollectTrigger
+
+    fields = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id, "user": ctx.user}
+    limits.setdefault("heartbeat_every_s", 0.1)
+    trigger = CollectTrigger(run=fields, handle=handle, limits=limits, interval_s=0.05, min_deferral_s=0)
+    classpath, kwargs = trigger.serialize()
+    json.dumps(kwargs)  # stored by Airflow as JSON
+    return CollectTrigger(**kwargs)
+
+
+class LogSink:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, msg, *args):
+        self.lines.append(msg % args if args else msg)
+
+    warning = error = info
+
+
+def test_collect_trigger_streams_the_log_and_heartbeats_until_the_end(autodl_home, tmp_path):
+    body = "import time\nfor i in range(6):\n    print('step', i, flush=True)\n    time.sleep(0.1)\n"
+    ctx, handle = launched(tmp_path, body)
+    before = Ledger().get(ctx.run_key).heartbeat_at
+    trigger = collect_trigger(ctx, handle)
+    sink = LogSink()
+    trigger.log_line = lambda line: sink.info("[train] %s", line)  # the task's log
+    event = asyncio.run(first_event(trigger))
+    assert event.payload["status"] == "ended" and event.payload["exit_code"] == 0
+    assert [line for line in sink.lines if line.startswith("[train] step")] == [f"[train] step {i}" for i in range(6)]
+    assert event.payload["metrics"]["samples"] >= 1 and event.payload["metrics"]["source"] == "process"
+    assert Ledger().get(ctx.run_key).heartbeat_at > before
+    kept = json.loads((pipeline.state_dir(ctx.run_key) / "metrics.json").read_text())
+    assert kept["exit_code"] == 0
+
+
+def test_collect_trigger_resumes_without_repeating_log_lines(autodl_home, tmp_path):
+    """A triggerer restart re-creates the trigger from its kwargs: it goes on from the saved log offset."""
+    body = "import time\nprint('first', flush=True)\ntime.sleep(0.6)\nprint('second', flush=True)\n"
+    ctx, handle = launched(tmp_path, body)
+    sink = LogSink()
+
+    async def interrupted():
+        t = collect_trigger(ctx, handle)
+        t.log_line = lambda line: sink.info("[train] %s", line)
+        task = asyncio.ensure_future(first_event(t))
+        await asyncio.sleep(0.4)
+        task.cancel()  # the triggerer went away
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(interrupted())
+    resumed = collect_trigger(ctx, handle)
+    resumed.log_line = lambda line: sink.info("[train] %s", line)
+    event = asyncio.run(first_event(resumed))
+    assert event.payload["status"] == "ended"
+    train = [line for line in sink.lines if line.startswith("[train]")]
+    assert train == ["[train] first", "[train] second"]
+
+
+def test_collect_trigger_stops_a_hung_training_at_max_run_time(autodl_home, tmp_path):
+    ctx, handle = launched(tmp_path, "import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
+    trigger = collect_trigger(ctx, handle, max_run_time_s=0.5)
+    event = asyncio.run(first_event(trigger))
+    assert event.payload["status"] == "timed_out"
+    assert "longer than scheduler.max_run_time 0.5 s: stopped" in event.payload["message"]
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143  # stopped cleanly (SIGTERM)
+    result = pipeline.step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
+                                              handle_json=handle, metrics_json=None, log=lambda _l: None)
+    rec = RecordStore().get(ctx.run_key)
+    assert result["outcome"] == "failed" and "scheduler.max_run_time" in rec.error
+
+
+def test_collect_trigger_stops_the_training_when_its_lease_is_lost(autodl_home, tmp_path):
+    """Someone freed the lease (a reaper after a triggerer outage longer than the TTL): the training must not
+    go on computing on devices that may be booked by another run."""
+    ctx, handle = launched(tmp_path, "import time\ntime.sleep(600)\n")
+    Ledger().release(ctx.run_key)
+    event = asyncio.run(first_event(collect_trigger(ctx, handle)))
+    assert event.payload["status"] == "lease_lost" and "is gone" in event.payload["message"]
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
+    assert "is gone" in pipeline.read_failures(ctx.run_key)["collect"]
+
+
+def test_a_quick_grant_books_at_once_but_fires_after_the_minimum_deferral(autodl_home):
+    """Airflow 3.3 fails a deferred task whose trigger fires before the scheduler has read the deferring
+    exit's executor event (apache/airflow#71580, #72716): the booking happens at the first poll, the event
+    is held for the minimum deferral."""
+    from autodl.triggers.pool import PoolTrigger
+
+    trigger = PoolTrigger(run=run_fields("quick"), profile_out=profile_out(1.0), poke_interval=0.05, min_deferral_s=5.0)
+
+    async def scenario():
+        pending = asyncio.ensure_future(first_event(trigger))
+        while Ledger().get("quick") is None:  # booked at the first poll
+            await asyncio.sleep(0.05)
+        return pending.done(), await pending
+
+    fired_when_booked, event = asyncio.run(scenario())
+    assert not fired_when_booked and event.payload["status"] == "booked"

@@ -26,6 +26,7 @@ RUN_ID = "manual__2026-11-30T21:04:05.123456+00:00"
 DAG_ID = "autodl_train.simple_cnn"  # a dot in the DAG id: the run key is still split right
 RUN_KEY = f"{DAG_ID}.train_simple_cnn.{RUN_ID}"
 DONE_KEY = f"{DAG_ID}.train_simple_cnn.scheduled__2026-11-29T02:30:00+00:00"
+WAITING_KEY = f"{DAG_ID}.train_simple_cnn.manual__2026-11-30T22:00:00+00:00"
 GiB = 1 << 30
 
 
@@ -50,8 +51,13 @@ def get(api, path, role="VIEWER", **kw):
 
 @pytest.fixture
 def seeded(autodl_home):
-    """A live lease on the A100 and one finished run with its decision, report and samples."""
+    """A live lease on the A100, a run waiting in the admission queue, and one finished run with its decision,
+    report and samples."""
+    from autodl.queue import AdmissionQueue
+
     Ledger().book(RUN_KEY, [A100], host="demo-node-1", model="A100-SXM4-40GB")
+    AdmissionQueue().join(WAITING_KEY, num_gpus=1, needed_bytes=GiB, candidates=[[A100]], stale_after_s=600,
+                          dag_id=DAG_ID, run_id="manual__2026-11-30T22:00:00+00:00", owner_user="admin")
     samples = autodl_home / "runs" / "done" / "samples.jsonl"
     samples.parent.mkdir(parents=True)
     t0 = time.time()
@@ -105,7 +111,8 @@ def test_page_shows_the_pool_with_holders_and_unknowns(api, seeded):
     assert f'href="/dags/autodl_train.simple_cnn/runs/{RUN_ID.replace(":", "%3A").replace("+", "%2B")}"' in row
     # the declared pool reports no temperature: "unknown", never 0
     assert '<span class="unknown">unknown</span>' in row and "0 °C" not in row
-    assert 'id="queue-pending"' in html  # no store-backed queue in this build: said, not faked
+    queue = html.split('id="queue-table"', 1)[1].split("</table>", 1)[0]  # the store-backed admission queue
+    assert "manual__2026-11-30T22:00:00+00:00</a>" in queue and "1 × 1.00 GiB" in queue
     assert "Recent runs" in html and DAG_ID in html and "1.00 GiB" in html and "1.50 GiB" in html
     assert 'id="estimate-plot"' in html
 
@@ -124,7 +131,8 @@ def test_json_endpoints(api, seeded):
     assert all(d["temperature_c"] is None for d in pool["devices"])
     leases = get(api, "/autodl/api/leases").json()
     assert [le["run_key"] for le in leases] == [RUN_KEY] and leases[0]["device_ids"] == [A100]
-    assert get(api, "/autodl/api/queue").json()["available"] is False
+    queue = get(api, "/autodl/api/queue").json()
+    assert queue["available"] is True and [(q["position"], q["run_key"]) for q in queue["rows"]] == [(1, WAITING_KEY)]
     runs = get(api, "/autodl/api/runs").json()
     assert [r["run_key"] for r in runs] == [DONE_KEY]
     assert runs[0]["estimate_ratio"] == round(1 / 1.5, 3) and runs[0]["duration_s"] == 75.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,42 @@ def test_plan_text_shows_the_pod_for_kubernetes(tmp_path):
     out = autodl("plan", str(spec), "--no-probe").stdout
     assert "create this pod in namespace training" in out
     assert "nvidia.com/gpu: '1'" in out and "nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB" in out
+
+
+def test_leases_show_their_owner_and_only_the_owner_releases_without_force(monkeypatch):
+    """Issue 13: `autodl leases --release` freed any run's lease (another tenant freed one whose training kept
+    running). Another user's lease needs --force, and the refusal says whose it is."""
+    from autodl.ledger import Ledger
+    from autodl.types import LeaseOwner
+
+    Ledger().book("dag.train.r1", ["GPU-0"], owner=LeaseOwner(dag_id="dag", run_id="r1", user="alice"))
+    table = autodl("leases").stdout
+    assert "dag.train.r1" in table and "alice" in table and re.search(r"in \d+ s", table)
+    shown = json.loads(autodl("leases", "--json").stdout)[0]
+    assert shown["owner"] == {"dag_id": "dag", "run_id": "r1", "user": "alice"} and shown["ttl_s"] == 300
+
+    monkeypatch.setenv("AUTODL_USER", "bob")
+    refused = autodl("leases", "--release", "dag.train.r1", check=False)
+    assert refused.returncode == 6 and "Traceback" not in refused.stderr
+    assert "not yours (bob)" in refused.stderr and "user alice, DAG dag, run r1" in refused.stderr
+    assert "--force" in refused.stderr and Ledger().get("dag.train.r1") is not None
+    done = autodl("leases", "--release", "dag.train.r1", "--force")
+    assert "released the lease of dag.train.r1" in done.stdout and Ledger().leases() == []
+
+
+def test_expired_leases_are_listed_and_reaped_and_the_queue_is_shown(monkeypatch):
+    import time
+
+    from autodl.ledger import Ledger
+    from autodl.queue import AdmissionQueue
+
+    Ledger().book("dag.train.old", ["GPU-0"], ttl_s=0.2)
+    AdmissionQueue().join("dag.train.next", num_gpus=1, needed_bytes=2**30, candidates=[["GPU-0"]], stale_after_s=600,
+                          owner_user="carol")
+    time.sleep(0.3)
+    assert "EXPIRED" in autodl("leases").stdout
+    assert "reaped 1 expired lease(s): dag.train.old" in autodl("leases", "--reap").stdout
+    assert Ledger().leases() == []
+    queue = json.loads(autodl("queue", "--json").stdout)
+    assert [(q["run_key"], q["owner_user"], q["stale"]) for q in queue] == [("dag.train.next", "carol", False)]
+    assert "dag.train.next" in autodl("queue").stdout

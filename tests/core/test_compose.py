@@ -30,8 +30,8 @@ COMPOSE = REPO / "docker-compose.yaml"
 ENV_EXAMPLE = REPO / ".env.example"
 DOCKERFILES = [REPO / "docker/airflow/Dockerfile", REPO / "docker/training/Dockerfile", REPO / "docker/training/Dockerfile.cpu"]
 AIRFLOW_SERVICES = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-scheduler-local",
-                    "airflow-dag-processor", "airflow-triggerer", "airflow-worker", "airflow-worker-gpu-1",
-                    "airflow-worker-gpu-2")
+                    "airflow-dag-processor", "airflow-triggerer", "airflow-triggerer-local", "airflow-worker",
+                    "airflow-worker-gpu-1", "airflow-worker-gpu-2")
 GPU_WORKERS = {"airflow-worker-gpu-1": "GPU_HOST_1", "airflow-worker-gpu-2": "GPU_HOST_2"}
 
 
@@ -117,7 +117,7 @@ def test_compose_never_installs_at_start_and_builds_the_image():
         svc = services[name]
         assert svc["build"]["dockerfile"] == "docker/airflow/Dockerfile", name
         assert svc["image"].startswith("${AUTODL_AIRFLOW"), name
-    for name in (*GPU_WORKERS, "airflow-scheduler-local"):
+    for name in (*GPU_WORKERS, "airflow-scheduler-local", "airflow-triggerer-local"):
         build_args = services[name]["build"]["args"]
         assert re.fullmatch(r"\$\{PADDLE_GPU_PACKAGE:-paddlepaddle-gpu==[\d.]+\}", build_args["PADDLE_PACKAGE"]), name
 
@@ -169,6 +169,12 @@ def test_gpu_workers_each_on_their_hosts_queue_with_its_gpus_and_docker():
     assert local["profiles"] == ["local"] and local["environment"]["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
     assert local["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert services["airflow-scheduler"]["profiles"] == ["celery"] and "deploy" not in services["airflow-scheduler"]
+    # one machine: the triggerer follows the scheduler's trainings (deferred collect), so it sees their processes
+    trig = services["airflow-triggerer-local"]
+    assert trig["profiles"] == ["local"] and trig["pid"] == "service:airflow-scheduler-local"
+    assert trig["environment"]["AUTODL_HOST"] == local["environment"]["AUTODL_HOST"]
+    assert trig["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert "/var/run/docker.sock:/var/run/docker.sock" in services["airflow-triggerer"]["volumes"]
     assert services["redis"]["profiles"] == ["celery"]
 
 

@@ -99,8 +99,7 @@ def _clean_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_command_line_without_airflow_configuration_never_imports_airflow(tmp_path):
-    """The CLI reads Airflow's conf only where Airflow is configured: importing it would cost seconds and
-    create $AIRFLOW_HOME/logs on a machine that does not use Airflow."""
+    """The CLI never imports Airflow: it would cost seconds and create $AIRFLOW_HOME/logs."""
     result = _probe(_clean_env(tmp_path), PROBE)
     assert result == {"pool": "auto", "store": f"sqlite:///{tmp_path / 'autodl_home' / 'autodl.db'}",
                       "threshold": None, "airflow_imported": False}
@@ -108,16 +107,41 @@ def test_command_line_without_airflow_configuration_never_imports_airflow(tmp_pa
 
 
 def test_airflow_cfg_section_is_read_and_variables_win(tmp_path):
-    """[autodl] in airflow.cfg (and AIRFLOW__AUTODL__*) through Airflow's own conf; AUTODL_* first."""
+    """[autodl] in airflow.cfg and AIRFLOW__AUTODL__* read by the command line without importing Airflow
+    (seen: once Airflow was imported its logging wrote autodl's log lines to stdout, into `plan --json`);
+    AUTODL_* first."""
     env = _clean_env(tmp_path)
     home = tmp_path / "airflow_home"
     home.mkdir()
-    (home / "airflow.cfg").write_text("[autodl]\npool = /pools/from-cfg.yaml\nmemory_threshold = 0.6\n"
-                                      "store_url = sqlite:////tmp/from-cfg.db\n")
+    (home / "airflow.cfg").write_text("[core]\nexecutor = LocalExecutor\n[autodl]\npool = /pools/from-cfg.yaml\n"
+                                      "memory_threshold = 0.6\nstore_url = sqlite:////tmp/from-cfg.db\n")
     assert _probe(env, PROBE) == {"pool": "/pools/from-cfg.yaml", "store": "sqlite:////tmp/from-cfg.db",
-                                  "threshold": 0.6, "airflow_imported": True}
+                                  "threshold": 0.6, "airflow_imported": False}
     env["AIRFLOW__AUTODL__POOL"] = "nvml"
     env["AUTODL_MEMORY_THRESHOLD"] = "0.8"
     assert _probe(env, PROBE)["pool"] == "nvml" and _probe(env, PROBE)["threshold"] == 0.8
     env["AUTODL_POOL"] = "auto"
     assert _probe(env, PROBE)["pool"] == "auto"
+
+
+def test_inside_airflow_the_section_comes_through_airflows_conf(tmp_path):
+    """Where Airflow is loaded (its processes), its own conf answers: airflow.cfg and AIRFLOW__AUTODL__*."""
+    env = _clean_env(tmp_path)
+    home = tmp_path / "airflow_home"
+    home.mkdir()
+    (home / "airflow.cfg").write_text("[autodl]\npool = /pools/from-cfg.yaml\n")
+    code = "import airflow.configuration\n" + PROBE
+    assert _probe(env, code)["pool"] == "/pools/from-cfg.yaml" and _probe(env, code)["airflow_imported"] is True
+    env["AIRFLOW__AUTODL__POOL"] = "nvml"
+    assert _probe(env, code)["pool"] == "nvml"
+
+
+def test_plan_json_stays_json_with_an_airflow_cfg(tmp_path):
+    env = _clean_env(tmp_path)
+    home = tmp_path / "airflow_home"
+    home.mkdir()
+    (home / "airflow.cfg").write_text("[autodl]\nmemory_threshold = 0.8\n")
+    out = subprocess.run([sys.executable, "-m", "autodl.cli", "plan", str(REPO / "include/specs/simple_cnn.yaml"),
+                          "--json", "--no-probe"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["fits"] is True

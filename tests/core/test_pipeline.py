@@ -8,7 +8,7 @@ import time
 import pytest
 
 from autodl import pipeline
-from autodl.errors import LaunchError, LeaseError, NoFitError
+from autodl.errors import LaunchError, LeaseError, NoFitError, NotOwner, PoolBusy
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
 from autodl.types import MemoryBreakdown, ResourceProfile
@@ -45,14 +45,21 @@ def test_select_books_and_a_retry_reuses_the_lease(tmp_path):
 
 
 def test_second_run_gets_another_device_and_third_waits(tmp_path):
+    from autodl.queue import AdmissionQueue
+
     out = profile_out(tmp_path)
     chosen = {pipeline.step_select(ctx(f"run{i}"), out, log=lambda _l: None)["lease"]["device_ids"][0] for i in range(3)}
     assert chosen == {A100, V100, RTX}
-    assert pipeline.step_wait(out, log=lambda _l: None) is False
-    with pytest.raises(LeaseError, match="busy"):
+    logs: list[str] = []
+    assert pipeline.step_wait(ctx("run4"), out, log=logs.append) is None  # waits, in the queue
+    assert [e.run_key for e in AdmissionQueue().entries()] == ["run4"]
+    assert any("#1 of 1 in the admission queue" in line and "held by run" in line for line in logs)
+    with pytest.raises(PoolBusy, match="busy"):  # select without a lease goes back to waiting
         pipeline.step_select(ctx("run4"), out, log=lambda _l: None)
-    Ledger().release("run1")
-    assert pipeline.step_wait(out, log=lambda _l: None) is True
+    freed = Ledger().release("run1").device_ids
+    booked = pipeline.step_wait(ctx("run4"), out, log=lambda _l: None)
+    assert booked["lease"]["device_ids"] == freed and AdmissionQueue().entries() == []
+    assert pipeline.step_select(ctx("run4"), out, log=lambda _l: None)["lease"] == booked["lease"]
 
 
 def test_nothing_fits_is_refused_with_advice(tmp_path):
@@ -61,7 +68,7 @@ def test_nothing_fits_is_refused_with_advice(tmp_path):
         pipeline.step_select(ctx(), out, log=lambda _l: None)
     assert "200.00 GiB" in str(exc.value) and "largest device is A100-SXM4-40GB with 40.0 GiB" in str(exc.value)
     with pytest.raises(NoFitError):
-        pipeline.step_wait(out)
+        pipeline.step_wait(ctx(), out)
     assert Ledger().leases() == []
 
 
@@ -189,20 +196,44 @@ def test_unknown_preferred_device_is_a_spec_error(tmp_path):
 
 def test_release_by_hand_stops_the_training_and_records_it(tmp_path):
     """The Airflow process died mid-training (kill -9): `autodl leases --release` must not free a device
-    that is still computing, and the run must not vanish from the records."""
+    that is still computing, and the run must not vanish from the records. Only the lease's owner may
+    release it without --force (issue 13: another tenant freed a lease whose training kept running)."""
     out = profile_out(tmp_path, body="import time\ntime.sleep(120)\n")
-    sel = pipeline.step_select(ctx(), out, log=lambda _l: None)
-    handle = pipeline.step_launch(ctx(), out, sel, log=lambda _l: None)
-    result = pipeline.release_by_hand(ctx().run_key, log=lambda _l: None)
+    mine = pipeline.RunContext(run_key=ctx().run_key, dag_id="dag", run_id="run1", user="alice")
+    sel = pipeline.step_select(mine, out, log=lambda _l: None)
+    handle = pipeline.step_launch(mine, out, sel, log=lambda _l: None)
+    with pytest.raises(NotOwner, match=r"not yours \(bob\).*user alice, DAG dag, run run1.*--force"):
+        pipeline.release_by_hand(ctx().run_key, user="bob", log=lambda _l: None)
+    assert Ledger().get(ctx().run_key) is not None  # refused: nothing stopped, nothing freed
     from autodl.launch.local import LocalLauncher
     from autodl.types import LaunchHandle
 
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) is None
+    result = pipeline.release_by_hand(ctx().run_key, user="bob", force=True, log=lambda _l: None)
     assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
     assert Ledger().leases() == [] and result["outcome"] == "failed"
     rec = RecordStore().get(ctx().run_key)
-    assert "released by hand" in rec.error and rec.launch["pid"] == handle["pid"]
+    assert "released by hand" in rec.error and "by bob with --force" in rec.error and "user alice" in rec.error
+    assert rec.launch["pid"] == handle["pid"]
     with pytest.raises(LeaseError, match="holds no lease"):
         pipeline.release_by_hand(ctx().run_key)
+
+
+def test_release_by_hand_of_a_training_that_ended_by_itself_records_success(tmp_path):
+    """Issue 13: after a training exited 0 on its own (nobody followed it: Airflow was gone), a manual
+    release recorded it as failed. The launcher's exit status is the outcome."""
+    out = profile_out(tmp_path, body="print('done')\n")
+    mine = pipeline.RunContext(run_key=ctx().run_key, dag_id="dag", run_id="run1", user="alice")
+    sel = pipeline.step_select(mine, out, log=lambda _l: None)
+    handle = pipeline.step_launch(mine, out, sel, log=lambda _l: None)
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    h = LaunchHandle.model_validate(handle)
+    while LocalLauncher().poll(h) is None:
+        time.sleep(0.05)
+    result = pipeline.release_by_hand(ctx().run_key, user="alice", log=lambda _l: None)
+    assert result["outcome"] == "succeeded" and Ledger().leases() == []
 
 
 def test_collect_on_kill_stops_the_training(tmp_path):

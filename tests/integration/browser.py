@@ -189,19 +189,34 @@ class AirflowServer:
         }
         self.procs: dict[str, subprocess.Popen] = {}
 
+    def component_args(self, name: str) -> list[str]:
+        """The ``airflow`` arguments that start one component. The log servers would listen on every
+        interface: the api-server reads the task logs from this host's disk instead."""
+        return {"api-server": ["api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+                "scheduler": ["scheduler", "--skip-serve-logs"], "dag-processor": ["dag-processor"],
+                "triggerer": ["triggerer", "--skip-serve-logs"]}[name]
+
+    def start_component(self, name: str) -> subprocess.Popen:
+        """Start one component in its own process group, its output appended to ``<home>/<name>.log``."""
+        log = open(self.home / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen([sys.executable, "-m", "airflow", *self.component_args(name)],
+                                            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self.procs[name]
+
+    def kill_component(self, name: str) -> None:
+        """``kill -9`` of one component's whole process group (it and what it forked), as a crash would."""
+        proc = self.procs.pop(name)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
     def start(self) -> None:
-        airflow = [sys.executable, "-m", "airflow"]
-        subprocess.run([*airflow, "db", "migrate"], env=self.env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.STDOUT)
-        for name, args in (("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(self.port),
-                                           "--workers", "1"]),
-                           # the log servers would listen on every interface: the api-server reads the
-                           # task logs from this host's disk instead
-                           ("scheduler", ["scheduler", "--skip-serve-logs"]), ("dag-processor", ["dag-processor"]),
-                           ("triggerer", ["triggerer", "--skip-serve-logs"])):
-            log = open(self.home / f"{name}.log", "wb")
-            self.procs[name] = subprocess.Popen([*airflow, *args], env=self.env, stdout=log,
-                                                stderr=subprocess.STDOUT, start_new_session=True)
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
+            self.start_component(name)
         wait_until(self._healthy, "Airflow's api-server, scheduler, dag-processor and triggerer reporting healthy",
                    within_s=240, every_s=2)
 
@@ -230,7 +245,7 @@ class AirflowServer:
             out = subprocess.run([*autodl, "leases", "--json"], env=self.env, capture_output=True, text=True,
                                  timeout=120)
             for lease in json.loads(out.stdout or "[]"):
-                subprocess.run([*autodl, "leases", "--release", lease["run_key"]], env=self.env, timeout=120,
+                subprocess.run([*autodl, "leases", "--release", lease["run_key"], "--force"], env=self.env, timeout=120,
                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         except (ValueError, subprocess.SubprocessError, KeyError, TypeError):
             pass  # nothing more this harness can stop

@@ -137,7 +137,7 @@ def test_manual_release_after_the_training_exited_0_records_succeeded(tmp_path):
     sel = pipeline.step_select(ctx, out, log=lambda _l: None)
     handle = pipeline.step_launch(ctx, out, sel, log=lambda _l: None)
     assert wait(LocalLauncher(), LaunchHandle.model_validate(handle)) == 0
-    result = pipeline.release_by_hand(ctx.run_key, log=lambda _l: None)
+    result = pipeline.release_by_hand(ctx.run_key, force=True, log=lambda _l: None)  # an ownerless lease: --force
     assert result["outcome"] == "succeeded" and Ledger().leases() == []
     record = RecordStore().get(ctx.run_key)
     assert record.outcome == "succeeded" and record.metrics["exit_code"] == 0
@@ -149,7 +149,7 @@ def test_manual_release_after_the_training_failed_on_its_own_records_its_exit_co
     sel = pipeline.step_select(ctx, out, log=lambda _l: None)
     handle = pipeline.step_launch(ctx, out, sel, log=lambda _l: None)
     assert wait(LocalLauncher(), LaunchHandle.model_validate(handle)) == 3
-    result = pipeline.release_by_hand(ctx.run_key, log=lambda _l: None)
+    result = pipeline.release_by_hand(ctx.run_key, force=True, log=lambda _l: None)  # an ownerless lease: --force
     assert result["outcome"] == "failed" and RecordStore().get(ctx.run_key).metrics["exit_code"] == 3
 
 

@@ -508,6 +508,19 @@ class KubernetesLauncher:
             )
         return None
 
+    def unschedulable_reason(self, handle: LaunchHandle) -> str | None:
+        """The scheduler's reason while the pod is Pending and cannot be scheduled (its ``PodScheduled``
+        condition is False with reason ``Unschedulable``, the condition behind a ``FailedScheduling``
+        event, e.g. "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."), else None."""
+        pod = self._read(handle)
+        status = pod.status
+        if status is None or status.phase != "Pending":
+            return None
+        for cond in status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
+                return cond.message or "Unschedulable (the scheduler gave no message)"
+        return None
+
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
         """The training container's log since byte ``offset`` and the next offset; empty while the
         container has not started."""

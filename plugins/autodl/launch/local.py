@@ -238,6 +238,7 @@ class LocalLauncher:
             except OSError as exc:
                 raise LaunchError(f"could not start {argv[0]}: {exc}; check the Python interpreter and workdir {workdir}.") from exc
             self._reaped.pop(proc.pid, None)  # a reused pid is a new process
+            self._wait_for_exec(proc, str(exit_path))
             visible = added.get(request.vendor.visible_devices_env) if request.vendor else None
             handle = LaunchHandle(
                 launcher=self.name, run_key=request.run_key, lease_id=request.labels.get("lease_id"),
@@ -249,6 +250,26 @@ class LocalLauncher:
             tmp.write_text(json.dumps(handle.to_json()))
             os.replace(tmp, handle_file)
             return handle
+
+    def _wait_for_exec(self, proc: psutil.Popen, exit_path: str, limit_s: float = 10.0) -> None:
+        """Return once the new process runs the runner (its command line names ``exit_path``) or has ended.
+
+        Between fork and exec the child still shows the parent's command line, and :meth:`_alive` (which
+        recognises the runner by it) would take a training polled in that instant for one that vanished
+        (exit code 137). ``limit_s`` bounds the wait on a machine too loaded to exec in time.
+        """
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            try:
+                code = proc.poll()
+                if code is not None:  # reaped here: keep its status for poll()
+                    self._reaped[proc.pid] = code
+                    return
+                if any(exit_path in part for part in proc.cmdline()):
+                    return
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                return
+            time.sleep(0.005)
 
     _reaped: dict[int, int] = {}
     """Exit codes of runner processes this process reaped itself (pid -> code): when the launching process

@@ -6,6 +6,8 @@
 
 builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device >> train_cnn.launch
 >> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``).
+``wait_for_pool`` waits in autodl's admission queue and books the devices it grants; ``collect_metrics``
+follows the training from the triggerer (both deferrable by default).
 
 With several GPU hosts on Celery (``[autodl] host_queues`` set where the DAG is parsed) a ``booked_host``
 step follows ``select_device`` and ``launch``/``collect_metrics`` are mapped over its one-element result,
@@ -14,6 +16,7 @@ so that autodl's cluster policy can put them on the booked host's queue (:mod:`a
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -51,8 +54,20 @@ def _spec_scheduler(spec: str | None) -> tuple[int, int]:
     return sched.timeout, sched.poke_interval
 
 
+DEFERRED_STEP_RETRIES = 3
+"""Retries of the select and collect steps: a try failed by Airflow itself (a stale executor event after a
+quick resume, apache/airflow#72716) is followed again; a training that failed is final (no retry)."""
+
+
+def reschedule_retries(timeout_s: float, poke_interval_s: float) -> int:
+    """Retries that let a rescheduled wait survive Airflow's reschedule race (apache/airflow#71172): the
+    scheduler may fail the sensor once per poke, so one retry per poke the wait can make; the wait itself
+    stays bounded by ``scheduler.timeout`` from when the run joined the queue, not by the retries."""
+    return max(3, math.ceil(float(timeout_s) / max(1.0, float(poke_interval_s))) + 1)
+
+
 class AutoDLTrainOperator(TaskGroup):
-    """Profile, wait for the pool, select a device, launch, collect metrics, release and record.
+    """Profile, wait for the pool (and book), select a device, launch, collect metrics, release and record.
 
     :param task_id: the group id; the steps are ``<task_id>.profile`` ... ``<task_id>.release_and_record``.
     :param script: training script (templated); default: the spec's ``task.script``.
@@ -64,31 +79,48 @@ class AutoDLTrainOperator(TaskGroup):
         ``spec`` or None: the spec's).
     :param policy: override the spec's ``scheduler.algorithm`` (templated: ``rule_based``, ``rl_based``;
         ``spec`` or None: the spec's).
-    :param deferrable: wait for the pool in the triggerer instead of rescheduling.
+    :param deferrable: wait in the admission queue and follow the training from the triggerer (default),
+        holding no worker slot; False: the wait reschedules between polls and collect follows the training
+        in a worker.
     :param wait_timeout_s: override the spec's ``scheduler.timeout`` (seconds).
-    :param retries: retries of the select/launch/collect/release steps (profile errors never retry).
+    :param execution_timeout: the longest the training may run (the collect step's
+        ``execution_timeout``); past it the training is stopped and the record says why. The spec's
+        ``scheduler.max_run_time`` does the same from the spec.
+    :param retries: retries of the launch and release steps (at least :data:`DEFERRED_STEP_RETRIES` for
+        select and collect; profile errors and failed trainings never retry).
     """
 
     def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
                  probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
-                 deferrable: bool = False,
+                 deferrable: bool = True,
                  wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
-                 **group_kwargs: Any):
+                 execution_timeout: timedelta | None = None, **group_kwargs: Any):
         super().__init__(group_id=task_id, **group_kwargs)
         self.script = script
         self.spec = spec
         timeout, poke = _spec_scheduler(spec)
+        timeout = wait_timeout_s or timeout
         common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
         retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
                                              retries=0, **common)
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
-                                     timeout=wait_timeout_s or timeout, poke_interval=poke, deferrable=deferrable,
-                                     timeout_from_spec=wait_timeout_s is None)
-        self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], **common, **retry)
+                                     timeout=timeout, poke_interval=poke, deferrable=deferrable,
+                                     wait_timeout_s=wait_timeout_s,
+                                     retries=reschedule_retries(timeout, poke), retry_delay=timedelta(seconds=min(poke, 5)))
+        # select and collect defer too: retries absorb Airflow's stale-event race on a quick resume (see
+        # autodl.triggers.MIN_DEFERRAL_S); a failed training is final (no retry)
+        deferred = {"retries": max(retries, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
+        self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
+                                           wait_timeout_s=wait_timeout_s, **common, **deferred)
+        routed = routing_enabled()
         launch_kwargs = dict(task_id=STEP_IDS["launch"], **common, **retry)
-        collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s, **common, retries=0)
-        if routing_enabled():
+        # routed to a GPU host's worker, collect follows the training there (its process, its GPUs) instead
+        # of deferring to a triggerer on another machine
+        collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
+                              deferrable=deferrable and not routed, execution_timeout=execution_timeout,
+                              **common, **deferred)
+        if routed:
             # several GPU hosts on Celery: launch and collect are created once the booking is known, so
             # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
             self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self)

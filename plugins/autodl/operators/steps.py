@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator, BaseSensorOperator, TriggerRule
-from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue, TriggerRule
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
 from autodl import pipeline
-from autodl.errors import AutoDLError, CatalogError, ConfigError, InventoryError, NoFitError, ProfileError, SpecError
+from autodl.errors import (
+    AutoDLError,
+    CatalogError,
+    ConfigError,
+    InventoryError,
+    LeaseLost,
+    NoFitError,
+    PoolBusy,
+    ProfileError,
+    SpecError,
+    TrainingFailed,
+    WaitTimeout,
+)
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
 
-PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, ConfigError)
+PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
 
 STEP_IDS = {
@@ -82,6 +98,7 @@ class _AutoDLStep(BaseOperator):
         return pipeline.RunContext(
             run_key=pipeline.make_run_key(dag_id, self.group_id, run_id),
             dag_id=dag_id, run_id=run_id, task_id=ti.task_id, try_number=getattr(ti, "try_number", None),
+            user=_user(context, getattr(self, "owner", None)),
         )
 
     def _none(self, value: Any) -> Any:
@@ -96,6 +113,8 @@ class _AutoDLStep(BaseOperator):
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
                 raise AirflowFailException(str(exc)) from exc
+            raise
+        except TaskDeferred:  # waiting (in the triggerer) is not failing
             raise
         except BaseException as exc:  # killed, interrupted, or a bug: the record says so
             pipeline.note_failure(ctx.run_key, self.step, f"{type(exc).__name__}: {exc}".rstrip(": "))
@@ -136,40 +155,98 @@ class AutoDLProfileOperator(_AutoDLStep):
                                      probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
 
 
-class AutoDLPoolSensor(BaseSensorOperator):
-    """Step 2: waits (reschedule mode by default, or deferred) until a fitting device is free.
+def _user(context, default: str | None) -> str | None:
+    """Who the run is for: the user who triggered the DAG run, else the task's owner."""
+    dag_run = context.get("dag_run")
+    return getattr(dag_run, "triggering_user_name", None) or default
 
-    Fails at once, without waiting, when nothing in the pool could ever hold the run.
+
+def _run_fields(ctx: pipeline.RunContext) -> dict[str, Any]:
+    return {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id, "task_id": ctx.task_id,
+            "try_number": ctx.try_number, "user": ctx.user}
+
+
+class _Waiting:
+    """Waiting in the admission queue, shared by the wait sensor and the select step (which goes back to
+    waiting when it holds no lease): one poll, the trigger that polls in the triggerer, and its outcome."""
+
+    def _scheduler(self, context) -> tuple[float, float]:
+        """(timeout s, poke interval s): the spec's ``scheduler`` section as the profile step read it."""
+        sched = pipeline.run_spec(self._pull(context, "profile") or {}).scheduler
+        timeout = float(self.wait_timeout_s or sched.timeout)
+        return timeout, float(sched.poke_interval)
+
+    def _poll(self, context) -> dict[str, Any] | None:
+        """One poll of the queue; permanent problems fail the task, a wait past the timeout too."""
+        ctx = self._ctx(context)
+        timeout, poke = self._scheduler(context)
+        try:
+            return pipeline.step_wait(ctx, self._pull(context, "profile"), pool=self._src(), log=self.log.info,
+                                      poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=_launcher_kwargs)
+        except WaitTimeout as exc:
+            pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
+                                                       "(scheduler.timeout)")
+            self.log.error("%s", exc)
+            raise AirflowSensorTimeout(str(exc)) from exc
+        except PERMANENT_ERRORS as exc:
+            pipeline.note_failure(ctx.run_key, "wait", str(exc))
+            self.log.error("%s", exc)
+            raise AirflowFailException(str(exc)) from exc
+
+    def _defer_to_queue(self, context, method_name: str = "execute_complete") -> None:
+        from autodl.triggers.pool import PoolTrigger
+
+        timeout, poke = self._scheduler(context)
+        ctx = self._ctx(context)
+        self.log.info("waiting in the admission queue from the triggerer (no worker slot held), every %s s, "
+                      "up to %s s (scheduler.timeout)", poke, timeout)
+        self.defer(
+            trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self._src(), poke_interval=poke,
+                                run=_run_fields(ctx), timeout_s=timeout),
+            method_name=method_name,
+            # the trigger enforces the timeout from when the run joined the queue; this is a backstop
+            timeout=timedelta(seconds=timeout + 10 * poke + 60),
+        )
+
+    def _queue_event(self, context, event: dict[str, Any] | None) -> dict[str, Any]:
+        ctx = self._ctx(context)
+        status = (event or {}).get("status")
+        if status == "booked":
+            self.log.info("%s", event.get("message", "booked"))
+            for line in event["selection"].get("candidates_log") or []:
+                self.log.info("%s", line)
+            return event["selection"]
+        message = (event or {}).get("message") or f"waiting in the admission queue ended without a booking: {event}"
+        pipeline.note_failure(ctx.run_key, "wait", message)
+        self.log.error("%s", message)
+        if status == "timeout":
+            raise AirflowSensorTimeout(message)
+        raise AirflowFailException(message)
+
+
+class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
+    """Step 2: waits in autodl's admission queue and books the devices the queue grants (one step).
+
+    Deferrable by default: after one poll in the worker it waits in the triggerer (:class:`PoolTrigger`).
+    ``deferrable=False`` reschedules between polls instead (a worker slot only while polling); it is
+    given enough retries to survive Airflow's reschedule race (apache/airflow#71172: the scheduler may
+    fail a rescheduled sensor whose 'success' exit it reads late) and keeps its place in the queue
+    across them. Fails at once, without waiting, when nothing in the pool could ever hold the run.
+    Its XCom is the selection (lease, placement, devices).
     """
 
     template_fields: Sequence[str] = ("pool_source",)
     ui_color = "#fef7e0"
     operator_extra_links = (AutoDLRunRecordLink(),)
 
-    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = False,
-                 timeout_from_spec: bool = True, **kwargs: Any):
+    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = True,
+                 wait_timeout_s: float | None = None, **kwargs: Any):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.group_id = group_id
         self.pool_source = pool_source
         self.deferrable = deferrable
-        self.timeout_from_spec = timeout_from_spec
-
-    def _apply_spec_scheduler(self, context) -> None:
-        """Take ``scheduler.timeout`` and ``scheduler.poke_interval`` from the spec the profile step read
-        (the spec path may be templated, so it is known only at run time)."""
-        if not self.timeout_from_spec:
-            return
-        spec_path = (self._pull(context, "profile") or {}).get("spec_path")
-        if not spec_path:
-            return
-        from autodl.spec import load_spec
-
-        sched = load_spec(spec_path).scheduler
-        self.timeout = float(sched.timeout)
-        self.poke_interval = float(sched.poke_interval)
-        self.log.info("waiting up to %s s for a fitting device (scheduler.timeout), checking every %s s",
-                      sched.timeout, sched.poke_interval)
+        self.wait_timeout_s = wait_timeout_s
 
     _sibling = _AutoDLStep._sibling
     _pull = _AutoDLStep._pull
@@ -179,54 +256,62 @@ class AutoDLPoolSensor(BaseSensorOperator):
         return None if self.pool_source in ("", "None", None) else self.pool_source
 
     def execute(self, context) -> Any:
-        try:
-            return self._wait(context)
-        except AirflowSensorTimeout as exc:
-            pipeline.note_failure(self._ctx(context).run_key, "wait",
-                                  f"no fitting device became free within {self.timeout:g} s (scheduler.timeout)")
-            self.log.error("no fitting device became free within %s s (scheduler.timeout): %s", self.timeout, exc)
-            raise
-        except AirflowFailException as exc:
-            pipeline.note_failure(self._ctx(context).run_key, "wait", str(exc))
-            raise
-
-    def _wait(self, context) -> Any:
-        self._apply_spec_scheduler(context)
-        if self.deferrable and not self._ready(context):
-            from autodl.triggers.pool import PoolTrigger
-
-            self.defer(
-                trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self._src(),
-                                    poke_interval=float(self.poke_interval)),
-                method_name="execute_complete",
-                timeout=self.timeout,
-            )
-            return None
+        self.timeout, self.poke_interval = self._scheduler(context)
+        if self.deferrable:
+            selection = self._poll(context)
+            if selection is None:
+                self._defer_to_queue(context)
+            return selection
         return super().execute(context)
 
-    def execute_complete(self, context, event: dict[str, Any] | None = None) -> None:
-        if not event or event.get("status") != "available":
-            raise AirflowFailException(f"waiting for the pool ended without a free device: {event}")
-        self.log.info("a fitting device is free: %s", event.get("message", ""))
+    def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._queue_event(context, event)
 
-    def _ready(self, context) -> bool:
+    def poke(self, context) -> Any:
         try:
-            return pipeline.step_wait(self._pull(context, "profile"), pool=self._src(), log=self.log.info)
-        except NoFitError as exc:
-            self.log.error("%s", exc)
-            raise AirflowFailException(str(exc)) from exc
+            selection = self._poll(context)
+        except (AirflowSensorTimeout, AirflowFailException):
+            raise
+        except AutoDLError as exc:  # a poll that failed (store, inventory for a moment): the next one tries again
+            self.log.warning("this poll failed, the next one tries again: %s", exc)
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=selection) if selection is not None else False
 
-    def poke(self, context) -> bool:
-        return self._ready(context)
 
+class AutoDLSelectOperator(_Waiting, _AutoDLStep):
+    """Step 3: the devices booked while waiting, with the ranked candidates and why each was kept or dropped.
 
-class AutoDLSelectOperator(_AutoDLStep):
-    """Step 3: rank the devices, book the best atomically, log why each was kept or dropped."""
+    When the run holds no lease (it was freed between the steps) the step goes back to waiting in the
+    queue (deferred, or polling in the worker), never failing because the pool is busy.
+    """
 
     step = "select"
 
+    def __init__(self, *, deferrable: bool = True, wait_timeout_s: float | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.deferrable = deferrable
+        self.wait_timeout_s = wait_timeout_s
+
+    def _src(self) -> str | None:
+        return self._none(self.pool_source)
+
     def run_step(self, ctx, context):
-        return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._none(self.pool_source), log=self.log.info)
+        try:
+            return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._src(), log=self.log.info,
+                                        launcher_kwargs_for=_launcher_kwargs)
+        except PoolBusy as exc:
+            self.log.info("%s", exc)
+        if self.deferrable:
+            self._defer_to_queue(context)
+        _timeout, poke = self._scheduler(context)
+        while True:
+            selection = self._poll(context)
+            if selection is not None:
+                return selection
+            time.sleep(poke)
+
+    def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._queue_event(context, event)
 
 
 class AutoDLBookedHostOperator(BaseOperator):
@@ -270,33 +355,86 @@ class AutoDLLaunchOperator(_AutoDLStep):
 
 
 class AutoDLCollectOperator(_AutoDLStep):
-    """Step 5: follow the training to its end: log lines into this task's log, metrics sampled."""
+    """Step 5: follow the training to its end: log lines into this task's log, metrics sampled, the lease
+    heartbeated, ``scheduler.max_run_time`` and ``execution_timeout`` enforced.
+
+    Deferrable by default: the following happens in the triggerer (:class:`CollectTrigger`), so no worker
+    slot is held while the training runs; ``deferrable=False`` follows it in the worker.
+    """
 
     step = "collect"
 
-    def __init__(self, *, sample_interval_s: float = 1.0, booked_host: str | None = None, **kwargs: Any):
+    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, booked_host: str | None = None,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.sample_interval_s = sample_interval_s
+        self.deferrable = deferrable
         self.booked_host = booked_host
+
+    def _limits(self, context) -> pipeline.CollectLimits:
+        deadline = None
+        if self.execution_timeout:
+            start = getattr(context["ti"], "start_date", None)
+            begun = start.timestamp() if start else time.time()
+            deadline = begun + self.execution_timeout.total_seconds()
+        return pipeline.CollectLimits.for_run(self._pull(context, "profile"), deadline_ts=deadline,
+                                              deadline_why=f"execution_timeout ({self.execution_timeout})")
 
     def on_kill(self) -> None:
         """Airflow stops this task (SIGTERM: marked failed, timed out, worker shutdown): stop the training
         too, so it never computes on devices whose lease the release step is about to free."""
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
         handle, ctx = getattr(self, "_following", (None, None))
         if handle is None:
             return
-        pipeline.note_failure(ctx.run_key, self.step, "the collect task was stopped by Airflow (SIGTERM); "
-                                                      "the training was stopped with it")
+        if isinstance(sys.exc_info()[1], AirflowTaskTimeout):
+            why = (f"the collect task passed its execution_timeout ({self.execution_timeout}); "
+                   "the training was stopped with it")
+        else:
+            why = "the collect task was stopped by Airflow (SIGTERM); the training was stopped with it"
+        pipeline.note_failure(ctx.run_key, self.step, why)
         pipeline.stop_training(handle, launcher_kwargs=_launcher_kwargs(handle.get("launcher", "local"), handle.get("host")),
                                log=self.log.warning)
 
     def run_step(self, ctx, context):
         handle = self._pull(context, "launch")
         launcher_type = handle.get("launcher", "local")
+        limits = self._limits(context)
+        if self.deferrable:
+            from autodl.triggers.collect import CollectTrigger
+
+            self.log.info("following the training from the triggerer (no worker slot held); its log follows")
+            backstop = None
+            if limits.deadline_ts is not None:
+                backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
+            self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
+                                              interval_s=max(1.0, float(self.sample_interval_s))),
+                       method_name="execute_complete", timeout=backstop)
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
-                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")),
-                                     log=self.log.info, interval_s=self.sample_interval_s)
+                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=self.log.info,
+                                     interval_s=self.sample_interval_s, limits=limits)
+
+    def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        from autodl.types import LaunchHandle, RunMetrics
+
+        ctx = self._ctx(context)
+        handle = LaunchHandle.model_validate(self._pull(context, "launch"))
+        status = (event or {}).get("status")
+        try:
+            if status == "ended":
+                return pipeline.summarise_end(ctx, handle, RunMetrics.model_validate(event["metrics"]), self.log.info)
+        except AutoDLError as exc:
+            pipeline.note_failure(ctx.run_key, self.step, str(exc))
+            self.log.error("%s", exc)
+            if isinstance(exc, PERMANENT_ERRORS):
+                raise AirflowFailException(str(exc)) from exc
+            raise
+        message = (event or {}).get("message") or f"following the training ended without its exit: {event}"
+        pipeline.note_failure(ctx.run_key, self.step, message)
+        self.log.error("%s", message)
+        raise AirflowFailException(message)
 
 
 class AutoDLReleaseOperator(_AutoDLStep):

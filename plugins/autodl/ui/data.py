@@ -129,9 +129,9 @@ def holder_of(run_key: str, lease_id: str, *, dag_id: str | None = None, run_id:
 
 
 def lease_holder(lease: Lease, base_path: str = "") -> Holder:
-    return holder_of(lease.run_key, lease.lease_id, dag_id=getattr(lease, "dag_id", None),
-                     run_id=getattr(lease, "run_id", None),
-                     owner=getattr(lease, "owner", None) or getattr(lease, "user", None), base_path=base_path)
+    """The holder of ``lease`` from the owner it records (DAG, run, user)."""
+    return holder_of(lease.run_key, lease.lease_id, dag_id=lease.owner.dag_id, run_id=lease.owner.run_id,
+                     owner=lease.owner.user, base_path=base_path)
 
 
 # --------------------------------------------------------------------------------------------- pool

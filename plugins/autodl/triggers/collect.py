@@ -1,0 +1,99 @@
+"""``CollectTrigger``: follows a launched training from the triggerer, so no worker slot is held while it trains."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from autodl.triggers import MIN_DEFERRAL_S, hold_until
+
+
+class CollectTrigger(BaseTrigger):
+    """Every ``interval_s`` seconds: polls the process, container or pod, streams the training's new log
+    lines into the task log, samples metrics (:class:`autodl.metrics.Follower`), heartbeats the lease and
+    checks the limits (:class:`autodl.pipeline.CollectGuard`). Fires once:
+
+    - ``{"status": "ended", "exit_code": N, "metrics": ...}`` when the training ended by itself;
+    - ``{"status": "lease_lost" | "timed_out" | "unschedulable", "message": ..., "metrics": ...}`` when it
+      was stopped early, and why.
+
+    Resumable: the log offset is kept in the run's state folder and the samples file is re-read, so a
+    triggerer restart neither repeats log lines nor loses samples.
+
+    :param run: the run's identity (``autodl.pipeline.RunContext`` fields).
+    :param handle: the launch step's :class:`~autodl.types.LaunchHandle` as a dict.
+    :param limits: :class:`autodl.pipeline.CollectLimits` fields.
+    :param interval_s: seconds between polls.
+    :param min_deferral_s: the event is held until this long after the trigger started: see
+        :data:`autodl.triggers.MIN_DEFERRAL_S`.
+    """
+
+    def __init__(self, run: dict[str, Any], handle: dict[str, Any], limits: dict[str, Any] | None = None,
+                 interval_s: float = 5.0, min_deferral_s: float = MIN_DEFERRAL_S):
+        super().__init__()
+        self.min_deferral_s = min_deferral_s
+        self.run_ctx = dict(run)
+        self.handle = handle
+        self.limits = dict(limits or {})
+        self.interval_s = interval_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("autodl.triggers.collect.CollectTrigger",
+                {"run": self.run_ctx, "handle": self.handle, "limits": self.limits, "interval_s": self.interval_s,
+                 "min_deferral_s": self.min_deferral_s})
+
+    def log_line(self, line: str) -> None:
+        """One line of the training's log, into the task's log (the triggerer routes ``self.log`` there)."""
+        self.log.info("[train] %s", line)
+
+    def _setup(self):
+        from autodl.metrics import Follower
+        from autodl.operators.steps import _launcher_kwargs
+        from autodl.pipeline import CollectGuard, CollectLimits, RunContext, collect_sinks, state_dir
+        from autodl.types import LaunchHandle
+
+        ctx = RunContext(**self.run_ctx)
+        handle = LaunchHandle.model_validate(self.handle)
+        launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, handle.launcher,
+                                                                     _launcher_kwargs(handle.launcher, handle.host))
+        offset_file = state_dir(ctx.run_key) / "collect.offset"
+        offset = int(offset_file.read_text() or 0) if offset_file.exists() else 0
+        follower = Follower(launcher, handle, sampler=sampler, log_sink=self.log_line,
+                            samples_path=samples_path, notes=notes, offset=offset, resume=offset > 0)
+        guard = CollectGuard(ctx, handle, launcher, CollectLimits(**self.limits), log=self.log.info)
+        return ctx, handle, launcher, follower, guard, keep, offset_file
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
+        event = await self._follow()
+        await hold_until(started, self.min_deferral_s)
+        yield event
+
+    async def _follow(self) -> TriggerEvent:
+        from autodl.pipeline import stop_early
+
+        ctx, handle, launcher, follower, guard, keep, offset_file = await asyncio.to_thread(self._setup)
+        try:
+            while True:
+                code = await asyncio.to_thread(follower.step)
+                offset_file.write_text(str(follower.offset))
+                if code is not None:
+                    metrics = follower.summary(code)
+                    keep(metrics)
+                    return TriggerEvent({"status": "ended", "exit_code": code,
+                                         "metrics": json.loads(metrics.model_dump_json())})
+                stopped = await asyncio.to_thread(guard.check)
+                if stopped is not None:
+                    await asyncio.to_thread(stop_early, ctx, handle, launcher, stopped, self.log.warning)
+                    metrics = follower.summary(None)
+                    keep(metrics)
+                    return TriggerEvent({"status": stopped.status, "message": str(stopped),
+                                         "metrics": json.loads(metrics.model_dump_json())})
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await asyncio.to_thread(follower.close)
