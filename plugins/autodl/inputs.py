@@ -11,9 +11,10 @@ lets a Python exception through, hangs, or grows without bound:
   only (no ``!!python/...``, ``!!binary``, local tags), duplicate keys refused naming the key and both
   lines, nesting depth and alias expansion bounded (a "billion laughs" document is refused after
   :data:`MAX_YAML_NODES` values), integers within 64 bits, floats finite.
-* :func:`read_script` — a Python script compiled as Python would compile it (``return`` outside a
-  function, ``def f(a, a)``, a bad ``nonlocal`` are errors naming the line); too deep or too long
-  expressions are an error instead of a RecursionError/MemoryError in the parser.
+* :func:`read_script` — a Python script decoded (``coding:`` comments, byte order mark) and compiled as Python
+  would (``return`` outside a function, ``def f(a, a)``, a bad ``nonlocal`` are errors naming the line); too
+  deep or too long expressions are an error instead of a RecursionError/MemoryError in the parser, and a
+  script of more than :data:`MAX_SCRIPT_TOKENS` tokens is refused before Python's parser builds its tree.
 * :func:`short` — a value for a message, never longer than a line.
 """
 
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 import ast
 import errno
+import io
 import math
 import os
 import re
 import reprlib
 import stat
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,14 @@ signed 64-bit integer (the store's BIGINT); anything longer is refused before it
 MAX_SCRIPT_BYTES = 4 << 20
 """Largest training script profiled (4 MiB); the largest single-file model definitions in PaddleNLP /
 PaddleClas are under 200 KiB."""
+
+MAX_SCRIPT_TOKENS = 500_000
+"""Most tokens (Python's words, numbers, strings and symbols) of a script compiled or analysed in the calling
+process. Python's parser holds its whole syntax tree in memory, ~480 bytes per token (measured here: a 4 MB
+script of 2,000,000 list elements, 4 million tokens, took ``compile`` + ``ast.parse`` to 1.9 GB of resident
+memory), so the byte limit alone does not bound the caller's memory: 500,000 tokens keep it near 250 MB. The
+largest single-file model definitions in PaddleNLP / PaddleClas (~200 KiB) have under 60,000 tokens; one string
+literal is one token, whatever its length. Counted with :mod:`tokenize`, which holds one line at a time."""
 
 MAX_NAME_BYTES = 255
 """Longest file name component (Linux ``NAME_MAX``)."""
@@ -122,13 +133,9 @@ def resolve_file(path: str | Path, error: type[Exception], what: str = "file", *
         raise error(f"{shown}: cannot resolve the {what} path ({exc}).") from None
 
 
-def read_text(path: str | Path, error: type[Exception], what: str = "file", *, max_bytes: int = MAX_YAML_BYTES,
-              missing: str | None = None) -> tuple[Path, str]:
-    """Read a UTF-8 text file of at most ``max_bytes``.
-
-    :returns: ``(resolved path, text)``; a UTF-8 byte order mark is dropped.
-    :raises error: see :func:`resolve_file`; also too large, binary (a NUL byte) or not UTF-8.
-    """
+def _read_bytes(path: str | Path, error: type[Exception], what: str, *, max_bytes: int,
+                missing: str | None = None) -> tuple[Path, bytes]:
+    """The bytes of a regular text file of at most ``max_bytes`` (no NUL byte); see :func:`read_text`."""
     resolved = resolve_file(path, error, what, missing=missing)
     shown = clip(os.fspath(path))
     try:
@@ -146,6 +153,18 @@ def read_text(path: str | Path, error: type[Exception], what: str = "file", *, m
     nul = data.find(b"\x00")
     if nul >= 0:
         raise error(f"{shown}: the {what} is binary (a NUL byte at offset {nul}), not text; pass a text {what}.")
+    return resolved, data
+
+
+def read_text(path: str | Path, error: type[Exception], what: str = "file", *, max_bytes: int = MAX_YAML_BYTES,
+              missing: str | None = None) -> tuple[Path, str]:
+    """Read a UTF-8 text file of at most ``max_bytes``.
+
+    :returns: ``(resolved path, text)``; a UTF-8 byte order mark is dropped.
+    :raises error: see :func:`resolve_file`; also too large, binary (a NUL byte) or not UTF-8.
+    """
+    resolved, data = _read_bytes(path, error, what, max_bytes=max_bytes, missing=missing)
+    shown = clip(os.fspath(path))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -340,6 +359,12 @@ def _make_loader():
             if len(text) > 40:
                 raise YAMLRefused(f"an integer of {len(text):,} digits is too large (autodl's numbers fit 64 bits)",
                                   node=node)
+            if len(text) > 1 and text[0] == "0" and text[1] in "01234567":
+                # YAML 1.1 reads 0777 as octal 511, YAML 1.2 (and most other tools) as 777: never guess
+                raise YAMLRefused(f"{short(node.value, 30)} starts with 0: YAML 1.1 reads it as the octal number "
+                                  f"{SafeConstructor.construct_yaml_int(self, node)}, YAML 1.2 as "
+                                  f"{int(text) if text.isdigit() else '?'}; write the number without the leading 0 "
+                                  "(or quote it if it is text)", node=node)
             value = SafeConstructor.construct_yaml_int(self, node)
             if not -INT_LIMIT < value < INT_LIMIT:
                 raise YAMLRefused(f"the integer {short(value, 30)} is too large (autodl's numbers fit 64 bits)",
@@ -479,17 +504,81 @@ def compile_script(source: str, error: type[Exception], shown: str) -> ast.Modul
         return None
 
 
+def decode_script(data: bytes, error: type[Exception], shown: str, what: str = "training script") -> str:
+    """The text of a Python source file, decoded as Python decodes it (PEP 263, PEP 3120).
+
+    UTF-8 unless the file starts with a UTF-8 byte order mark or declares another encoding in a ``coding:``
+    comment on its first two lines (``# -*- coding: latin-1 -*-``), as :func:`tokenize.detect_encoding`
+    (Python's own rule) reads it. A declared encoding Python does not know, or one that is not a text encoding
+    (``rot13``), is an error, as it is for ``python script.py``.
+
+    :raises error: naming the encoding and the first byte it cannot decode.
+    """
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:  # unknown codec, BOM with another declared encoding, undecodable first lines
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:  # no (readable) declaration: Python reads UTF-8, and this is not
+            raise error(f"{shown}: the {what} is not UTF-8 text (byte 0x{data[bad.start]:02x} at offset {bad.start}); "
+                        "save it as UTF-8, or declare its encoding in a '# -*- coding: ... -*-' comment on its "
+                        "first line.") from None
+        raise error(f"{shown}: {clip(exc.msg or str(exc), 100)}; Python cannot read the {what} (`python -m "
+                    "py_compile` says the same): save it as UTF-8 or declare an encoding Python knows.") from None
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        if encoding == "utf-8":
+            raise error(f"{shown}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                        "save it as UTF-8, or declare its encoding in a '# -*- coding: ... -*-' comment on its "
+                        "first line.") from None
+        raise error(f"{shown}: the {what} declares the encoding {encoding} but is not {encoding} text (byte "
+                    f"0x{data[exc.start]:02x} at offset {exc.start}); fix the coding comment or save it as "
+                    "UTF-8.") from None
+    except (LookupError, TypeError, ValueError) as exc:  # not a text codec (rot13), or a codec that failed
+        raise error(f"{shown}: the {what} declares the encoding {clip(encoding, 40)}, which is not a text encoding "
+                    f"Python reads source in ({clip(str(exc), 80)}); save it as UTF-8.") from None
+    return text.removeprefix("\ufeff")
+
+
+def count_tokens(source: str, limit: int) -> int:
+    """Tokens of ``source`` as Python's tokenizer splits it, counted up to ``limit + 1`` (then it stops).
+
+    Comments, line breaks and indentation count too (an upper bound on what the parser builds). A tokenizer
+    error ends the count early: :func:`compile_script` reports the script's syntax error itself.
+    """
+    n = 0
+    try:
+        for _tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            n += 1
+            if n > limit:
+                break
+    except (tokenize.TokenError, SyntaxError, ValueError):  # IndentationError is a SyntaxError
+        pass
+    return n
+
+
 def read_script(path: str | Path, error: type[Exception],
                 what: str = "training script") -> tuple[Path, str, ast.Module | None]:
-    """Read a Python script (bounded, UTF-8) and compile it as Python would.
+    """Read a Python script (bounded in bytes and tokens, decoded as Python decodes it) and compile it as
+    Python would.
 
     :returns: ``(resolved path, source, syntax tree or None)``; see :func:`compile_script`.
-    :raises error: see :func:`read_text` and :func:`compile_script`.
+    :raises error: see :func:`read_text` and :func:`compile_script`; also a script that Python could not decode
+        (:func:`decode_script`) or with more than :data:`MAX_SCRIPT_TOKENS` tokens (its syntax tree alone would
+        take gigabytes of the caller's memory).
     """
-    resolved, source = read_text(path, error, what, max_bytes=MAX_SCRIPT_BYTES,
+    resolved, data = _read_bytes(path, error, what, max_bytes=MAX_SCRIPT_BYTES,
                                  missing=f"{what} not found; check task.script in the spec or the script argument.")
+    shown = clip(os.fspath(path))
+    source = decode_script(data, error, shown, what)
+    if count_tokens(source, MAX_SCRIPT_TOKENS) > MAX_SCRIPT_TOKENS:
+        raise error(f"{shown}: the {what} has more than {MAX_SCRIPT_TOKENS:,} tokens (Python's words, numbers and "
+                    "symbols); autodl analyses at most that (model code needs far fewer: load large data literals "
+                    "from a file the script reads).")
     return resolved, source, compile_script(source, error, str(resolved))
 
 
-__all__ = ["MAX_YAML_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "compile_script", "parse_yaml", "read_script",
+__all__ = ["MAX_SCRIPT_TOKENS", "MAX_YAML_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "compile_script", "count_tokens",
+           "decode_script", "parse_yaml", "read_script",
            "read_text", "read_yaml", "resolve_file", "short"]

@@ -28,8 +28,9 @@ SECRET_NAME = re.compile(r"PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|KEY|CREDENTIA
                          re.IGNORECASE)
 """Variable (and query parameter) names whose values are secrets."""
 
-NOT_SECRET = frozenset({"AUTODL_RUN_KEY", "PWD", "OLDPWD", "KEYTIMEOUT"})
-"""Names that match :data:`SECRET_NAME` but hold nothing secret (``PWD`` is the working folder)."""
+NOT_SECRET = frozenset({"AUTODL_RUN_KEY", "RUN_KEY", "RUN_KEY_HASH", "PWD", "OLDPWD", "KEYTIMEOUT"})
+"""Names that match :data:`SECRET_NAME` but hold nothing secret (``PWD`` is the working folder; ``run_key`` is the
+label ``autodl.run_key=...`` of a container, which a ``docker run`` line shown by ``autodl plan`` must keep)."""
 
 CONNECTION_VARS = re.compile(r"^(AUTODL_STORE_URL|AIRFLOW__.*|AIRFLOW_CONN_.*|.*_(URL|URI|DSN|CONN))$", re.IGNORECASE)
 """Variables that hold connection strings: shown as URLs without their password."""
@@ -122,15 +123,36 @@ def known_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _passwords_in(value: str) -> list[str]:
+    """The secrets inside a connection string, and the pieces of each a driver may quote on its own.
+
+    The password is taken as autodl's redaction reads a URL (the userinfo runs to the last ``@``), also when it holds
+    a space or a ``/`` (``user:pw SECRET/x@host``: a variable holds one URL, so it is not split at whitespace).
+    A driver may read such a URL differently and quote only a part of the password in its error (psycopg2 took
+    ``p@ss-SECRET@1@host``'s host to be ``ss-SECRET@1@host``), so the pieces around each ``@``, ``/`` or space
+    are secrets too."""
     out = []
     for match in _SCHEME.finditer(value):
-        rest = value[match.end():].split()[0] if value[match.end():].strip() else ""
-        at = rest.rfind("@")
-        if at >= 0:
-            user, colon, password = rest[:at].partition(":")
-            out.append(password if colon else user)
-        for q in _QUERY_SECRET.finditer(rest):
-            out.append(q.group("value"))
+        candidates = [value[match.end():]]
+        first = candidates[0].split()[0] if candidates[0].strip() else ""
+        if first != candidates[0]:
+            candidates.append(first)
+        for rest in candidates:
+            at = rest.rfind("@")
+            if at >= 0:
+                user, colon, password = rest[:at].partition(":")
+                secret = password if colon else user
+                out.append(secret)
+                for sep in ("@", "/", " "):
+                    pieces = secret.split(sep)
+                    for i in range(1, len(pieces)):
+                        out.append(sep.join(pieces[:i]))
+                        out.append(sep.join(pieces[i:]))
+            for q in _QUERY_SECRET.finditer(rest):
+                out.append(q.group("value"))
+    if not _SCHEME.match(value):  # scheme-less user:pw@host/db
+        m = _SCHEMELESS.search(value)
+        if m:
+            out.append(m.group("pw"))
     return [p for p in out if p]
 
 

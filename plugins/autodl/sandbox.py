@@ -65,8 +65,21 @@ What each mechanism gives (and what it does not):
   whole PID namespace with it; the same happens when the call ends in any way (success, error,
   Ctrl-C, SIGTERM).
 
-Not bounded: CPU time (only wall-clock, through the timeout; no ``cpu`` cgroup quota), disk space
-written into ``workdir`` (each file at most ``RLIMIT_FSIZE``, their number only by time), and what
+* **the working folder** (``workdir``, the one host path it writes): each file at most
+  ``RLIMIT_FSIZE`` = ``min(memory_bytes, disk_bytes)`` (the kernel refuses more: ``EFBIG``), and the
+  whole folder at most :attr:`SandboxLimits.disk_bytes` bytes of disk and :attr:`SandboxLimits.max_files`
+  entries, nested at most :data:`MAX_WORKDIR_DEPTH` folders deep: the caller measures it every
+  :data:`DISK_CHECK_S` seconds while the command runs and kills the tree when it is over (a note and
+  ``disk_exceeded`` say so). Between two checks a fast writer can go past ``disk_bytes`` by what it
+  writes in :data:`DISK_CHECK_S` (a single file never past ``RLIMIT_FSIZE``). Without a cgroup, the
+  tmpfs ``/tmp`` and ``/dev/shm`` (host memory that no rlimit counts) are at most ``disk_bytes`` each.
+
+Files the child left in ``workdir`` are the child's: a caller reads them with :func:`read_output` (no
+symlink followed, never a FIFO or device, at most a given size), never with a plain ``open``: the child can
+replace any of them with a link to a host file (``/proc/self/environ`` of the *caller*), a named pipe
+(an ``open`` that never returns) or a sparse file of gigabytes.
+
+Not bounded: CPU time (only wall-clock, through the timeout; no ``cpu`` cgroup quota), and what
 the kernel itself exposes to an unprivileged process (system calls are not filtered: no seccomp
 policy).
 
@@ -89,6 +102,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -130,12 +144,18 @@ class SandboxLimits:
         ``pids.max``, else ``RLIMIT_NPROC`` in the sandbox's own user namespace).
     :ivar max_output_bytes: bytes of stdout and of stderr kept (the last ones); the rest is read and
         dropped, so a child printing without end cannot fill the caller's memory.
+    :ivar disk_bytes: disk the run may fill in ``workdir`` (allocated blocks of every file, bytes; 1 GiB: the
+        probe writes nothing there, a dry run a small result; measured, a hostile probe wrote 2.5 GiB there
+        in 15 s before this bound), and the size of each file it writes anywhere (``RLIMIT_FSIZE``).
+    :ivar max_files: entries (files, folders, links) ``workdir`` may hold.
     """
 
     timeout_s: float
     memory_bytes: int
     max_processes: int = 256
     max_output_bytes: int = 16 << 20
+    disk_bytes: int = 1 << 30
+    max_files: int = 10_000
 
 
 @dataclass
@@ -150,6 +170,8 @@ class SandboxResult:
     :ivar peak_memory_bytes: the whole tree's peak memory (cgroup), bytes; None without a cgroup.
     :ivar oom_kills: processes the OOM killer killed inside the sandbox; None without a cgroup.
     :ivar forks_refused: forks refused at :attr:`SandboxLimits.max_processes`; None without a cgroup.
+    :ivar disk_exceeded: True when the tree was killed because ``workdir`` went past
+        :attr:`SandboxLimits.disk_bytes`, :attr:`SandboxLimits.max_files` or :data:`MAX_WORKDIR_DEPTH`.
     """
 
     returncode: int | None
@@ -162,6 +184,7 @@ class SandboxResult:
     peak_memory_bytes: int | None = None
     oom_kills: int | None = None
     forks_refused: int | None = None
+    disk_exceeded: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -486,26 +509,115 @@ class _Output:
         return self.buf.decode(errors="replace")
 
 
-def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[_Output, _Output, bool]:
-    """Read the child's stdout and stderr until both close or ``deadline``; True when the deadline passed."""
+DISK_CHECK_S = 0.5
+"""Seconds between two measurements of the working folder while the sandboxed command runs."""
+
+MAX_WORKDIR_DEPTH = 32
+"""Deepest folder nesting allowed in the working folder (deeper trees could hide bytes from the measurement)."""
+
+
+def workdir_usage(workdir: Path, *, max_bytes: int, max_files: int) -> str | None:
+    """Why ``workdir`` is over its bounds, or None when it is within them.
+
+    Counts every entry (file, folder, link, FIFO) without following symlinks, and the disk each file holds
+    (allocated 512-byte blocks, so a sparse file counts what it really takes); stops at the first bound passed.
+    A folder it cannot list, or nested deeper than :data:`MAX_WORKDIR_DEPTH`, is over the bounds (nothing the
+    run needs looks like that).
+    """
+    used = files = 0
+    stack = [(workdir, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if depth > MAX_WORKDIR_DEPTH:
+            return f"folders nested more than {MAX_WORKDIR_DEPTH} deep"
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    files += 1
+                    if files > max_files:
+                        return f"more than {max_files} files"
+                    st = entry.stat(follow_symlinks=False)
+                    used += st.st_blocks * 512
+                    if used > max_bytes:
+                        return f"more than {max_bytes} bytes"
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((Path(entry.path), depth + 1))
+        except FileNotFoundError:
+            continue  # removed while we looked
+        except OSError as exc:
+            return f"a folder that cannot be measured ({exc.strerror or exc})"
+    return None
+
+
+def read_output(workdir: str | Path, relative: str, *, max_bytes: int) -> bytes | None:
+    """The bytes of a file a sandboxed run left in ``workdir``, read without trusting it.
+
+    Every part of ``relative`` is opened relative to the folder before it with ``O_NOFOLLOW`` (a symlink the
+    child planted, to ``/etc/shadow`` or the caller's ``/proc/self/environ``, is never followed), the file must be
+    a regular file (a named pipe would block the caller for good; it is opened non-blocking and refused) of at
+    most ``max_bytes`` bytes (checked on the open file, then read at most that).
+
+    :param relative: a relative path inside ``workdir`` (no ``..``).
+    :returns: the bytes, or None when the file is missing or is not such a file.
+    """
+    parts = [p for p in str(relative).split("/") if p not in ("", ".")]
+    if not parts or ".." in parts or str(relative).startswith("/"):
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    fd = None
+    try:
+        fd = os.open(str(workdir), os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        for part in parts[:-1]:
+            nfd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+        with os.fdopen(ffd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+                return None
+            data = fh.read(max_bytes + 1)
+        return data if len(data) <= max_bytes else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _collect(proc: subprocess.Popen, deadline: float, cap: int, watch: tuple[Path, int, int] | None = None
+             ) -> tuple[_Output, _Output, bool, str | None]:
+    """Read the child's stdout and stderr until both close or ``deadline``.
+
+    :param watch: ``(workdir, max bytes, max files)`` measured every :data:`DISK_CHECK_S` seconds.
+    :returns: stdout, stderr, True when the deadline passed, and why the working folder is over its bounds (the
+        reading stops at once then) or None.
+    """
     outs = {proc.stdout.fileno(): _Output(cap), proc.stderr.fileno(): _Output(cap)}
     order = list(outs.values())
     open_fds = set(outs)
     poller = select.poll()
     for fd in open_fds:
         poller.register(fd, select.POLLIN | select.POLLHUP)
+    next_check = time.monotonic()
     while open_fds:
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
-            return order[0], order[1], True
-        for fd, _event in poller.poll(min(left, 1.0) * 1000):
+            return order[0], order[1], True, None
+        if watch is not None and now >= next_check:
+            over = workdir_usage(watch[0], max_bytes=watch[1], max_files=watch[2])
+            if over:
+                return order[0], order[1], False, over
+            next_check = time.monotonic() + DISK_CHECK_S
+        for fd, _event in poller.poll(min(left, DISK_CHECK_S if watch is not None else 1.0) * 1000):
             chunk = os.read(fd, 1 << 16)
             if chunk:
                 outs[fd].add(chunk)
             else:
                 open_fds.discard(fd)
                 poller.unregister(fd)
-    return order[0], order[1], False
+    return order[0], order[1], False, None
 
 
 def _drain(proc: subprocess.Popen, outs: tuple[_Output, _Output]) -> None:
@@ -576,6 +688,9 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
         notes.append(f"no cgroup could be created ({exc}): {procs}, and memory only per process "
                      f"(RLIMIT_AS={limits.memory_bytes} bytes), not for the whole tree.")
     level = "bwrap+cgroup" if cgroup is not None else "bwrap+rlimit"
+    # tmpfs pages are host memory: the cgroup counts them; without one no rlimit does, so they are kept small
+    tmpfs_bytes = limits.memory_bytes if cgroup is not None else min(limits.memory_bytes, limits.disk_bytes)
+    fsize = min(limits.memory_bytes, limits.disk_bytes)
 
     fds: list[int] = []  # every descriptor this call opened, closed in the end
     data = [_data_fd(text) for text in (_PASSWD, _GROUP, _HOSTS)]
@@ -586,8 +701,8 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     args = [exe, *_namespace_args(), *_root_args(),
             "--ro-bind-data", str(data[0]), "/etc/passwd", "--ro-bind-data", str(data[1]), "/etc/group",
             "--ro-bind-data", str(data[2]), "/etc/hosts",
-            "--size", str(limits.memory_bytes), "--tmpfs", "/tmp",
-            "--size", str(limits.memory_bytes), "--tmpfs", "/dev/shm", *_python_over_tmpfs_args(),
+            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
+            "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm", *_python_over_tmpfs_args(),
             *_bind_args(workdir, read_only_paths), "--remount-ro", "/", "--chdir", str(workdir),
             "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
     t0 = time.monotonic()
@@ -595,6 +710,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     proc: subprocess.Popen | None = None
     pid1: _Pid | None = None
     timed_out = False
+    disk_over: str | None = None
     outs = (_Output(limits.max_output_bytes), _Output(limits.max_output_bytes))
 
     def close(*which: int) -> None:
@@ -615,7 +731,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
             if cgroup is not None:
                 cgroup.add(child)
             for res, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CORE, 0),
-                               (resource.RLIMIT_FSIZE, limits.memory_bytes)):
+                               (resource.RLIMIT_FSIZE, fsize)):
                 resource.prlimit(child, res, (value, value))
             if cgroup is None:
                 resource.prlimit(child, resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
@@ -623,9 +739,10 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
         else:
             proc.kill()  # never let it go on without its bounds (closing --block-fd would release it)
         close(block_w)
-        out, err, timed_out = _collect(proc, deadline, limits.max_output_bytes)
+        out, err, timed_out, disk_over = _collect(proc, deadline, limits.max_output_bytes,
+                                                  (workdir, limits.disk_bytes, limits.max_files))
         outs = (out, err)
-        if timed_out:
+        if timed_out or disk_over:
             if pid1 is not None:
                 pid1.kill()
             proc.kill()
@@ -665,10 +782,14 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
                      f"the OOM killer killed {oom} process(es).")
     if refused:
         notes.append(f"the sandbox reached its process limit ({limits.max_processes}): {refused} fork(s) refused.")
+    if disk_over:
+        notes.append(f"the run put {disk_over} into its working folder (at most {limits.disk_bytes} bytes in "
+                     f"{limits.max_files} files): its whole tree was killed.")
     return SandboxResult(returncode=returncode, stdout=outs[0].text(), stderr=outs[1].text(), timed_out=timed_out,
                          seconds=round(time.monotonic() - t0, 3), isolation=level, notes=notes,
-                         peak_memory_bytes=peak, oom_kills=oom, forks_refused=refused)
+                         peak_memory_bytes=peak, oom_kills=oom, forks_refused=refused,
+                         disk_exceeded=disk_over is not None)
 
 
-__all__ = ["SANDBOX_UID", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "isolation", "run_sandboxed",
-           "unavailable_reason"]
+__all__ = ["SANDBOX_UID", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "isolation", "read_output",
+           "run_sandboxed", "unavailable_reason", "workdir_usage"]

@@ -96,7 +96,7 @@ class _Section(BaseModel):
 class TaskSection(_Section):
     type: str = "training"
     framework: Literal["paddlepaddle", "paddle"] = "paddlepaddle"
-    model_name: str | None = None
+    model_name: str | None = Field(None, max_length=200, description="Names the default output folder, records, logs.")
     script: str | None = Field(None, description="Training script, relative to the spec file.")
     args: list[str] = Field(default_factory=list, description="Arguments passed to the script.")
     sequence_length: SequenceLength | None = None
@@ -204,6 +204,10 @@ class MountSpec(_Section):
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/") or "\x00" in value:
             raise ValueError("must be an absolute path")
+        if len(value) > 4095 or any(c in value for c in ":,") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            # Docker's bind syntax is SOURCE:TARGET:MODE (',' separates --mount options): a ':' in a path
+            # would make the rest of it a target or a mode ('/data:/host:rw')
+            raise ValueError("must be a path of at most 4095 characters without ':', ',' or control characters")
         if _normpath(value).endswith("docker.sock"):
             raise ValueError("the Docker socket is never mounted into a training container (it is root on the host)")
         return value
@@ -244,13 +248,79 @@ def _engine_sockets() -> list[str]:
     return resolved
 
 
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/boot", "/etc", "/root", "/run", "/var/run", "/var/lib/docker",
+                "/var/lib/containerd", "/var/lib/containers", "/var/lib/kubelet", "/var/lib/postgresql")
+"""Host folders never mounted into a training container, nor any folder inside or holding one: the kernel's
+interfaces (``/proc``: every process's command line; ``/sys``; ``/dev``: device nodes), the host's configuration
+and credentials (``/etc``, ``/root``, ``/boot``), runtime state with sockets (``/run``), and the state of the
+container engines, the kubelet (pod tokens) and PostgreSQL (data files)."""
+
+MAX_UNIX_SOCKETS_READ = 4 << 20
+"""Bytes of ``/proc/net/unix`` read to find live Unix sockets (one line per socket, ~100 bytes: 40,000 sockets)."""
+
+
+def _unix_socket_paths() -> list[str]:
+    """Paths of the Unix sockets bound on this host (``/proc/net/unix``, this network namespace's; abstract ones
+    are left out: they are not files). Empty where it cannot be read."""
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            data = f.read(MAX_UNIX_SOCKETS_READ)
+    except OSError:
+        return []
+    paths = []
+    for line in data.decode("utf-8", "replace").splitlines()[1:]:
+        parts = line.split(None, 7)
+        if len(parts) == 8 and parts[7].startswith("/"):
+            paths.append(posixpath.normpath(parts[7]))
+    return paths
+
+
+def _autodl_state_paths() -> list[str]:
+    """autodl's and Airflow's own state on this host: ``AUTODL_HOME`` (every run's folder, logs, reports), the
+    store's SQLite file (leases and records) and ``AIRFLOW_HOME`` (``airflow.cfg``: the Fernet key, connections).
+    Computed as :mod:`autodl.config` does, without creating anything."""
+    paths = []
+    if os.environ.get("AUTODL_HOME"):
+        paths.append(os.environ["AUTODL_HOME"])
+    elif os.environ.get("AIRFLOW_HOME"):
+        paths.append(os.path.join(os.environ["AIRFLOW_HOME"], "autodl"))
+    else:
+        paths.append(os.path.join(os.path.expanduser("~"), ".autodl"))
+    if os.environ.get("AIRFLOW_HOME"):
+        paths.append(os.environ["AIRFLOW_HOME"])
+    url = os.environ.get("AUTODL_STORE_URL", "")
+    if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
+        db = url[len("sqlite:///"):].split("?", 1)[0]
+        paths.append(db if db.startswith("/") else os.path.abspath(db))
+    out = []
+    for p in paths:
+        for name in (_normpath(os.path.abspath(p)), os.path.realpath(p)):
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def _overlaps(name: str, protected: str) -> bool:
+    """True when ``name`` is ``protected``, lies inside it, or holds it."""
+    name, protected = name.rstrip("/") or "/", protected.rstrip("/") or "/"
+    return (name == protected or name == "/" or protected.startswith(name + "/")
+            or name.startswith(protected + "/"))
+
+
 def check_mount_source(source: str) -> None:
-    """Refuse a host folder whose mount would hand the container a container engine's socket.
+    """Refuse a host folder whose mount would hand the container the host, another run or a socket.
 
     The path is checked by what it names, not how it is spelt: lexically normalised (``/var/run/docker.sock/.``,
-    ``//var/run``) and, where it exists on this host, with symlinks resolved (``/var/run`` -> ``/run``). Refused:
-    the socket itself, any folder containing it (``/var/run``, ``/run``, ``/var``, ``/``), anything named
-    ``docker.sock``, and any Unix socket.
+    ``//var/run``) and, where it exists on this host, with symlinks resolved (``/var/run`` -> ``/run``). Refused,
+    as the path itself, anything inside it or any folder holding it:
+
+    * a container engine's socket (``/var/run``, ``/run``, ``/var``, ``/`` hold Docker's), anything named
+      ``docker.sock``, and any Unix socket;
+    * any folder holding a Unix socket bound on this host (``/proc/net/unix``): ``/tmp`` with PostgreSQL's
+      ``.s.PGSQL.5432``, whose trust authentication would let the training edit autodl's leases (a read-only
+      mount does not stop ``connect()``);
+    * the host's system trees (:data:`SYSTEM_TREES`: ``/proc``, ``/sys``, ``/dev``, ``/etc``, ``/root``, ...);
+    * autodl's and Airflow's own state (``AUTODL_HOME``, the store's SQLite file, ``AIRFLOW_HOME``).
 
     :raises ValueError: naming what the path contains (pydantic turns it into a SpecError).
     """
@@ -267,7 +337,66 @@ def check_mount_source(source: str) -> None:
             if name == "/" or name == sock or sock.startswith(name.rstrip("/") + "/") or name.startswith(sock + "/"):
                 raise ValueError(f"{clip(source, 60)} is or contains the container engine's socket {sock} (root on the "
                                  "host); mount a data folder that does not hold it, e.g. /data/datasets")
+    for name in names:
+        for tree in SYSTEM_TREES:
+            if _overlaps(name, tree):
+                raise ValueError(f"{clip(source, 60)} is, lies in or holds the host's {tree}, which is never mounted into "
+                                 "a training container; mount a data folder, e.g. /data/datasets")
+        for state in _autodl_state_paths():
+            if _overlaps(name, state):
+                raise ValueError(f"{clip(source, 60)} is, lies in or holds autodl's or Airflow's own state "
+                                 f"({clip(state, 60)}: other runs' folders, the store, airflow.cfg); mount a data "
+                                 "folder of this run only, e.g. /data/datasets")
+    sockets = _unix_socket_paths()
+    for name in names:
+        inside = next((sock for sock in sockets if sock.startswith(name.rstrip("/") + "/")), None)
+        if inside is not None:
+            raise ValueError(f"{clip(source, 60)} holds the Unix socket .{clip(inside[len(name.rstrip('/')):], 60)} of a "
+                             "service on this host "
+                             "(a read-only mount does not stop connecting to it); mount a folder without sockets, "
+                             "e.g. /data/datasets")
 
+
+ACCELERATOR_NODES = re.compile(
+    r"/dev/(?:kfd|dri(?:/(?:card|renderD)[0-9]{1,4})?|davinci[0-9]{1,4}|davinci_manager|devmm_svm|hisi_hdc"
+    r"|xpu[0-9]{1,4}|xpuctrl|nvidia[0-9]{1,4}|nvidiactl|nvidia-uvm|nvidia-uvm-tools|nvidia-modeset)"
+)
+"""Host device nodes a training container may be given (``launcher.devices``): the accelerators' own. Sources: the
+vendor table's ``docker_device_nodes``/``docker_shared_device_nodes`` (``include/catalog/vendors.yaml``: AMD/Hygon
+``/dev/kfd`` and ``/dev/dri`` per ROCm's Docker guide, Ascend ``/dev/davinciN``, ``/dev/davinci_manager``,
+``/dev/devmm_svm``, ``/dev/hisi_hdc``, Kunlun ``/dev/xpuN``, ``/dev/xpuctrl``), the DRM nodes under ``/dev/dri``
+(``cardN``, ``renderDN``), and the NVIDIA driver's nodes (``/dev/nvidiaN``, ``nvidiactl``, ``nvidia-uvm*``,
+``nvidia-modeset``: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/arch-overview.html).
+Anything else (``/dev/sda``, ``/dev/mem``, ``/dev/kmsg``) hands the container the host."""
+
+
+def check_device_node(item: str) -> None:
+    """Refuse a ``launcher.devices`` entry that is not an accelerator's node (:data:`ACCELERATOR_NODES`).
+
+    An entry is ``HOST[:CONTAINER[:PERMISSIONS]]`` as ``docker run --device`` takes it: ``HOST`` lexically
+    normalised and, where it exists, with symlinks resolved, must be an accelerator node; ``CONTAINER`` an
+    absolute path; ``PERMISSIONS`` letters of ``rwm``.
+
+    :raises ValueError: naming the entry and what is allowed.
+    """
+    parts = item.split(":") if isinstance(item, str) and len(item) <= 200 else []
+    if not parts or len(parts) > 3 or any(ord(c) < 32 for c in item):
+        raise ValueError(f"{short(item, 60)} is not a device node (HOST[:CONTAINER[:rwm]])")
+    host = parts[0]
+    names = {_normpath(host)} if host.startswith("/") else set()
+    if host.startswith("/") and os.path.lexists(host):
+        names.add(os.path.realpath(host))
+    if not names or not all(ACCELERATOR_NODES.fullmatch(n) for n in names):
+        raise ValueError(f"{short(host, 60)} is not an accelerator's device node; only those are passed through "
+                         "(/dev/kfd, /dev/dri, /dev/davinciN, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc, "
+                         "/dev/xpuN, /dev/xpuctrl, /dev/nvidia*): any other node (a disk, /dev/mem) is the host")
+    if len(parts) >= 2 and (not parts[1].startswith("/") or not parts[1].strip("/")):
+        raise ValueError(f"{short(item, 60)}: the path inside the container must be absolute")
+    if len(parts) == 3 and (not parts[2] or set(parts[2]) - set("rwm")):
+        raise ValueError(f"{short(item, 60)}: permissions are letters of 'rwm'")
+
+
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?")
 
 _USER_RE = re.compile(r"([0-9]+)(?::([0-9]+))?")
 
@@ -277,7 +406,8 @@ def parse_container_user(value: str) -> tuple[int, int | None]:
 
     Only numbers are taken: a user or group *name* is resolved inside the image, where autodl cannot see that it
     is not root (``root``, or any name mapped to uid 0). ``0``, ``00``, ``0:1000`` are uid 0; ``-0`` and
-    ``+1000`` are not numbers; a uid above 4294967294 is not a uid (:data:`~autodl.fields.UINT32_ID_MAX`).
+    ``+1000`` are not numbers; a uid above 4294967294 is not a uid (:data:`~autodl.fields.UINT32_ID_MAX`). The root
+    group is refused too (``1000:0``, ``65534:0``): the training would share group root's access.
 
     :returns: ``(uid, gid or None)``.
     :raises ValueError: naming what is wrong and an example that works.
@@ -291,6 +421,10 @@ def parse_container_user(value: str) -> tuple[int, int | None]:
     if uid == 0:
         raise ValueError(f"{short(value, 40)} is uid 0, root; the training never runs as root: use a non-root uid "
                          "such as '1000:1000'")
+    if gid == 0:
+        raise ValueError(f"{short(value, 40)} has gid 0, the root group (files of group root in the image and on "
+                         "mounted host folders become readable and writable to the training; a pod's fsGroup 0 gives "
+                         "its volumes to group root); use a non-root gid such as '1000:1000'")
     if uid > UINT32_ID_MAX or (gid is not None and gid > UINT32_ID_MAX):
         raise ValueError(f"{short(value, 40)} is out of range (uid and gid are at most {UINT32_ID_MAX}); use a non-root "
                          "uid such as '1000:1000'")
@@ -355,6 +489,65 @@ class LauncherSection(_Section):
     def _non_root(cls, value: str) -> str:
         uid, gid = parse_container_user(value)
         return f"{uid}:{gid}" if gid is not None else str(uid)
+
+    @field_validator("network")
+    @classmethod
+    def _own_network(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        name = value.strip().lower()
+        if name == "host" or name.startswith(("container:", "ns:")) or not value or len(value) > 200 \
+                or any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError(f"{short(value, 40)} is not allowed: 'host' puts the training on the host's network "
+                             "(127.0.0.1: PostgreSQL, Airflow, the Docker API if exposed) and 'container:NAME' into "
+                             "another container's; use 'none', 'bridge' or a user-defined network's name")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        # a Kubernetes namespace is a DNS-1123 label; the system ones are where admission policies are often exempt
+        if value is not None and not re.fullmatch(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"{short(value, 40)} is not a Kubernetes namespace name (lower-case letters, digits and "
+                             "'-', at most 63)")
+        if value in ("kube-system", "kube-public", "kube-node-lease"):
+            raise ValueError(f"{value} is Kubernetes' own namespace (where admission policies are often exempt); "
+                             "run the training in a namespace of its own")
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
+            raise ValueError(f"{short(value, 40)} is not a Kubernetes object name (lower-case letters, digits, '-' "
+                             "and '.', at most 253)")
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _DNS_SUBDOMAIN.fullmatch(name):
+                raise ValueError(f"{short(name, 40)} is not a Kubernetes Secret name (lower-case letters, digits, '-' "
+                                 "and '.', at most 253)")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        # a reference has no spaces or control characters (docker's grammar: distribution/reference)
+        if value is not None and (not value or len(value) > 512 or any(c.isspace() or not c.isprintable() for c in value)
+                                  or value.startswith("-")):
+            raise ValueError(f"{short(value, 60)} is not an image reference (e.g. paddlepaddle/paddle:3.3.1-gpu-"
+                             "cuda12.6-cudnn9.5); no spaces, no leading '-'")
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _accelerator_nodes(cls, value: list[str]) -> list[str]:
+        for item in value:
+            check_device_node(item)
+        return value
 
     @field_validator("env")
     @classmethod
@@ -441,8 +634,24 @@ def output_dir_path(spec: TaskSpec, script: str | Path, home: Path) -> Path:
         base = Path(spec.source_path).parent if spec.source_path else Path.cwd()
         return (base / spec.task.output_dir).resolve()
     name = spec.task.model_name or Path(script).stem
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "model"
-    return (home / "outputs" / safe).resolve()
+    return (home / "outputs" / output_dir_name(name)).resolve()
+
+
+def output_dir_name(name: str) -> str:
+    """The folder name under ``$AUTODL_HOME/outputs`` of a model called ``name``.
+
+    A name of at most 100 file-name-safe characters (letters, digits, ``_.-``, not starting with a dot) is the
+    folder name itself, as it always was (``simple_cnn``). Any other (``a/b``, ``résumé``, ``..``, 300 characters)
+    becomes ``<readable prefix>-<first 16 hex digits of its SHA-256>``, so two names that differ only in characters
+    the prefix replaces never share a folder (one model would resume from another's checkpoint), and the name
+    always fits a file name (255 bytes).
+    """
+    import hashlib
+
+    if re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}", name):
+        return name
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60].strip("._") or "model"
+    return f"{prefix}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
 def _format_errors(exc: ValidationError, where: str) -> str:

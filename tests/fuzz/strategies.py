@@ -25,10 +25,17 @@ SIZE_FRAGMENTS = ["8g", "'8g'", "512m", "8GiB", "'1.5 GB'", "-1", "0", "99999999
                   "1125899906842625", "'0.0001k'", "' 8g '", "'\uff18g'"]
 PATH_FRAGMENTS = ["/var/run", "/run", "/", "/var/run/docker.sock/.", "//var//run/", "/var/lib/../run", "/var",
                   "/run/docker.sock", "/var/run/docker.sock", "/data/sets", "/mnt/ckpt", "relative/x", "''",
-                  "/run/containerd/containerd.sock", "/home/u/docker.sock", "/data/../var/run", "'/tmp\\x00x'"]
+                  "/run/containerd/containerd.sock", "/home/u/docker.sock", "/data/../var/run", "'/tmp\\x00x'",
+                  # sectest: host system trees, a folder holding PostgreSQL's socket, Docker's bind syntax
+                  "/proc", "/proc/1", "/sys/fs", "/dev", "/etc", "/etc/../etc/ssl", "/root", "/var/lib/docker", "/tmp",
+                  "'/data:/host:rw'", "/data/a,b"]
 USER_FRAGMENTS = ["'0:1000'", "'00'", "root", "'root:1000'", "'-0'", "'0'", "0", "'1000:1000'", "1000:1000", "'+1000'",
                   "1000", "'\uff11\uff10\uff10\uff10'", "'4294967295'", "'1000:0'", "trainer", "' 1000'", "'1000:root'",
-                  "'000:0'", "'0x3e8'"]
+                  "'000:0'", "'0x3e8'", "'65534:0'", "'1000:00'", "'65534:65534'"]
+NETWORK_FRAGMENTS = ["none", "bridge", "host", "HOST", "' host'", "'container:abc'", "'Container:x'", "my-net", "''"]
+DEVICE_FRAGMENTS = ["/dev/kfd", "/dev/dri", "/dev/dri/renderD128", "/dev/davinci3", "/dev/sda", "/dev/mem", "/dev/kmsg",
+                    "'/dev/kfd:/dev/kfd:rwm'", "'/dev/sda:/dev/kfd'", "'/dev/kfd:/dev/x:rwx'", "/dev/../dev/sda",
+                    "/dev/dri/../sda", "'/dev/nvidia0'", "relative", "/dev/xpu1"]
 NAME_FRAGMENTS = ["A100-SXM4-40GB", "V100-PCIE-32GB", "T4", "RTX-3090", "Ascend-910", "nonexistent", "''", "a" * 300,
                   "'\u0000'", "'\u202e'", "'x\ny'"]
 
@@ -152,10 +159,10 @@ LAUNCHER = {"type": st.sampled_from(["local", "docker", "kubernetes", "slurm"]),
             "memory_limit": st.sampled_from(SIZE_FRAGMENTS), "cpus": st.sampled_from(["1", "2.5", "0.5", "8192"]),
             "mounts": st.lists(MOUNT, max_size=2).map(flow),
             "env": st.dictionaries(st.sampled_from(["A", "HF_TOKEN", "1BAD", "X Y"]), quoted_text(10), max_size=2).map(flow),
-            "ipc_mode": st.sampled_from(["private", "host", "shareable"]), "network": st.sampled_from(["none", "bridge"]),
+            "ipc_mode": st.sampled_from(["private", "host", "shareable"]), "network": st.sampled_from(NETWORK_FRAGMENTS),
             "code_dir": st.sampled_from(["/workspace", "/", "rel", "/w/"]),
             "command": st.lists(quoted_text(10), max_size=2).map(flow),
-            "devices": st.lists(st.sampled_from(["/dev/kfd", "/dev/dri"]), max_size=2).map(flow)}
+            "devices": st.lists(st.sampled_from(DEVICE_FRAGMENTS), max_size=2).map(flow)}
 SECTIONS = {"task": section(TASK), "resource_policy": section(POLICY), "scheduler": section(SCHEDULER),
             "launcher": st.one_of(section(LAUNCHER), st.sampled_from(["docker", "kubernetes", "local", "slurm"]))}
 

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import posixpath
+import re
 import shutil
 from pathlib import Path
 
@@ -70,6 +71,21 @@ def holds_engine_socket(source: str) -> bool:
                for n in names for sock in SOCKET_DIRS)
 
 
+HOST_TREES = ("/proc", "/sys", "/dev", "/etc", "/root", "/var/lib/docker", "/run", "/var/run")
+"""Independent oracle (sectest): host folders a mount must never be, lie in or hold."""
+
+ACCELERATOR = re.compile(r"/dev/(kfd|dri(/(card|renderD)\d+)?|davinci\d+|davinci_manager|devmm_svm|hisi_hdc|xpu\d+|xpuctrl"
+                         r"|nvidia\d+|nvidiactl|nvidia-uvm(-tools)?|nvidia-modeset)")
+"""Independent oracle (sectest): the device nodes of accelerators, the only ones a container may be given."""
+
+
+def mount_gives_the_host(source: str) -> bool:
+    name = "/" + posixpath.normpath(source).lstrip("/")
+    names = {name, os.path.realpath(name)}
+    return any(n == "/" or n == t or n.startswith(t + "/") or t.startswith(n.rstrip("/") + "/")
+               for n in names for t in HOST_TREES) or any(c in source for c in ":,")
+
+
 def check_valid_spec(spec: TaskSpec) -> None:
     dump = spec.model_dump(mode="json")
     json.dumps(dump, allow_nan=False)
@@ -84,8 +100,16 @@ def check_valid_spec(spec: TaskSpec) -> None:
     assert all(type(v) in (int, float) and math.isfinite(v) for v in spec.resource_policy.tag_priorities.values())
     uid = launcher.user.split(":")[0]
     assert uid.isascii() and uid.isdigit() and int(uid) != 0, launcher.user
+    gid = launcher.user.split(":")[1] if ":" in launcher.user else None
+    assert gid is None or int(gid) != 0, launcher.user
     for mount in launcher.mounts:
         assert not holds_engine_socket(mount.source), mount.source
+        assert not mount_gives_the_host(mount.source), mount.source
+    net = (launcher.network or "").strip().lower()
+    assert net != "host" and not net.startswith("container:"), launcher.network
+    for dev in launcher.devices:
+        host = dev.split(":")[0]
+        assert ACCELERATOR.fullmatch("/" + posixpath.normpath(host).lstrip("/")), dev
     for size in (launcher.shm_size, launcher.memory_limit):
         assert size is None or (type(size) is int and 0 < size <= 1 << 50)
     assert launcher.cpus is None or (0 < launcher.cpus <= 8192)

@@ -234,10 +234,11 @@ def test_docker_socket_is_never_mounted(script, catalog):
 
 
 def test_extra_mounts_default_read_only(script, catalog, tmp_path):
-    opts = {"mounts": [{"source": str(tmp_path), "target": "/data"},
+    data = tmp_path / "data"  # not tmp_path itself: it holds this test's AUTODL_HOME, which is never mounted
+    opts = {"mounts": [{"source": str(data), "target": "/data"},
                        {"source": "/ckpt", "target": "/ckpt", "read_only": False}]}
     vols = render(request_for(script, catalog, options=opts))["create_kwargs"]["volumes"]
-    assert vols[str(tmp_path)] == {"bind": "/data", "mode": "ro"}
+    assert vols[str(data)] == {"bind": "/data", "mode": "ro"}
     assert vols["/ckpt"] == {"bind": "/ckpt", "mode": "rw"}
 
 

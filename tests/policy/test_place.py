@@ -167,12 +167,30 @@ def test_rl_cold_start_is_rule_based_and_observe_stores(catalog):
     rl = place(prof(), i, catalog=catalog, policy=pol, algorithm="rl_based")
     assert rl.chosen.devices == rule.chosen.devices
     assert "cold start" in " ".join(rl.chosen.reasons)
-    rec = RunRecord(run_key="r1", script="train.py", outcome="succeeded", declared_pool=True,
-                    profile=prof().to_json(), placement=rl.to_json(), device_model="A100-SXM4-40GB")
-    observe(rec, catalog=catalog)
-    observe(rec.model_copy(update={"outcome": "failed", "run_key": "r2"}), catalog=catalog)
+    rec = RunRecord(run_key="r1", script="train.py", outcome="succeeded", declared_pool=False,
+                    profile=prof().to_json(), placement=rl.to_json(), device_model="A100-SXM4-40GB",
+                    metrics={"step_time_s": 0.05})
+    assert observe(rec, catalog=catalog)
+    assert observe(rec.model_copy(update={"outcome": "failed", "run_key": "r2"}), catalog=catalog)
+    # nothing measured on the device (a declared pool trains on CPU; no metrics): nothing learned
+    assert not observe(rec.model_copy(update={"run_key": "r3", "declared_pool": True}), catalog=catalog)
+    assert not observe(rec.model_copy(update={"run_key": "r4", "metrics": {}}), catalog=catalog)
     b = load_bandit()
     assert b.arms["A100-SXM4-40GB"].count == 2
+
+
+def test_bandit_reward_is_the_measured_speed_without_a_price_term(catalog):
+    """Reward = ln(catalog step time on the reference V100 / measured step time): a run measured twice as
+    fast as another on the same arm gets ln 2 more; the device's price does not enter (issue 11: a price
+    term made the bandit prefer a T4 over a faster P100)."""
+    import math
+
+    b = LinUCB()
+    assert b.cost_weight == 0.0
+    assert b.reward(2.0, 0.35, 2.48, failed=False) - b.reward(1.0, 1.46, 2.48, failed=False) == pytest.approx(math.log(2))
+    assert b.reward(None, None, None, failed=True) < b.reward(0.1, None, None, failed=False)
+    with pytest.raises(ValueError):
+        b.reward(None, None, None, failed=False)
 
 
 def test_linucb_prefers_the_rewarding_arm():

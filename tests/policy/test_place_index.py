@@ -176,3 +176,89 @@ def test_index_is_built_once_per_inventory_and_dropped_with_it(catalog):
     assert key not in module._CACHE
     inventory.devices.append(inventory.devices[0].model_copy(update={"device_id": "extra"}))
     assert len(inventory_index(inventory).devices) == 41       # a grown list is noticed and re-indexed
+
+
+def _same_index(a, b) -> None:
+    """Every field of two indexes is equal (arrays elementwise)."""
+    import dataclasses
+
+    import numpy as np
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+        else:
+            assert x == y, f.name
+    assert a.vendor_codes[0] == b.vendor_codes[0] and np.array_equal(a.vendor_codes[1], b.vendor_codes[1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_incremental_index_equals_a_rebuilt_one(catalog, monkeypatch, seed):
+    """apply_changes patches the changed positions of the previous index; the result equals the index
+    built from scratch on the new device list, and place() decides the same on it, round after round."""
+    from autodl.policy.inventory_index import apply_changes, build_index
+
+    rng = random.Random(seed)
+    cur = random_pool(catalog, rng, size=300)
+    inventory_index(cur)
+    for _ in range(6):
+        picked = rng.sample(cur.devices, rng.randrange(1, 40))
+        changed = [d.model_copy(update={
+            "utilization_pct": rng.choice(UTILS), "memory_used_bytes": rng.randrange(0, d.memory_total_bytes + GIB),
+            "healthy": rng.random() > 0.2, "index": rng.randrange(8),
+            "vendor": rng.choice([d.vendor, "amd"]) if catalog.find(d.model) is None else d.vendor}) for d in picked]
+        new = apply_changes(cur, changed)
+        assert new is not cur and len(new.devices) == len(cur.devices)
+        by_id = {d.device_id: d for d in changed}
+        assert new.devices == [by_id.get(d.device_id, d) for d in cur.devices]
+        from autodl.policy import inventory_index as module
+
+        assert module._CACHE[id(new)][1] is not None          # derived, not rebuilt
+        _same_index(inventory_index(new), build_index(new))
+        fresh = new.model_copy()                              # same devices, indexed from scratch
+        n = rng.choice([1, 2, 4])
+        policy = ResourcePolicySection(allowed_vendors=["nvidia", "amd", "ascend"])
+        a = place(prof(rng.choice([2, 9, 30]) * GIB, n), new, catalog=catalog, policy=policy)
+        b = place(prof(a.needed_bytes, n), fresh, catalog=catalog, policy=policy)
+        assert a.model_dump_json() == b.model_dump_json()
+        cur = new
+
+
+def test_changes_an_index_cannot_patch_rebuild_it(catalog):
+    """A device that changes model, host or total memory, or a new device: the new snapshot is indexed from
+    scratch (and a new device is appended)."""
+    from autodl.policy.inventory_index import apply_changes, build_index
+
+    pool = random_pool(catalog, random.Random(9), size=50)
+    inventory_index(pool)
+    d0 = pool.devices[0]
+    for change in ({"model": "T4", "memory_total_bytes": catalog.get("T4").memory_bytes}, {"host": "elsewhere"}):
+        new = apply_changes(pool, [d0.model_copy(update=change)])
+        _same_index(inventory_index(new), build_index(new))
+    extra = d0.model_copy(update={"device_id": "brand-new"})
+    new = apply_changes(pool, [extra])
+    assert new.devices[-1] == extra and len(new.devices) == 51
+
+
+def test_gang_drops_are_grouped_by_reason_not_listed_per_host(catalog):
+    """A gang of 8 on 200 hosts that each have 1-7 free devices, and on 50 hosts of 4 devices: two dropped
+    entries (one per reason), not 250; every device is still listed."""
+    devices = []
+    for h in range(200):
+        for i in range(8):
+            devices.append(Device(device_id=f"a{h}:{i}", host=f"a{h}", index=i, model="A100-SXM4-40GB", declared=True,
+                                  memory_total_bytes=catalog.get("A100-SXM4-40GB").memory_bytes,
+                                  utilization_pct=100.0 if i <= h % 7 else 0.0))
+    for h in range(50):
+        for i in range(4):
+            devices.append(Device(device_id=f"t{h}:{i}", host=f"t{h}", index=i, model="T4", declared=True,
+                                  memory_total_bytes=catalog.get("T4").memory_bytes))
+    d = place(prof(4 * GIB, 8), Inventory(source="t", declared=True, devices=devices), catalog=catalog,
+              policy=ResourcePolicySection())
+    gang = [c for c in d.candidates if not c.kept and c.reasons[0].startswith("gang")]
+    assert [c.reasons[0] for c in gang] == [
+        "gang of 8: only 1-7 device(s) free now on each of 200 hosts",
+        "gang of 8 needs 8 fitting devices on one host; 50 hosts have 4",
+    ]
+    assert all(c.host == "*" for c in gang) and len(gang[1].devices) == 200

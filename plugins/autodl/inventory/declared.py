@@ -18,9 +18,11 @@ Format::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from autodl.catalog import Catalog
 from autodl.config import read_yaml
@@ -28,6 +30,21 @@ from autodl.errors import CatalogError, InventoryError
 from autodl.fields import DeviceBytes, DeviceIndex, Percent, UsedDeviceBytes
 from autodl.inputs import clip, short
 from autodl.types import Device, Inventory
+
+
+RESERVED_DEVICE_IDS = frozenset({"all", "none", "void"})
+"""Values the NVIDIA container runtime reads as device *sets* in ``NVIDIA_VISIBLE_DEVICES`` and ``--gpus``
+(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html): a device
+declared with one of them as its uuid would be given every GPU of the host (or none)."""
+
+_UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}")
+_HOST_RE = re.compile(r"[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]-]{0,252}")
+
+
+def _no_control(value: Any) -> Any:
+    if isinstance(value, str) and any(not c.isprintable() for c in value):
+        raise ValueError("holds a control character (a terminal escape, a line break); write plain text")
+    return value
 
 
 class _DeclaredDevice(BaseModel):
@@ -41,10 +58,40 @@ class _DeclaredDevice(BaseModel):
     memory_total_bytes: DeviceBytes | None = None
     memory_used_bytes: UsedDeviceBytes = 0
     utilization_pct: Percent = 0.0
-    healthy: bool = True
-    nvlink_group: str | None = None
-    pci_bus_id: str | None = None
+    healthy: StrictBool = True
+    nvlink_group: str | None = Field(None, max_length=200)
+    pci_bus_id: str | None = Field(None, max_length=200)
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("model", "vendor", "nvlink_group", "pci_bus_id")
+    @classmethod
+    def _plain(cls, value: Any) -> Any:
+        return _no_control(value)
+
+    @field_validator("labels")
+    @classmethod
+    def _plain_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for k, v in value.items():
+            _no_control(k)
+            _no_control(v)
+        return value
+
+    @field_validator("uuid")
+    @classmethod
+    def _one_device(cls, value: str | None) -> str | None:
+        # the uuid goes into CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES / --gpus device=...: one device, never a list
+        if value is not None and (not _UUID_RE.fullmatch(value) or value.lower() in RESERVED_DEVICE_IDS):
+            raise ValueError(f"{short(value, 40)} is not one device's UUID (letters, digits and ._:/- only, no ',', "
+                             "not 'all'/'none'/'void', which the container runtime reads as sets of devices); write "
+                             "the UUID nvidia-smi -L shows, e.g. GPU-0d5c0b9e-...")
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host_name(cls, value: str | None) -> str | None:
+        if value is not None and not _HOST_RE.fullmatch(value):
+            raise ValueError(f"{short(value, 40)} is not a host name (letters, digits and ._:-[] only)")
+        return value
 
 
 class _PoolFile(BaseModel):
@@ -52,6 +99,13 @@ class _PoolFile(BaseModel):
 
     host: str = Field("localhost", max_length=253)
     devices: list[_DeclaredDevice]
+
+    @field_validator("host")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        if not _HOST_RE.fullmatch(value):
+            raise ValueError(f"{short(value, 40)} is not a host name (letters, digits and ._:-[] only)")
+        return value
 
 
 def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:

@@ -41,6 +41,7 @@ class Option:
     :ivar load: 0..1, how busy the set (``place``: mean utilization) or its device model
         (simulator: busy fraction of that model's devices) is.
     :ivar order: position in the pool (first-fit order).
+    :ivar nvlink: the set shares an NVLink group.
     """
 
     devices: tuple[Any, ...]
@@ -91,10 +92,12 @@ class Policy(Protocol):
 
     :ivar name: registry name.
     :ivar headroom: ``True`` when the policy plans within ``memory_threshold`` of each device;
-        ``False`` when it trusts the estimate up to 100% of device memory (the baselines).
-    :ivar queue: simulator queue discipline: ``"fifo"`` (head of line blocks) or ``"backfill"``
-        (any queued run that fits may start, in submit order — how autodl's waiting runs behave,
-        each polling the pool on its own).
+        ``False`` when it trusts the estimate up to 100% of device memory (the baselines, in ``place``
+        and in the simulator only with ``own_headroom``: the benchmark gives every policy the same headroom).
+    :ivar queue: the policy's *classic* queue discipline, used only when the simulator is asked for
+        each policy's own queue (``autodl simulate --queue own``): ``"fifo"`` (head of line blocks) or
+        ``"backfill"`` (any queued run that fits may start, in submit order). By default every policy
+        places behind autodl's admission queue (:mod:`autodl.policy.admission`).
     """
 
     name: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -54,15 +55,83 @@ class InventoryIndex:
         placement needs a device's own vendor only for models the catalog lacks."""
         return _encode([d.vendor for d in self.devices])
 
+    @cached_property
+    def position(self) -> dict[str, int] | None:
+        """``device_id`` -> position, or None when ids repeat (then no incremental update)."""
+        pos = {d: i for i, d in enumerate(self.device_ids)}
+        return pos if len(pos) == len(self.device_ids) else None
+
+    def updated(self, changed: "list[Device]") -> "InventoryIndex | None":
+        """The index of this snapshot with ``changed`` devices (matched by ``device_id``) replaced,
+        without re-reading the others: arrays copied and patched at the changed positions only.
+
+        Only the live fields may change (memory used, utilization, health, and anything placement reads
+        from the device objects themselves: vendor, index, NVLink group); a changed host, model or total
+        memory, an unknown or repeated id, or a value the index cannot hold returns None (rebuild).
+
+        :param changed: the new device records.
+        :returns: the new index, equal to :func:`build_index` of the new device list, or None.
+        """
+        pos = self.position
+        if pos is None:
+            return None
+        devices = list(self.devices)
+        at: list[int] = []
+        same_vendors = True
+        for d in changed:
+            i = pos.get(d.device_id)
+            if i is None:
+                return None
+            old = devices[i]
+            if d.host != old.host or d.model != old.model or d.memory_total_bytes != old.memory_total_bytes:
+                return None
+            same_vendors = same_vendors and d.vendor == old.vendor
+            devices[i] = d
+            at.append(i)
+        if not at:
+            return self._carry(dataclasses.replace(self, devices=devices), same_vendors)
+        try:
+            used = np.fromiter((devices[i].memory_used_bytes for i in at), np.int64, len(at))
+            util = np.fromiter((devices[i].utilization_pct for i in at), np.float64, len(at))
+            healthy = np.fromiter((devices[i].healthy for i in at), np.bool_, len(at))
+        except (OverflowError, TypeError, ValueError):
+            return None
+        if np.abs(used).max() >= INT_LIMIT or np.isnan(util).any():
+            return None
+        idx = np.asarray(at, dtype=np.intp)
+        free = self.memory_free_bytes.copy()
+        free[idx] = self.memory_total_bytes[idx] - used
+        util_a = self.utilization_pct.copy()
+        util_a[idx] = util
+        healthy_a = self.healthy.copy()
+        healthy_a[idx] = healthy
+        return self._carry(dataclasses.replace(self, devices=devices, memory_free_bytes=free, utilization_pct=util_a,
+                                               healthy=healthy_a), same_vendors)
+
+    def _carry(self, new: "InventoryIndex", same_vendors: bool) -> "InventoryIndex":
+        """Hand the lazily built id map (ids do not change) and vendor codes (when no vendor changed) on."""
+        if "position" in self.__dict__:
+            new.__dict__["position"] = self.__dict__["position"]
+        if same_vendors and "vendor_codes" in self.__dict__:
+            new.__dict__["vendor_codes"] = self.__dict__["vendor_codes"]
+        return new
+
     def mask(self, device_ids: frozenset[str] | set[str]) -> np.ndarray:
         """Boolean array: which devices have an id in ``device_ids`` (e.g. the leased ones).
 
-        One set look-up per device and no id -> position dict to build: cheapest for a snapshot used
-        once, and right when ids repeat.
+        One set look-up per device, or, when ``device_ids`` is small against the pool and the ids are
+        unique, one position look-up per given id (the id -> position map is built once per index).
         """
         n = len(self.device_ids)
         if not device_ids:
             return np.zeros(n, dtype=np.bool_)
+        if 8 * len(device_ids) < n and ("position" in self.__dict__ or n > 4096):
+            pos = self.position            # unique ids: look the few given ids up instead
+            if pos is not None:
+                out = np.zeros(n, dtype=np.bool_)
+                hits = [i for i in map(pos.get, device_ids) if i is not None]
+                out[hits] = True
+                return out
         return np.fromiter(map(device_ids.__contains__, self.device_ids), np.bool_, n)
 
 
@@ -95,8 +164,39 @@ def inventory_index(inventory: Inventory) -> InventoryIndex | None:
     if hit is not None and hit[0]() is inventory and (hit[1] is None or len(hit[1].devices) == len(inventory.devices)):
         return hit[1]
     index = build_index(inventory)
-    _CACHE[key] = (weakref.ref(inventory, lambda _ref, key=key: _drop(key, _ref)), index)
+    _remember(inventory, index)
     return index
+
+
+def _remember(inventory: Inventory, index: InventoryIndex | None) -> None:
+    key = id(inventory)
+    _CACHE[key] = (weakref.ref(inventory, lambda _ref, key=key: _drop(key, _ref)), index)
+
+
+def apply_changes(inventory: Inventory, changed: "list[Device]") -> Inventory:
+    """A new snapshot: ``inventory`` with the ``changed`` devices (matched by ``device_id``) replaced,
+    whose index is derived from ``inventory``'s by patching the changed positions
+    (:meth:`InventoryIndex.updated`) instead of re-reading every device -- what a scheduler that keeps
+    its pool snapshot and hears of a few changes (a lease, a utilization sample) calls. When the change
+    cannot be patched (a new device, a changed model or total memory) the new snapshot is indexed
+    from scratch on first use. ``inventory`` itself is not modified.
+
+    :param inventory: the current snapshot.
+    :param changed: new records of some of its devices (a record with a new id is appended).
+    :returns: the new snapshot (a new ``Inventory``; its ``devices`` is a new list).
+    """
+    old = inventory_index(inventory)
+    by_id = {d.device_id: d for d in changed}
+    if old is not None:
+        new_index = old.updated(list(by_id.values()))
+        if new_index is not None:
+            new = inventory.model_copy(update={"devices": new_index.devices})
+            _remember(new, new_index)
+            return new
+    known = {d.device_id for d in inventory.devices}
+    devices = [by_id.get(d.device_id, d) for d in inventory.devices]
+    devices += [d for d in by_id.values() if d.device_id not in known]
+    return inventory.model_copy(update={"devices": devices})
 
 
 def _drop(key: int, ref: weakref.ref) -> None:

@@ -193,7 +193,9 @@ def place(
             )
         )
     for model, reason, ids, host in part.dropped:
-        candidates.append(Candidate(devices=ids, model=model, host=host, kept=False, reasons=[reason]))
+        # built from checked values (ids and models of the inventory, reasons made here): no need to
+        # re-validate tens of thousands of device ids
+        candidates.append(Candidate.model_construct(devices=ids, model=model, host=host, kept=False, reasons=[reason]))
 
     chosen = candidates[0] if options else None
     suggestions: list[str] = []
@@ -231,6 +233,22 @@ def _vendor_reason(vendor: str, allowed: set[str]) -> str:
 
 def _never_reason(need: int, threshold: float, total: int) -> str:
     return f"never fits: needs {_gib(need)} > {threshold:g} x {_gib(total)} = {_gib(threshold * total)}"
+
+
+def _gang_reason(n: int, never: bool, hosts: int, lo: int, hi: int, first_host: str) -> str:
+    """One reason for all the hosts of a model where a gang of ``n`` does not fit (grouped, not one entry per host).
+
+    :param never: the hosts hold fewer than ``n`` devices that could ever hold the run (else: fewer free now).
+    :param hosts: how many hosts; ``lo``/``hi``: fewest/most fitting (``never``) or free devices among them;
+        ``first_host``: the first of them in pool order (named when it is the only one).
+    """
+    span = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    if never:
+        where = f"{first_host} has {lo}" if hosts == 1 else f"{hosts} hosts have {span}"
+        return f"gang of {n} needs {n} fitting devices on one host; {where}"
+    if hosts == 1:
+        return f"gang of {n}: only {lo} device(s) free now on {first_host}"
+    return f"gang of {n}: only {span} device(s) free now on each of {hosts} hosts"
 
 
 def _free_reasons(need: int) -> tuple[str, str, str, str]:
@@ -344,13 +362,24 @@ def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresh
             ]
 
         if n > 1:
-            gs = np.flatnonzero((nfit < n) | ((navail > 0) & (navail < n)))
-            for grp, a, m in zip(groups_of(gs), astart[gs].tolist(), navail[gs].tolist()):
-                if n > grp.nfit:
-                    why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {grp.nfit}"
-                else:
-                    why = f"gang of {n}: only {m} device(s) free now on {grp.host}"
-                gang.append((grp.model, why, apos[a:a + m]))
+            # gangs that do not fit a host, grouped per (model, never/not now) in order of first appearance
+            gs = np.flatnonzero(((nfit < n) | (navail < n)) & (navail > 0))
+            if gs.size:
+                never = nfit[gs] < n
+                gmc = dev_cm[gfirst[gs]]
+                kcode, kfirst = first_appearance_codes(gmc * 2 + never)
+                val = np.where(never, nfit[gs], navail[gs])
+                lens = navail[gs]
+                ends = np.cumsum(lens)
+                elem = np.repeat(astart[gs] - (ends - lens), lens) + np.arange(int(ends[-1]))
+                elem_kind = np.repeat(kcode, lens)
+                by_kind = apos[elem][np.argsort(elem_kind, kind="stable")]
+                bounds = np.concatenate(([0], np.cumsum(np.bincount(elem_kind, minlength=kfirst.size))))
+                for k, f in enumerate(kfirst.tolist()):
+                    vk = val[kcode == k]
+                    host = idx.hosts[idx.host_code[gfirst[gs[f]]]]
+                    why = _gang_reason(n, bool(never[f]), int(vk.size), int(vk.min()), int(vk.max()), host)
+                    gang.append((cmodels[gmc[f]], why, by_kind[bounds[k]:bounds[k + 1]]))
         # Within one device model every term but load is equal, so only the least-loaded
         # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
         gcm = dev_cm[gfirst[ready_g]]
@@ -470,13 +499,16 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
     fits = any(g.nfit >= n for g in groups.values())
     ready = [g for g in groups.values() if len(g.available) >= n]
     if n > 1:
+        per_kind: dict[tuple[str, bool], list] = {}
         for grp in groups.values():
-            if n > grp.nfit > 0:
-                why = f"gang of {n} needs {n} fitting devices on one host; {grp.host} has {grp.nfit}"
-                dropped.setdefault((grp.model, why), []).extend(grp.available)
+            if n > grp.nfit > 0 and grp.available:
+                per_kind.setdefault((grp.model, True), []).append((grp.host, grp.nfit, grp.available))
             elif n > len(grp.available) > 0:
-                why = f"gang of {n}: only {len(grp.available)} device(s) free now on {grp.host}"
-                dropped.setdefault((grp.model, why), []).extend(grp.available)
+                per_kind.setdefault((grp.model, False), []).append((grp.host, len(grp.available), grp.available))
+        for (model, never), hosts in per_kind.items():
+            counts = [v for _, v, _ in hosts]
+            why = _gang_reason(n, never, len(hosts), min(counts), max(counts), hosts[0][0])
+            dropped.setdefault((model, why), []).extend(d for _, _, devs in hosts for d in devs)
     # Within one device model every term but load is equal, so only the least-loaded
     # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
     by_model: dict[str, list[_Group]] = {}
@@ -570,19 +602,23 @@ def _load_bandit(store_url: str | None):
     return load_bandit(store_url)
 
 
-def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None) -> None:
+def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None) -> bool:
     """Feed one finished run to the rl_based bandit (the arm of ``record.device_model``).
 
-    Context: the chosen candidate's rule terms in ``record.placement``. Reward: failed ->
-    :data:`autodl.policy.rl_based.FAILURE_REWARD`; succeeded -> ln(throughput relative to
-    :data:`~autodl.policy.rl_based.REFERENCE_MODEL`) - cost_weight x ln(price ratio). Throughput is
-    the measured ``metrics['step_time_s']`` (reported by the training through AUTODL_METRICS_FILE) when
-    the record has it and the pool was real, else the catalog estimate. Records without a device model, a placement or that
-    never started are ignored.
+    Context: the chosen candidate's rule terms in ``record.placement`` (what the policy saw). Reward:
+    failed -> :data:`autodl.policy.rl_based.FAILURE_REWARD`; succeeded -> ln(the catalog's estimated
+    step time on :data:`~autodl.policy.rl_based.REFERENCE_MODEL` / the *measured* step time), the
+    measured one being ``metrics['step_time_s']`` (reported by the training through
+    AUTODL_METRICS_FILE). So the bandit learns how fast a device model really is for this kind of run
+    where the catalog's figures are wrong; no price term (see :attr:`LinUCB.cost_weight`). A succeeded
+    run with nothing measured on the device (a declared pool trains on CPU; no metrics file) teaches
+    nothing and is not fed: its reward would only repeat the catalog's assumption. Records without a
+    device model, a placement or that never started are ignored.
 
     :param record: the run record.
-    :param catalog: device models (prices, the reference device).
+    :param catalog: device models (the reference device).
     :param store_url: the store (default :func:`autodl.config.store_url`).
+    :returns: whether the bandit was updated.
     """
     from sqlalchemy import select
 
@@ -591,36 +627,33 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     from autodl.store import session_factory
 
     if record.outcome == "not_started" or not record.device_model or not record.placement:
-        return
+        return False
     placement = record.placement or {}
     chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself
     terms = chosen.get("terms") or {}
     if not terms:
-        return
+        return False
     gpu = catalog.find(record.device_model)
     arm = gpu.name if gpu else record.device_model
     ref = catalog.find(REFERENCE_MODEL)
     rel = None
-    if record.outcome == "succeeded" and record.profile and ref is not None:
+    if record.outcome == "succeeded":
+        # a run on a declared pool trained on CPU: its measured step time says nothing of the device
+        actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
+        if not isinstance(actual, (int, float)) or not actual > 0 or not record.profile or ref is None:
+            return False
         from autodl.profile.runtime import estimate_step_time_s
 
         try:
-            prof = ResourceProfile.model_validate(record.profile)
-            ref_step = estimate_step_time_s(prof, ref)
-            # a run on a declared pool trained on CPU: its measured step time says nothing of the device
-            actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
-            if actual is None and gpu is not None:
-                actual = estimate_step_time_s(prof, gpu)
-            rel = ref_step / actual if actual else None
+            ref_step = estimate_step_time_s(ResourceProfile.model_validate(record.profile), ref)
         except (CatalogError, ValueError):
-            rel = None
+            return False
+        if not ref_step or not ref_step > 0:
+            return False
+        rel = ref_step / actual
     bandit = LinUCB()
-    reward = bandit.reward(
-        rel if record.outcome == "succeeded" else None,
-        gpu.cost_per_hour_usd if gpu else None,
-        ref.cost_per_hour_usd if ref else None,
-        failed=record.outcome == "failed",
-    )
+    reward = bandit.reward(rel, gpu.cost_per_hour_usd if gpu else None, ref.cost_per_hour_usd if ref else None,
+                           failed=record.outcome == "failed")
     x = features_from_terms(terms)
     import json
 
@@ -637,3 +670,4 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
         bandit.update(arm, x, reward)
         a = bandit.arm(arm)
         row.a_inv_json, row.b_json, row.count, row.dim = json.dumps(a.a_inv), json.dumps(a.b), a.count, len(x)
+    return True

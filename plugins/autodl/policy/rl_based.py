@@ -3,9 +3,11 @@
 It is a contextual bandit, not full reinforcement learning: each placement is one independent
 decision whose reward arrives when the run ends. Context features of an option are the rule
 terms' raw values (speed, memory fit, load, relative cost), so the bandit learns how much each
-term predicts the real outcome on each device model. Reward: ln(throughput relative to the
-reference device) - ``cost_weight`` x ln(price / reference price); an OOM or failed run scores
-:data:`FAILURE_REWARD`. Cold start (fewer than ``warmup`` observations) falls back to
+term predicts the real outcome on each device model. Reward: ln(the *measured* throughput relative
+to the reference device's catalog estimate) (run records' step time; in the simulator the true
+speed while the policy sees the catalog's), so there is something to learn exactly where the
+catalog's figures are wrong; an OOM or failed run scores :data:`FAILURE_REWARD`. No price term by
+default (:attr:`LinUCB.cost_weight` = 0): see there. Cold start (fewer than ``warmup`` observations) falls back to
 ``rule_based``; exploration is bounded to the rule's ``top_k`` options. LinUCB itself is
 deterministic; ties break by rule score.
 
@@ -77,14 +79,18 @@ class LinUCB:
     :ivar ridge: L2 prior (A starts as ridge x I).
     :ivar warmup: observations before the bandit decides (cold start uses rule_based).
     :ivar top_k: exploration is bounded to the rule's best ``top_k`` options.
-    :ivar cost_weight: lambda in the reward (0 = throughput only, 1 = throughput per cost).
+    :ivar cost_weight: lambda in the reward (0 = throughput only, 1 = throughput per cost). Default 0:
+        the queue's objective is job completion time, and the price preference is already a visible,
+        user-weighted term of the rule (``cost``) that the bandit's context includes; a price term in
+        the reward made the bandit prefer a T4 over a faster P100 (issue 11) -- i.e. it learned the
+        price list, which needs no learning.
     """
 
     alpha: float = 0.3
     ridge: float = 1.0
     warmup: int = 20
     top_k: int = 3
-    cost_weight: float = 0.5
+    cost_weight: float = 0.0
     arms: dict[str, Arm] = field(default_factory=dict)
 
     @property
@@ -124,9 +130,14 @@ class LinUCB:
         """ln(throughput) - cost_weight x ln(cost / reference cost); :data:`FAILURE_REWARD` when failed.
 
         Unknown price (or reference price) contributes 0.
+
+        :raises ValueError: when a run that did not fail has no positive throughput (nothing measured is
+            not a failure: do not reward it at all).
         """
-        if failed or not relative_throughput or relative_throughput <= 0:
+        if failed:
             return FAILURE_REWARD
+        if not relative_throughput or relative_throughput <= 0:
+            raise ValueError("a succeeded run's reward needs its measured relative throughput (> 0)")
         r = math.log(relative_throughput)
         if cost_per_hour_usd and reference_cost_usd:
             r -= self.cost_weight * math.log(cost_per_hour_usd / reference_cost_usd)

@@ -10,14 +10,19 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "speed": 1.0,
     "cost": 0.2,
     "balance": 0.1,
-    "best_fit": 0.3,
+    "best_fit": 8.0,
     "preferred": 1.0,
     "nvlink": 0.2,
 }
-"""Weight of each rule term. Speed leads (job completion time is what users wait for); the
-spec's ``preferred_devices`` is a user's explicit wish, so it weighs as much as speed; cost,
-balance and best fit break near-ties. Chosen with ``benchmarks/scheduling.py`` on the Philly
-trace slice it prints (not fitted per pool). Tag terms weigh ``policy.tag_priorities`` values."""
+"""Weight of each rule term. ``best_fit`` was tuned with ``benchmarks/scheduling.py --tune`` on Philly
+slices 0, 2 and 7 only (never on the reported slices; grid 0.3, 1, 2, 8; loads x1 and x2): at 8 a run
+takes the smallest device that holds it and speed breaks ties between devices of similar memory --
+keeping big devices and whole hosts for the runs that need them lowered the mean JCT there by 10%
+against the previous 0.3 (5.82 h vs 6.49 h), most of it under load and for gangs. On the reported
+slices, which are less loaded, 0.3 did better at x1 (9%) and x2 (5%): see the benchmark's table.
+``preferred`` (the spec's ``preferred_devices``) weighs as much as speed, as before; between devices of
+very different memory best fit now outweighs it (8 x the difference in needed / device memory), as it
+does tag priorities of 1-2. Cost, balance and NVLink break near-ties."""
 
 
 def rule_terms(need: Need, options: Sequence[Option], ctx: PolicyContext) -> list[Scored]:

@@ -154,6 +154,86 @@ def probe_batches(batch: int, act_per_sample: int | None, fwd_flops_per_sample: 
     return b1, b2
 
 
+REPORT_TEXT_CHARS = 500
+"""Characters kept of each text the probe child reports (an error message, a layer name): they end up in findings,
+logs and records, and the user's code can make them any length."""
+
+REPORT_MAX_BYTES = 1 << 50
+"""Largest peak or parameter count believed from the probe child (:data:`autodl.fields.MAX_HOST_BYTES`, 1 PiB)."""
+
+
+def _report_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value)[:REPORT_TEXT_CHARS * 2]
+    text = "".join(c if c.isprintable() else " " for c in text)  # no terminal control sequences in messages
+    return text if len(text) <= REPORT_TEXT_CHARS else text[:REPORT_TEXT_CHARS - 3] + "..."
+
+
+def _report_count(value: Any, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= REPORT_MAX_BYTES:
+        raise ValueError(f"{what} is {_report_text(value) if value is not None else 'missing'}, not a count "
+                         f"from 0 to {REPORT_MAX_BYTES}")
+    return value
+
+
+def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
+    """The probe child's report (the JSON after ``AUTODL_PROBE``), checked field by field.
+
+    The child executes the user's model code in its own process, so the script can print a line of its own, with
+    any content; nothing in it is believed unchecked: a JSON object; texts cut to :data:`REPORT_TEXT_CHARS`
+    printable characters; on success, ``peaks`` for exactly the two probed ``batches`` and ``params`` /
+    ``trainable`` as integers in [0, :data:`REPORT_MAX_BYTES`] with ``trainable <= params``; ``fwd_flops_per_sample``
+    a finite number >= 0 or absent; ``input_index`` a small integer or absent; a failing layer's fields as texts
+    and shapes of integers.
+
+    :returns: the report with only those fields.
+    :raises ValueError: saying what is wrong (the caller keeps the static estimate).
+    """
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a number")
+
+    try:
+        data = json.loads(text, parse_constant=no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON: {_report_text(str(exc))}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    out: dict[str, Any] = {"ok": data.get("ok") is True}
+    for key in ("error", "stage", "input_desc"):
+        out[key] = _report_text(data.get(key))
+    fwd = data.get("fwd_flops_per_sample")
+    if fwd is not None:
+        if isinstance(fwd, bool) or not isinstance(fwd, (int, float)) or not 0 <= fwd <= 1e30:
+            raise ValueError(f"fwd_flops_per_sample is {_report_text(fwd)}, not a number of FLOPs")
+        out["fwd_flops_per_sample"] = float(fwd)
+    index = data.get("input_index")
+    if index is not None:
+        if type(index) is not int or not 0 <= index <= 10_000:
+            raise ValueError(f"input_index is {_report_text(index)}, not an index")
+        out["input_index"] = index
+    layer = data.get("layer")
+    if isinstance(layer, dict):
+        shapes = layer.get("input_shapes")
+        ok_shapes = isinstance(shapes, list) and len(shapes) <= 16 and all(
+            isinstance(sh, list) and len(sh) <= 16 and all(type(d) is int for d in sh) for sh in shapes)
+        out["layer"] = {"layer": _report_text(layer.get("layer")) or "?", "type": _report_text(layer.get("type")) or "?",
+                        "input_shapes": shapes if ok_shapes else None,
+                        "weight_shape": _report_text(layer.get("weight_shape"))}
+    elif layer is not None:
+        raise ValueError("layer is not a JSON object")
+    if out["ok"]:
+        peaks = data.get("peaks")
+        if not isinstance(peaks, dict) or set(peaks) != {str(b) for b in batches}:
+            raise ValueError(f"peaks are not given for the probed batches {batches[0]} and {batches[1]}")
+        out["peaks"] = {int(k): _report_count(v, f"the peak at batch {k}") for k, v in peaks.items()}
+        out["params"] = _report_count(data.get("params"), "params")
+        out["trainable"] = _report_count(data.get("trainable"), "trainable")
+        if out["trainable"] > out["params"]:
+            raise ValueError("more trainable parameters than parameters")
+    return out
+
+
 def run_probe(
     script: Path,
     facts: ScriptFacts,
@@ -231,14 +311,18 @@ def run_probe(
     out, err, returncode = result.stdout, result.stderr, result.returncode
     lines = [l for l in out.splitlines() if l.startswith("AUTODL_PROBE ")]
     if not lines:
-        tail = (err or "").strip().splitlines()[-3:]
+        tail = [_report_text(line) for line in (err or "").strip().splitlines()[-3:]]
         why = "; ".join(tail) or f"exit code {returncode}"
         if returncode and returncode < 0:
             why = f"killed by signal {-returncode}"
         if result.oom_kills or "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
             why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
         return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is static.")
-    data = json.loads(lines[-1][len("AUTODL_PROBE "):])
+    try:  # the child runs the user's code in its own process: the line may be anything the script printed
+        data = probe_report(lines[-1][len("AUTODL_PROBE "):], (b1, b2))
+    except ValueError as exc:
+        return fail("probe-failed", f"{script}: the probe's report could not be read ({exc}; the script's own code "
+                                    "can print such a line); the estimate is static.", line=site_line)
     if not data.get("ok"):
         layer = data.get("layer")
         if data.get("stage") == "step" and layer:
@@ -264,4 +348,4 @@ def run_probe(
     return res
 
 
-__all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches"]
+__all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches", "probe_report"]

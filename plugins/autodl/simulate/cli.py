@@ -49,7 +49,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--start", type=_count(0), default=0, help="first job of the slice after sorting by submit time")
     p.add_argument("--jobs", type=_count(1), default=None, help="number of jobs in the slice (default: to the end)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--error", type=_fraction, default=0.15, help="relative error of memory estimates (0.15 = +-15%%)")
+    p.add_argument("--error", type=_fraction, default=None,
+                   help="a uniform relative error of memory estimates (0.15 = +-15%%); default: the estimator's "
+                        "measured errors (include/data/estimate-errors.csv)")
+    p.add_argument("--errors", default=None, help="measured error table (default include/data/estimate-errors.csv)")
+    p.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier (2 = twice the trace's jobs per hour)")
+    p.add_argument("--pool-scale", type=float, default=1.0, help="hosts per device model x this (0.5 = pool halved)")
+    p.add_argument("--queue", choices=("autodl", "own"), default="autodl",
+                   help="autodl: every policy behind autodl's admission queue (default); own: each policy's classic "
+                        "queue (fifo_first_fit strict FIFO, the others first come, first served with greedy backfill)")
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
     p.add_argument("--plot", default=None, help="write a PNG of JCT CDFs and utilization over time here")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of the table")
@@ -67,18 +75,23 @@ def run(args: argparse.Namespace) -> int:
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
-        if not 0 <= args.error < 1:
+        if args.error is not None and not 0 <= args.error < 1:
             raise AutoDLError(f"--error {args.error}: must be in [0, 1), e.g. 0.15 for +-15%.")
+        if not args.load > 0 or not args.pool_scale > 0:
+            raise AutoDLError("--load and --pool-scale must be > 0 (1 = as the trace and the pool file are).")
+        from autodl.simulate.engine import SimOptions
+
         results = run_all(
             trace=args.trace, pool=args.pool, throughput=args.throughput, start=args.start, jobs=args.jobs,
-            seed=args.seed, error=args.error, policies=policies,
+            seed=args.seed, error=args.error, errors=args.errors, load=args.load, pool_scale=args.pool_scale,
+            policies=policies, options=SimOptions(seed=args.seed, own_queue=args.queue == "own"),
         )
     except AutoDLError as exc:
         print(f"autodl: error: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.plot:
         try:
-            write_plot(results, args.plot, f"slice start={args.start} jobs={args.jobs} seed={args.seed} error={args.error}")
+            write_plot(results, args.plot, f"slice start={args.start} jobs={args.jobs} seed={args.seed} load x{args.load:g}")
         except ImportError:
             print("autodl: error: --plot needs matplotlib; pip install -r requirements.txt.", file=sys.stderr)
             return 2

@@ -88,3 +88,16 @@ def load_sim_pool(path: str | Path | None, catalog: Catalog) -> SimPool:
     if not groups:
         raise AutoDLError(f"{p}: no 'groups:' or 'devices:'; see include/pools/{DEFAULT_SIM_POOL} for the layout.")
     return SimPool(str(p), tuple(groups))
+
+
+def scale_pool(pool: SimPool, factor: float) -> SimPool:
+    """``pool`` with each group's host count multiplied by ``factor`` and rounded (at least one host).
+
+    :raises AutoDLError: when ``factor`` is not > 0.
+    """
+    if not factor > 0:
+        raise AutoDLError(f"pool scale {factor}: must be > 0 (0.5 = the pool halved).")
+    import dataclasses
+
+    groups = tuple(dataclasses.replace(g, hosts=max(1, round(g.hosts * factor))) for g in pool.groups)
+    return SimPool(f"{pool.source} x{factor:g}", groups)
