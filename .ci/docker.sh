@@ -5,7 +5,8 @@
 # 2. starts `dockerd --bridge=none --iptables=false` in the background when no engine answers
 #    (no bridge, no iptables: the tests run every container with --network none);
 # 3. waits until `docker info` answers (AUTODL_DOCKERD_WAIT_S, default 60 s).
-# Idempotent: a running engine is left alone. Extra dockerd flags: AUTODL_DOCKERD_ARGS (e.g.
+# Idempotent: a running engine is left alone; one started here is recorded (.ci/services.sh) and stopped,
+# by its pid, when .ci/run ends. Extra dockerd flags: AUTODL_DOCKERD_ARGS (e.g.
 # "--storage-driver vfs" where overlayfs is not allowed). dockerd's log: ${AUTODL_DOCKERD_LOG:-/tmp/autodl-dockerd.log}.
 # Exports AUTODL_DOCKER_READY=1 when the engine answers; returns/exits non-zero otherwise.
 
@@ -29,18 +30,24 @@ _autodl_docker_setup() {
         export AUTODL_DOCKER_READY=1; return 0
     fi
     local args="${AUTODL_DOCKERD_ARGS:-}"
-    local attempt
+    local attempt started_pid=""
     for attempt in 1 2; do
-        if ! pgrep -x dockerd >/dev/null 2>&1; then
+        if [ -z "$started_pid" ] && pgrep -x dockerd >/dev/null 2>&1; then
+            :  # an engine someone else started is still coming up: wait for it, never stop it
+        elif [ -z "$started_pid" ] || ! kill -0 "$started_pid" 2>/dev/null; then
             echo "docker.sh: starting dockerd --bridge=none --iptables=false $args (log: $log)" >&2
-            $sudo sh -c "nohup dockerd --bridge=none --iptables=false $args >>'$log' 2>&1 &"
+            started_pid=$($sudo sh -c "nohup dockerd --bridge=none --iptables=false $args >>'$log' 2>&1 & echo \$!")
         fi
         local i=0
         while [ "$i" -lt "$wait_s" ]; do
-            if docker info >/dev/null 2>&1; then export AUTODL_DOCKER_READY=1; return 0; fi
+            if docker info >/dev/null 2>&1; then
+                export AUTODL_DOCKER_READY=1
+                if declare -F autodl_ci_started >/dev/null; then autodl_ci_started dockerd "$started_pid" TERM; fi
+                return 0
+            fi
             sleep 1; i=$((i + 1))
             # dockerd gave up (typically: overlayfs not allowed inside this container): retry once with vfs
-            if ! pgrep -x dockerd >/dev/null 2>&1 && [ -z "$args" ] && [ "$attempt" = 1 ]; then
+            if [ -n "$started_pid" ] && ! kill -0 "$started_pid" 2>/dev/null && [ -z "$args" ] && [ "$attempt" = 1 ]; then
                 echo "docker.sh: dockerd exited; retrying with --storage-driver vfs" >&2
                 args="--storage-driver vfs"; continue 2
             fi

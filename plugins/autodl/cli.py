@@ -1,6 +1,6 @@
 """The ``autodl`` command: profile, plan, inventory, leases, queue, runs, simulate — JSON with ``--json``, tables without.
 
-Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 130 interrupted (see
+Exit codes: 0 ok, 2 spec, 3 profile, 4 no fit, 5 inventory, 6 lease, 7 launch, 8 catalog, 9 store, 10 config, 130 interrupted (see
 :mod:`autodl.errors`); 1 an unexpected internal error (a bug: one line, no traceback unless ``AUTODL_DEBUG=1``).
 Messages never show a secret (:mod:`autodl.redact`); ``--json`` is strict JSON (a number that is not finite is ``null``).
 """
@@ -19,7 +19,7 @@ from autodl.errors import AutoDLError
 
 GiB = 1 << 30
 POOL_HELP = ("auto | nvml | prometheus+http://HOST:PORT[?max_age_s=60&window_s=300] | pool file "
-             "(default $AUTODL_POOL or auto)")
+             "(default $AUTODL_POOL, [autodl] pool, or auto)")
 MAX_MESSAGE_CHARS = 4000
 """An error message is cut here: it names the input and the fix, it never echoes a whole input."""
 

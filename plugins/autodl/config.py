@@ -1,27 +1,136 @@
-"""Where autodl finds its files and store: environment variables with embedded defaults.
+"""Where autodl finds its files and settings: environment variables, then Airflow's ``[autodl]`` section, then defaults.
 
-| variable           | default                                           |
-|--------------------|---------------------------------------------------|
-| AUTODL_INCLUDE     | ``include/`` of this repository                   |
-| AUTODL_HOME        | ``$AIRFLOW_HOME/autodl`` or ``~/.autodl``         |
-| AUTODL_STORE_URL   | ``sqlite:///$AUTODL_HOME/autodl.db``              |
-| AUTODL_POOL        | NVML when a driver answers, else ``include/pools/demo.yaml`` |
-| AUTODL_CATALOG     | ``include/catalog/gpus.yaml``                     |
-| AUTODL_LEASE_TTL   | ``300`` seconds (see :func:`lease_ttl_s`)         |
+| setting (``[autodl]`` option) | environment variable       | default                                              |
+|-------------------------------|----------------------------|------------------------------------------------------|
+| (files)                       | ``AUTODL_INCLUDE``         | the package's ``autodl/include`` (see :func:`include_dir`) |
+| (state)                       | ``AUTODL_HOME``            | ``$AIRFLOW_HOME/autodl`` or ``~/.autodl``            |
+| ``store_url``                 | ``AUTODL_STORE_URL``       | ``sqlite:///$AUTODL_HOME/autodl.db``                 |
+| ``pool``                      | ``AUTODL_POOL``            | ``auto``: NVML when a driver answers, else ``include/pools/demo.yaml`` |
+| ``memory_threshold``          | ``AUTODL_MEMORY_THRESHOLD``| a spec without ``resource_policy.memory_threshold`` gets 0.85 |
+| ``default_launcher``          | ``AUTODL_LAUNCHER``        | a spec without ``launcher:`` gets ``local``          |
+| ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
+| (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
+| (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
+
+An environment variable always wins. Inside an Airflow process (the ``airflow`` package already
+imported: scheduler, worker, triggerer, dag-processor, api-server) the ``[autodl]`` section is read
+through Airflow's own ``conf`` (so ``airflow.cfg``, ``AIRFLOW__AUTODL__<OPTION>`` and secrets backends
+all work; the provider declares the section, :mod:`autodl.provider`). The ``autodl`` command line reads
+the same ``AIRFLOW__AUTODL__*`` variables and ``airflow.cfg`` (``$AIRFLOW_CONFIG``, else
+``$AIRFLOW_HOME/airflow.cfg``) without importing Airflow. The core imports Airflow only here, lazily,
+and only where it is already loaded.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from autodl.errors import ConfigError
+
+SETTINGS: dict[str, str] = {
+    "store_url": "AUTODL_STORE_URL",
+    "pool": "AUTODL_POOL",
+    "memory_threshold": "AUTODL_MEMORY_THRESHOLD",
+    "default_launcher": "AUTODL_LAUNCHER",
+    "host_queues": "AUTODL_HOST_QUEUES",
+}
+"""``[autodl]`` option -> the environment variable that overrides it."""
 
 
 def include_dir() -> Path:
-    """The ``include/`` folder (training scripts, specs, catalog, pools)."""
-    return Path(os.environ.get("AUTODL_INCLUDE") or REPO_ROOT / "include")
+    """The folder of the files autodl ships: GPU catalog and vendor table (``catalog/``), pool files
+    (``pools/``), example specs and training scripts, and the data the simulator reads (``data/``).
+
+    ``AUTODL_INCLUDE`` when set; else ``importlib.resources.files("autodl") / "include"``: in an
+    installed wheel the files are copied there (``[tool.setuptools.package-data]`` in pyproject.toml);
+    in the repository (checkout, editable install, or the package dropped into an Airflow
+    ``plugins/`` folder) ``plugins/autodl/include`` is a symbolic link to the top-level ``include/``.
+    The path is resolved, so in the repository it reads ``<repo>/include``.
+
+    :raises ConfigError: when neither exists (a copy of the package without its files).
+    """
+    env = os.environ.get("AUTODL_INCLUDE")
+    if env:
+        return Path(env)
+    packaged = resources.files("autodl") / "include"
+    if packaged.is_dir():
+        return Path(str(packaged)).resolve()
+    raise ConfigError(
+        f"autodl's files (GPU catalog, pools, specs) are not at {packaged}: this copy of the package lacks its "
+        "include/ folder. Reinstall autodl (pip install autodl...), copy the repository's include/ folder there "
+        "(in a checkout plugins/autodl/include is a link to ../../include), or set AUTODL_INCLUDE to such a folder."
+    )
+
+
+def airflow_cfg_path() -> Path:
+    """The ``airflow.cfg`` Airflow reads: ``$AIRFLOW_CONFIG``, else ``$AIRFLOW_HOME/airflow.cfg`` (``~/airflow``)."""
+    if os.environ.get("AIRFLOW_CONFIG"):
+        return Path(os.environ["AIRFLOW_CONFIG"])
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "airflow.cfg"
+
+
+def _option_without_airflow(name: str) -> str | None:
+    """``[autodl] <name>`` as Airflow would read it from the same two places, without importing Airflow:
+    ``AIRFLOW__AUTODL__<NAME>``, else the ``[autodl]`` section of :func:`airflow_cfg_path`. (Importing
+    Airflow in the command line would cost seconds and set up Airflow's logging, which writes to stdout
+    and so breaks ``--json``.) Secrets backends and ``_cmd`` options are Airflow's own: inside Airflow only."""
+    env = os.environ.get(f"AIRFLOW__AUTODL__{name.upper()}")
+    if env is not None:
+        return env
+    path = airflow_cfg_path()
+    if not path.is_file():
+        return None
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None  # Airflow itself reports a configuration it cannot read
+    return parser.get("autodl", name, fallback=None)
+
+
+def airflow_option(name: str) -> str | None:
+    """``[autodl] <name>`` from Airflow's configuration, or None when unset or empty.
+
+    Inside an Airflow process (``airflow`` already imported) through Airflow's own ``conf``; elsewhere (the
+    ``autodl`` command) from ``AIRFLOW__AUTODL__*`` and ``airflow.cfg`` directly (:func:`_option_without_airflow`).
+    Never raises: a configuration Airflow itself cannot read is Airflow's error to report, and autodl
+    falls back to its defaults.
+    """
+    if "airflow" in sys.modules:
+        try:
+            from airflow.configuration import conf
+
+            value = conf.get("autodl", name, fallback=None)
+        except Exception:  # noqa: BLE001 - see the docstring
+            value = None
+    else:
+        value = _option_without_airflow(name)
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value or None
+
+
+def setting(name: str) -> str | None:
+    """The value of the ``[autodl]`` option ``name``: its environment variable (:data:`SETTINGS`), else
+    Airflow's ``[autodl]`` section (see the module docstring), else None (the caller's default)."""
+    env = os.environ.get(SETTINGS[name], "").strip()
+    if env:
+        return env
+    return airflow_option(name)
+
+
+def _source(name: str) -> str:
+    """Where the value of ``name`` came from, for messages."""
+    if os.environ.get(SETTINGS[name], "").strip():
+        return f"environment variable {SETTINGS[name]}"
+    return f"[autodl] {name} in Airflow's configuration (airflow.cfg or AIRFLOW__AUTODL__{name.upper()})"
 
 
 def autodl_home() -> Path:
@@ -48,7 +157,12 @@ def autodl_home() -> Path:
 
 def store_url() -> str:
     """SQLAlchemy URL of autodl's own store (never Airflow's metadata database)."""
-    return os.environ.get("AUTODL_STORE_URL") or f"sqlite:///{autodl_home() / 'autodl.db'}"
+    return setting("store_url") or f"sqlite:///{autodl_home() / 'autodl.db'}"
+
+
+def pool_source() -> str:
+    """The inventory source used when none is given: ``auto``, ``nvml``, a URL source or a pool file."""
+    return setting("pool") or "auto"
 
 
 DEFAULT_LEASE_TTL_S = 300.0
@@ -90,6 +204,83 @@ def current_user() -> str:
 def default_pool_file() -> Path:
     """The declared pool used when no NVML driver answers."""
     return include_dir() / "pools" / "demo.yaml"
+
+
+def default_memory_threshold() -> float | None:
+    """The memory threshold for specs that do not set ``resource_policy.memory_threshold``; None: the
+    spec's own default.
+
+    :raises ConfigError: not a number in (0, 1], naming where the value came from.
+    """
+    raw = setting("memory_threshold")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise ConfigError(f"{_source('memory_threshold')}: {raw!r} is not a fraction of device memory in (0, 1]; "
+                          "set it to e.g. 0.85, or unset it to use the spec's default.")
+    return value
+
+
+def default_launcher() -> str | None:
+    """The launcher for specs without a ``launcher:`` section; None: ``local``.
+
+    :raises ConfigError: not a known launcher name, naming where the value came from.
+    """
+    raw = setting("default_launcher")
+    if raw is None:
+        return None
+    from autodl.launch import _REGISTRY
+
+    if raw not in _REGISTRY:
+        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(_REGISTRY)}.")
+    return raw
+
+
+def host_queues() -> dict[str, str]:
+    """Which Celery queue runs the steps that must run on a GPU host (``[autodl] host_queues``).
+
+    Written ``host=queue,host=queue`` (or a JSON object), the hosts as the inventory names them. Only
+    listed hosts are routed: a declared pool's made-up host names never send a step to a queue no
+    worker reads. Empty: no routing (one machine, or launchers that reach the host remotely: a Docker
+    engine per host, Kubernetes). Read by the DAG processor (it builds the group) and the scheduler
+    (:mod:`autodl.policies`): give both the same value.
+
+    :returns: ``{host: queue}``.
+    :raises ConfigError: for an entry that is not ``host=queue``.
+    """
+    raw = setting("host_queues")
+    if not raw:
+        return {}
+    if raw.startswith("{"):
+        import json
+
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{_source('host_queues')}: not a JSON object ({exc}); write host=queue,host=queue.") from None
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                 for k, v in data.items()):
+            raise ConfigError(f"{_source('host_queues')}: a JSON value must map host names to queue names.")
+        return dict(data)
+    out: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        host, sep, queue = entry.partition("=")
+        if not sep or not host.strip() or not queue.strip():
+            raise ConfigError(f"{_source('host_queues')}: entry {entry!r} is not host=queue; write e.g. "
+                              "gpu-node-1=gpu-node-1,gpu-node-2=gpu-node-2.")
+        out[host.strip()] = queue.strip()
+    return out
+
+
+def queue_for_host(host: str | None) -> str | None:
+    """The Celery queue of ``host`` under :func:`host_queues`; None when routing is off or the host is not listed."""
+    if not host:
+        return None
+    return host_queues().get(host)
 
 
 def read_yaml(path: str | Path, error: type[Exception], missing: str) -> Any:

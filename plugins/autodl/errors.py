@@ -84,3 +84,9 @@ class StoreError(AutoDLError):
     """autodl's own store (AUTODL_STORE_URL) cannot be reached or used."""
 
     exit_code = 9
+
+
+class ConfigError(AutoDLError):
+    """A setting (``AUTODL_*`` variable or Airflow's ``[autodl]`` section) is invalid, or autodl's shipped files are missing."""
+
+    exit_code = 10

@@ -30,11 +30,11 @@ def _step_of(task_id: str) -> tuple[str, str] | None:
     return (group, step) if group and step in HOLDING_STEPS else None
 
 
-def _launcher_kwargs_for(kind: str) -> dict[str, Any]:
+def _launcher_kwargs_for(kind: str, host: str | None = None) -> dict[str, Any]:
     from autodl.operators.steps import _launcher_kwargs
 
     try:
-        return _launcher_kwargs(kind)
+        return _launcher_kwargs(kind, host)
     except Exception:  # noqa: BLE001 - a connection that cannot be read: stop with the launcher's defaults
         return {}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import typing
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from autodl.errors import (
     TrainingFailed,
     WaitTimeout,
 )
+from autodl.hosts import booked_host, require_here, this_host
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
 from autodl.launch.local import run_folder
@@ -375,11 +375,6 @@ def owner_of(ctx: RunContext) -> LeaseOwner:
     return LeaseOwner(dag_id=ctx.dag_id, run_id=ctx.run_id, user=ctx.user)
 
 
-def this_host() -> str:
-    """This machine's host name (where a local training runs)."""
-    return socket.gethostname()
-
-
 def expected_runtime_s(ctx: RunContext, *, limit: int = 20) -> float | None:
     """Median duration (seconds) of this run's earlier successful runs (same DAG and task group), from
     the run records; None when there are none."""
@@ -409,7 +404,7 @@ def _fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], b
 def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
               log: Callable[[str], None] = print, poke_interval_s: float | None = None,
               timeout_s: float | None = None,
-              launcher_kwargs_for: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any] | None:
+              launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """Step 2, one poll: wait in the admission queue; book the devices when the queue grants them.
 
     In order: a run that already holds a lease gets it back (a retried or resumed wait); expired leases
@@ -525,7 +520,7 @@ def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: 
 
 def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
                 log: Callable[[str], None] = print,
-                launcher_kwargs_for: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+                launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
     """Step 3: the devices this run booked while waiting, with the ranked candidates; or, when it holds
     no lease (freed while the task was between steps), one more poll of the queue.
 
@@ -625,6 +620,9 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     ledger = Ledger()
     ledger.heartbeat(ctx.run_key, selection["lease"]["lease_id"])
     launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
+    host = booked_host(d.host for d in request.devices)
+    if launcher.name == "local" and not request.on_cpu:  # declared devices: the CPU run goes where this step runs
+        require_here(host, "start the training", ctx.run_key)
     rendered = launcher.render(request)
     if rendered.get("shell"):
         log(f"launch ({launcher.name}): {rendered['shell']}")
@@ -636,7 +634,7 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
         from autodl.metrics import write_baseline
 
         write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
-    handle = launcher.launch(request)
+    handle = launcher.launch(request).model_copy(update={"host": host})
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
     (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))
@@ -745,6 +743,8 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     from autodl.metrics import make_sampler
 
     launcher = get_launcher(handle.launcher or launcher_type, **(launcher_kwargs or {}))
+    if launcher.name == "local":
+        require_here(None if handle.on_cpu else handle.host, "follow the training", ctx.run_key)
     folder = state_dir(ctx.run_key)
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
 
@@ -833,6 +833,8 @@ def _stop(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None
     handle = LaunchHandle.model_validate(handle_json)
     try:
         launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
+        if launcher.name == "local":
+            require_here(None if handle.on_cpu else handle.host, "stop the training", handle.run_key)
         if launcher.poll(handle) is None:
             log(f"training {handle.run_key} {why}")
             launcher.stop(handle)
@@ -865,7 +867,7 @@ def _left_behind_handle(lease: Lease) -> dict[str, Any] | None:
     return None
 
 
-def stop_left_behind(lease: Lease, *, launcher_kwargs_for: Callable[[str], dict[str, Any]] | None = None,
+def stop_left_behind(lease: Lease, *, launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None,
                      log: Callable[[str], None] = print) -> bool:
     """Stop whatever the run of ``lease`` left running (process tree, container or pod, through the
     launcher's own stop). True when nothing of it runs any more; False when that cannot be known (a local
@@ -878,13 +880,15 @@ def stop_left_behind(lease: Lease, *, launcher_kwargs_for: Callable[[str], dict[
         log(f"lease {lease.lease_id} of {lease.run_key}: its training runs on {lease.launched_on}, not here "
             f"({this_host()}); it cannot be stopped from here, so its devices stay booked")
         return False
-    kwargs = launcher_kwargs_for(kind) if launcher_kwargs_for else {}
+    # the booked host's own engine (docker_<host>) when the handle names it
+    kwargs = (launcher_kwargs_for(kind, handle["host"]) if handle.get("host") else launcher_kwargs_for(kind)) \
+        if launcher_kwargs_for else {}
     result = _stop(handle, launcher_kwargs=kwargs, log=log, why="was left behind by an expired lease: stopping it")
     return not result.startswith("unknown")
 
 
 def release_lease(lease: Lease, *, reason: str, step: str = "lease", log: Callable[[str], None] = print,
-                  launcher_kwargs_for: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any] | None:
+                  launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """Stop what ``lease``'s run left, free the lease and record the run with ``reason``.
 
     :returns: :func:`step_release_and_record`'s result, or None when the training could not be stopped
@@ -901,7 +905,7 @@ def release_lease(lease: Lease, *, reason: str, step: str = "lease", log: Callab
 
 
 def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = None,
-                 launcher_kwargs_for: Callable[[str], dict[str, Any]] | None = None) -> list[str]:
+                 launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> list[str]:
     """Reclaim every lease whose TTL ran out: claim it (one reaper per lease), stop what it left, free it,
     and record the run as failed with why. Called before devices are offered to waiting runs.
 
@@ -966,7 +970,7 @@ def release_by_hand(run_key: str, *, user: str | None = None, force: bool = Fals
 
 def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | None = None,
                        log: Callable[[str], None] = print,
-                       launcher_kwargs_for: Callable[[str], dict[str, Any]] | None = None) -> list[str]:
+                       launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> list[str]:
     """Release the leases of a failed Airflow DAG run (all its autodl groups, or only ``run_key``'s) and take
     its waiting runs out of the queue; each run is recorded with ``reason``. Returns the freed run keys."""
     from autodl.queue import AdmissionQueue

@@ -218,6 +218,16 @@ def _root_args() -> list[str]:
     return args
 
 
+def _python_over_tmpfs_args() -> list[str]:
+    """The interpreter's folders again, for those under ``/tmp`` or ``/dev/shm``: the private tmpfs mounted
+    there would otherwise hide them (a checkout and its ``.venv`` in a temporary folder, as CI makes)."""
+    args: list[str] = []
+    for d in _python_dirs():
+        if any(d == Path(t) or Path(t) in d.parents for t in ("/tmp", "/dev/shm")):
+            args += ["--ro-bind", str(d), str(d)]
+    return args
+
+
 def _namespace_args() -> list[str]:
     return ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
@@ -692,7 +702,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
             "--ro-bind-data", str(data[0]), "/etc/passwd", "--ro-bind-data", str(data[1]), "/etc/group",
             "--ro-bind-data", str(data[2]), "/etc/hosts",
             "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
-            "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
+            "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm", *_python_over_tmpfs_args(),
             *_bind_args(workdir, read_only_paths), "--remount-ro", "/", "--chdir", str(workdir),
             "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
     t0 = time.monotonic()

@@ -63,6 +63,22 @@ DEFAULT_MAX_PENDING_S = 900
 autoscaler's ``--max-node-provision-time`` default (after that it stops waiting for a new node too)."""
 
 
+def _configured_threshold() -> float:
+    """The default memory threshold: ``[autodl] memory_threshold`` / ``AUTODL_MEMORY_THRESHOLD`` when set
+    (:func:`autodl.config.default_memory_threshold`), else :data:`DEFAULT_MEMORY_THRESHOLD`."""
+    from autodl.config import default_memory_threshold
+
+    configured = default_memory_threshold()
+    return DEFAULT_MEMORY_THRESHOLD if configured is None else configured
+
+
+def _configured_launcher() -> str:
+    """The default launcher: ``[autodl] default_launcher`` / ``AUTODL_LAUNCHER`` when set, else ``local``."""
+    from autodl.config import default_launcher
+
+    return default_launcher() or "local"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -111,7 +127,7 @@ class TaskSection(_Section):
 
 
 class ResourcePolicySection(_Section):
-    memory_threshold: Fraction = DEFAULT_MEMORY_THRESHOLD
+    memory_threshold: Fraction = Field(default_factory=lambda: _configured_threshold())
     allow_mixed_precision: bool = True
     distributed_strategy: Literal["none", "data_parallel", "fleet"] = "none"
     preferred_devices: list[str] = Field(default_factory=list)
@@ -425,7 +441,7 @@ class LauncherSection(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["local", "docker", "kubernetes"] = "local"
+    type: Literal["local", "docker", "kubernetes"] = Field(default_factory=lambda: _configured_launcher())
     image: str | None = Field(None, description="Container image; default: the PaddlePaddle GPU image.")
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     python: str = Field("python", description="Interpreter inside the container (the host's is meaningless there).")

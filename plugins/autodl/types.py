@@ -315,6 +315,7 @@ class LaunchHandle(_Frozen):
     launcher: str
     run_key: str
     lease_id: str | None = None
+    host: str | None = Field(None, description="The GPU host the training was started on (the booked devices' host).")
     pid: int | None = None
     pgid: int | None = None
     container_id: str | None = None

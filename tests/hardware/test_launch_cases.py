@@ -130,7 +130,10 @@ def rank_processes(script: Path) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if str(script) in cmd and "paddle.distributed.launch" not in cmd and "autodl" not in " ".join(cmd[:2]):
+        # the ranks only: not the launcher (python -m paddle.distributed.launch), not autodl's own processes
+        # (python -m autodl...); the interpreter's path may well contain "autodl" (a checkout named so)
+        if str(script) in cmd and "paddle.distributed.launch" not in cmd and not any(
+                c.startswith("autodl") for c in cmd[1:3]):
             if not any("runner.py" in c for c in cmd):
                 found.append(p)
     return found

@@ -11,6 +11,7 @@ import yaml
 from autodl import pipeline
 from autodl.errors import LaunchError
 from autodl.launch.docker import DockerLauncher
+from autodl.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,9 @@ def _setup(tmp_path, image, command):
     run_key = f"it.docker_pipeline.{uuid.uuid4().hex[:8]}"
     ctx = pipeline.RunContext(run_key=run_key, dag_id="it_dag", run_id="manual__it", task_id="train.launch",
                               try_number=1)
-    selection = {"devices": [], "lease": {"lease_id": "lease-it"}, "declared_pool": True}
+    # a real lease: the launch heartbeats it first and refuses to start a training without one (LeaseLost)
+    lease = Ledger().book(run_key, [f"it-device-{uuid.uuid4().hex[:8]}"], model="A100-SXM4-40GB")
+    selection = {"devices": [], "lease": {"lease_id": lease.lease_id}, "declared_pool": True}
     return ctx, {"profile": profile, "script": str(script), "spec_path": str(spec)}, selection
 
 

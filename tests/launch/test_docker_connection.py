@@ -37,3 +37,30 @@ def test_docker_url_synonym_and_no_registry_without_login(monkeypatch):
     conn = {"conn_type": "docker", "host": "registry.example.org", "extra": {"docker_url": "tcp://127.0.0.1:2376"}}
     monkeypatch.setenv("AIRFLOW_CONN_DOCKER_DEFAULT", json.dumps(conn))
     assert launcher_kwargs("docker") == {"base_url": "tcp://127.0.0.1:2376"}
+
+
+def test_each_gpu_host_has_its_own_engine_connection(monkeypatch):
+    """A pool spans hosts: the booked host's connection docker_<host> gives the engine, docker_default the
+    registry; a host without a connection uses docker_default's engine."""
+    from autodl.operators.connections import host_conn_id
+
+    assert host_conn_id("GPU-Node-2.lab") == "docker_gpu_node_2_lab"
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_DEFAULT", json.dumps(
+        {"conn_type": "docker", "host": "registry.example.org", "login": "bot", "password": "pw",
+         "extra": {"base_url": "unix:///var/run/docker.sock", "tls": "true"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_GPU_NODE_2_LAB", json.dumps(
+        {"conn_type": "autodl_gpu_host", "extra": {"base_url": "tcp://gpu-node-2.lab:2375"}}))
+    node2 = launcher_kwargs("docker", "GPU-Node-2.lab")
+    assert node2["base_url"] == "tcp://gpu-node-2.lab:2375" and "tls" not in node2
+    assert node2["registry"]["username"] == "bot"
+    other = launcher_kwargs("docker", "gpu-node-3")
+    assert other["base_url"] == "unix:///var/run/docker.sock" and other["tls"] is True
+
+
+def test_host_connection_without_engine_is_refused(monkeypatch):
+    from autodl.errors import LaunchError
+
+    monkeypatch.delenv("AIRFLOW_CONN_DOCKER_DEFAULT", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_GPU_A", json.dumps({"conn_type": "docker", "extra": {"tls": "true"}}))
+    with pytest.raises(LaunchError, match="docker_gpu_a .*has no 'base_url'"):
+        launcher_kwargs("docker", "gpu-a")

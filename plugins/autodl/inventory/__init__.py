@@ -15,12 +15,11 @@ Sources are a registry chosen by name or URL scheme (``AUTODL_POOL`` or the ``--
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from autodl.catalog import Catalog, load_catalog
-from autodl.config import default_pool_file
+from autodl.config import default_pool_file, pool_source
 from autodl.errors import InventoryError
 from autodl.inventory.declared import read_pool_file
 from autodl.inventory.nvml import NvmlFailed, NvmlUnavailable, read_nvml
@@ -65,7 +64,7 @@ def _broken_fix(exc: NvmlFailed) -> str:
 def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None = None) -> Inventory:
     """Snapshot of the pool.
 
-    :param source: ``'auto'`` (default, or ``$AUTODL_POOL``), a registered source name such as
+    :param source: ``'auto'`` (default, or ``$AUTODL_POOL`` / ``[autodl] pool``), a registered source name such as
         ``'nvml'``, a registered URL (``prometheus+http://127.0.0.1:9090``), or the path of a pool YAML file.
     :param catalog: GPU catalog used to name device models; default :func:`load_catalog`.
     :returns: an :class:`~autodl.types.Inventory`; ``declared=True`` when the devices came from a file;
@@ -74,7 +73,7 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
         no driver, or NVML present but failing (exit code 5).
     """
     catalog = catalog or load_catalog()
-    source = str(source or os.environ.get("AUTODL_POOL") or "auto")
+    source = str(source or pool_source())
     if source == "auto":
         try:
             return read_nvml(catalog)

@@ -20,12 +20,12 @@ loaded: :class:`NvmlUnavailable`, the ``auto`` pool then uses its declared fallb
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from autodl.catalog import Catalog
+from autodl.hosts import this_host
 from autodl.types import Device, Inventory
 
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -387,7 +387,7 @@ def read_nvml(catalog: Catalog, nvml: ModuleType | None = None) -> Inventory:
     """
     nvml = load_nvml(nvml)
     init(nvml)
-    host = socket.gethostname()
+    host = this_host()  # AUTODL_HOST or the host name: the name steps compare with (autodl.hosts)
     devices: list[Device] = []
     try:
         try:

@@ -23,6 +23,7 @@ from typing import Any
 
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
+from autodl.hosts import UNKNOWN_HOSTS
 from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
 from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, complete_utf8_length
 from autodl.redact import redact_env, redact_obj
@@ -84,6 +85,33 @@ def quantity(n_bytes: int) -> str:
         if n_bytes % factor == 0:
             return f"{n_bytes // factor}{unit}"
     return str(n_bytes)
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The well-known node label holding the node's name (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetesiohostname)."""
+
+
+def booked_node(request: LaunchRequest) -> str | None:
+    """The node the booked devices are on, or None for a CPU run (a declared pool's host is not a node).
+
+    A pool spans nodes and the lease names devices of one of them, so the pod must start there: a
+    ``nodeSelector`` on :data:`HOSTNAME_LABEL` (rather than ``nodeName``) keeps the Kubernetes scheduler
+    in charge of resources and taints. The node is the device's ``labels["kubernetes.io/hostname"]``
+    when the inventory gives one, else its ``host`` (dcgm-exporter's ``Hostname``: the node name under
+    the GPU Operator; NVML's: this machine's host name). A device whose host is unknown (``localhost``,
+    ``unknown``, empty) pins nothing: the product selector alone places the pod, as on one node.
+
+    :raises LaunchError: when the booked devices are on more than one node (one pod cannot span nodes).
+    """
+    if request.on_cpu or not request.devices:
+        return None
+    nodes = {d.labels.get(HOSTNAME_LABEL) or d.host for d in request.devices} - UNKNOWN_HOSTS
+    if not nodes:
+        return None
+    if len(nodes) != 1:
+        raise LaunchError(f"run {request.run_key}: the booked devices are on several nodes ({', '.join(sorted(nodes))}); "
+                          "one pod runs on one node: book devices of one host.")
+    return nodes.pop()
 
 
 def product_label_value(model_name: str, catalog: Catalog, vendor: VendorInfo | None = None) -> str | None:
@@ -299,6 +327,15 @@ class KubernetesLauncher:
             node_selector.update(selector)
             tolerations.append(k8s.V1Toleration(key=vendor.k8s_taint_key, operator="Exists", effect="NoSchedule"))
         node_selector.update(opts.node_selector)
+        node = booked_node(request)
+        if node is not None:
+            chosen = node_selector.get(HOSTNAME_LABEL)
+            if chosen not in (None, node):
+                raise LaunchError(
+                    f"run {request.run_key}: launcher.node_selector pins {HOSTNAME_LABEL}={chosen}, but the booked "
+                    f"devices are on node {node}; remove that selector (autodl pins the pod to the booked node)."
+                )
+            node_selector[HOSTNAME_LABEL] = node
         for t in opts.tolerations:
             tolerations.append(
                 k8s.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,

@@ -11,6 +11,13 @@ The connections follow the providers' conventions, read through their hooks:
   ``namespace``.
 
 A missing connection means "the defaults": the local Docker socket, the kubeconfig.
+
+Several GPU hosts: a pool spans hosts, and a booked device is launched on its own host's Docker
+engine. The engine of host ``H`` comes from the connection ``docker_<H>`` (:func:`host_conn_id`: the
+host name lower-cased, anything but letters, digits and ``_`` turned into ``_``), of the Docker
+provider's type or autodl's ``autodl_gpu_host`` type (:class:`autodl.operators.hooks.GpuHostHook`),
+with the same extra (``base_url``, ``tls``); registry credentials stay those of ``docker_default``.
+A host without its own connection uses ``docker_default``'s engine.
 """
 
 from __future__ import annotations
@@ -30,14 +37,29 @@ def _as_bool(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
 
 
-def _docker_kwargs(conn_id: str) -> dict[str, Any]:
+def host_conn_id(host: str) -> str:
+    """The Airflow connection id of ``host``'s Docker engine: ``docker_<host>`` with the host name
+    lower-cased and every character other than a letter, digit or ``_`` replaced by ``_``
+    (``gpu-node-2.lab`` -> ``docker_gpu_node_2_lab``), so it can also be given as
+    ``AIRFLOW_CONN_DOCKER_GPU_NODE_2_LAB``."""
+    import re
+
+    return "docker_" + re.sub(r"[^a-z0-9_]", "_", host.lower())
+
+
+def _get_connection(conn_id: str) -> Any:
+    """The connection ``conn_id``, or None when it does not exist."""
     from airflow.exceptions import AirflowNotFoundException
-    from airflow.providers.docker.hooks.docker import DockerHook
+    from airflow.sdk import BaseHook
 
     try:
-        conn = DockerHook.get_connection(conn_id)
+        return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        return {}
+        return None
+
+
+def _engine_kwargs(conn: Any) -> dict[str, Any]:
+    """``base_url``/``tls``/``timeout`` from a Docker engine connection's extra."""
     extra = conn.extra_dejson or {}
     kwargs: dict[str, Any] = {}
     base_url = extra.get("base_url") or extra.get("docker_url")
@@ -45,6 +67,33 @@ def _docker_kwargs(conn_id: str) -> dict[str, Any]:
         kwargs["base_url"] = base_url
     if "tls" in extra:
         kwargs["tls"] = _as_bool(extra["tls"])
+    if "timeout" in extra:
+        kwargs["timeout"] = int(extra["timeout"])
+    return kwargs
+
+
+def _docker_kwargs(conn_id: str, host: str | None = None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    conn = _get_connection(conn_id)
+    if conn is not None:
+        kwargs = _default_docker_kwargs(conn)
+    if host:
+        per_host = _get_connection(host_conn_id(host))
+        if per_host is not None:
+            engine = _engine_kwargs(per_host)
+            if "base_url" not in engine:
+                raise LaunchError(
+                    f"Airflow connection {host_conn_id(host)} (the Docker engine of GPU host {host}) has no "
+                    "'base_url' in its extra; set it, e.g. {\"base_url\": \"tcp://" + host + ":2376\", \"tls\": true}."
+                )
+            kwargs.pop("tls", None)
+            kwargs.update(engine)
+    return kwargs
+
+
+def _default_docker_kwargs(conn: Any) -> dict[str, Any]:
+    extra = conn.extra_dejson or {}
+    kwargs = _engine_kwargs(conn)
     if conn.host and conn.login:
         registry = f"{conn.host}:{conn.port}" if conn.port else conn.host
         kwargs["registry"] = {
@@ -54,8 +103,6 @@ def _docker_kwargs(conn_id: str) -> dict[str, Any]:
             "email": extra.get("email") or None,
             "reauth": _as_bool(extra.get("reauth", True)),
         }
-    if "timeout" in extra:
-        kwargs["timeout"] = int(extra["timeout"])
     return kwargs
 
 
@@ -99,17 +146,19 @@ def _kubernetes_kwargs(conn_id: str) -> dict[str, Any]:
     return kwargs
 
 
-def launcher_kwargs(launcher_type: str) -> dict[str, Any]:
+def launcher_kwargs(launcher_type: str, host: str | None = None) -> dict[str, Any]:
     """Keyword arguments for the launcher called ``launcher_type``, from its Airflow connection.
 
     :param launcher_type: ``local``, ``docker`` or ``kubernetes``.
+    :param host: the GPU host of the booked devices; for Docker its own engine connection
+        (:func:`host_conn_id`) replaces ``docker_default``'s engine when it exists.
     :returns: ``DockerLauncher`` / ``KubernetesLauncher`` keyword arguments; ``{}`` for ``local``, for
         an absent connection, or when the provider is not installed.
     :raises LaunchError: for a connection whose extra cannot be understood (naming the field).
     """
     try:
         if launcher_type == "docker":
-            return _docker_kwargs(DOCKER_CONN_ID)
+            return _docker_kwargs(DOCKER_CONN_ID, host)
         if launcher_type == "kubernetes":
             return _kubernetes_kwargs(KUBERNETES_CONN_ID)
     except ImportError:

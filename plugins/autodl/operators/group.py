@@ -8,6 +8,10 @@ builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device
 >> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``).
 ``wait_for_pool`` waits in autodl's admission queue and books the devices it grants; ``collect_metrics``
 follows the training from the triggerer (both deferrable by default).
+
+With several GPU hosts on Celery (``[autodl] host_queues`` set where the DAG is parsed) a ``booked_host``
+step follows ``select_device`` and ``launch``/``collect_metrics`` are mapped over its one-element result,
+so that autodl's cluster policy can put them on the booked host's queue (:mod:`autodl.policies`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import TaskGroup, XComArg
 
 from autodl.operators.steps import (
     STEP_IDS,
+    AutoDLBookedHostOperator,
     AutoDLCollectOperator,
     AutoDLLaunchOperator,
     AutoDLPoolSensor,
@@ -27,6 +32,11 @@ from autodl.operators.steps import (
     AutoDLReleaseOperator,
     AutoDLSelectOperator,
 )
+from autodl.policies import routing_enabled
+
+
+BOOKED_HOST_ID = "booked_host"
+"""Task id of the step that turns the booking into the list launch and collect are mapped over (routed mode only)."""
 
 
 def _spec_scheduler(spec: str | None) -> tuple[int, int]:
@@ -103,10 +113,24 @@ class AutoDLTrainOperator(TaskGroup):
         deferred = {"retries": max(retries, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
-        self.launch = AutoDLLaunchOperator(task_id=STEP_IDS["launch"], **common, **retry)
-        self.collect = AutoDLCollectOperator(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
-                                             deferrable=deferrable, execution_timeout=execution_timeout,
-                                             **common, **deferred)
+        routed = routing_enabled()
+        launch_kwargs = dict(task_id=STEP_IDS["launch"], **common, **retry)
+        # routed to a GPU host's worker, collect follows the training there (its process, its GPUs) instead
+        # of deferring to a triggerer on another machine
+        collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
+                              deferrable=deferrable and not routed, execution_timeout=execution_timeout,
+                              **common, **deferred)
+        if routed:
+            # several GPU hosts on Celery: launch and collect are created once the booking is known, so
+            # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
+            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self)
+            self.select >> self.booked_host
+            hosts = XComArg(self.booked_host)
+            self.launch = AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts)
+            self.collect = AutoDLCollectOperator.partial(**collect_kwargs).expand(booked_host=hosts)
+        else:
+            self.launch = AutoDLLaunchOperator(**launch_kwargs)
+            self.collect = AutoDLCollectOperator(**collect_kwargs)
         self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
         self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
         # release also runs when anything before launch failed (it waits for every upstream to be done).

@@ -16,6 +16,7 @@ from autodl import pipeline
 from autodl.errors import (
     AutoDLError,
     CatalogError,
+    ConfigError,
     InventoryError,
     LeaseLost,
     NoFitError,
@@ -28,7 +29,7 @@ from autodl.errors import (
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
 
-PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed)
+PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
 
 STEP_IDS = {
@@ -41,15 +42,26 @@ STEP_IDS = {
 }
 
 
-def _launcher_kwargs(launcher_type: str) -> dict[str, Any]:
-    """Connection details for the launcher from Airflow connections (docker_default, kubernetes_default)."""
+def _launcher_kwargs(launcher_type: str, host: str | None = None) -> dict[str, Any]:
+    """Connection details for the launcher from Airflow connections (docker_default, kubernetes_default,
+    and the booked host's own Docker engine ``docker_<host>``)."""
     if launcher_type == "local":
         return {}
     try:
         from autodl.operators.connections import launcher_kwargs
     except ImportError:
         return {}
-    return launcher_kwargs(launcher_type)
+    return launcher_kwargs(launcher_type, host)
+
+
+def _selection_host(selection: dict[str, Any] | None) -> str | None:
+    """The host of the booked devices in the select step's result (also for a declared pool, whose hosts
+    may be real machines without GPUs: their Docker engines are still theirs)."""
+    if not selection:
+        return None
+    from autodl.hosts import booked_host
+
+    return booked_host(d.get("host") for d in selection.get("devices") or [])
 
 
 class _AutoDLStep(BaseOperator):
@@ -302,16 +314,43 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
         return self._queue_event(context, event)
 
 
+class AutoDLBookedHostOperator(BaseOperator):
+    """With ``[autodl] host_queues`` (several GPU hosts on Celery): returns ``[the booked host]``, the list
+    the launch and collect steps are mapped over, so that their instances are created once the booking is
+    known and autodl's cluster policy can put them on that host's queue (:mod:`autodl.policies`).
+
+    Runs anywhere; reads only the select step's XCom.
+    """
+
+    ui_color = "#f1f3f4"
+
+    def execute(self, context) -> list[str | None]:
+        prefix = self.task_id.rsplit(".", 1)[0] + "." if "." in self.task_id else ""
+        selection = context["ti"].xcom_pull(task_ids=prefix + STEP_IDS["select"])
+        host = _selection_host(selection)
+        self.log.info("the booked devices are on host %s", host)
+        return [host]
+
+
 class AutoDLLaunchOperator(_AutoDLStep):
-    """Step 4: start the training pinned to the booked devices, detached; push its handle."""
+    """Step 4: start the training pinned to the booked devices, detached; push its handle.
+
+    :param booked_host: the host of the booked devices, when the step is mapped over the select step's
+        ``autodl_hosts`` XCom (several GPU hosts on Celery); informational: the lease says where.
+    """
 
     step = "launch"
+
+    def __init__(self, *, booked_host: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.booked_host = booked_host
 
     def run_step(self, ctx, context):
         profile_out = self._pull(context, "profile")
         selection = self._pull(context, "select")
         launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
-        return pipeline.step_launch(ctx, profile_out, selection, launcher_kwargs=_launcher_kwargs(launcher_type),
+        return pipeline.step_launch(ctx, profile_out, selection,
+                                    launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
                                     log=self.log.info)
 
 
@@ -325,10 +364,12 @@ class AutoDLCollectOperator(_AutoDLStep):
 
     step = "collect"
 
-    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, **kwargs: Any):
+    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, booked_host: str | None = None,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.sample_interval_s = sample_interval_s
         self.deferrable = deferrable
+        self.booked_host = booked_host
 
     def _limits(self, context) -> pipeline.CollectLimits:
         deadline = None
@@ -353,7 +394,7 @@ class AutoDLCollectOperator(_AutoDLStep):
         else:
             why = "the collect task was stopped by Airflow (SIGTERM); the training was stopped with it"
         pipeline.note_failure(ctx.run_key, self.step, why)
-        pipeline.stop_training(handle, launcher_kwargs=_launcher_kwargs(handle.get("launcher", "local")),
+        pipeline.stop_training(handle, launcher_kwargs=_launcher_kwargs(handle.get("launcher", "local"), handle.get("host")),
                                log=self.log.warning)
 
     def run_step(self, ctx, context):
@@ -372,7 +413,7 @@ class AutoDLCollectOperator(_AutoDLStep):
                        method_name="execute_complete", timeout=backstop)
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
-                                     launcher_kwargs=_launcher_kwargs(launcher_type), log=self.log.info,
+                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=self.log.info,
                                      interval_s=self.sample_interval_s, limits=limits)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -412,5 +453,5 @@ class AutoDLReleaseOperator(_AutoDLStep):
             ctx, script=self._none(self.script), spec_path=self._none(self.spec),
             profile_out=self._pull(context, "profile"), selection=self._pull(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
-            launcher_kwargs=_launcher_kwargs(launcher_type), log=self.log.info,
+            launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=self.log.info,
         )

@@ -60,7 +60,7 @@ class CollectTrigger(BaseTrigger):
         ctx = RunContext(**self.run_ctx)
         handle = LaunchHandle.model_validate(self.handle)
         launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, handle.launcher,
-                                                                     _launcher_kwargs(handle.launcher))
+                                                                     _launcher_kwargs(handle.launcher, handle.host))
         offset_file = state_dir(ctx.run_key) / "collect.offset"
         offset = int(offset_file.read_text() or 0) if offset_file.exists() else 0
         follower = Follower(launcher, handle, sampler=sampler, log_sink=self.log_line,

@@ -1,0 +1,96 @@
+"""Airflow cluster policies of autodl (shell). Celery routing: the steps that must run on the booked GPU host go to that host's queue.
+
+Airflow decides a task instance's queue before it runs; the host is known only after the select step
+booked devices. What works in Airflow 3.3:
+
+1. When ``[autodl] host_queues`` is set (``AUTODL_HOST_QUEUES``; ``host=queue,...``) at DAG parse
+   time, :class:`~autodl.operators.AutoDLTrainOperator` adds a ``booked_host`` step after the select
+   step (it returns ``[the booked host]``) and builds ``launch`` and ``collect_metrics`` as *mapped*
+   tasks over that one-element list. Airflow creates a mapped task's instances only when the task it
+   maps over is done (``TaskMap.expand_mapped_task``), that is after the booking, and calls the
+   cluster policy ``task_instance_mutation_hook`` on each one it creates. (An unmapped task's instance
+   is created with the DAG run, before any booking; a mapped task cannot map over an XCom other than a
+   return value, hence the extra step.)
+2. This module is that policy, registered through the ``airflow.policy`` entry point of the installed
+   package (pluggy; Airflow loads it in every process, the scheduler included): for an instance of
+   ``launch`` or ``collect_metrics`` with a map index, it reads the run's lease from autodl's own store
+   (never Airflow's metadata database) and sets ``task_instance.queue`` to the queue of the lease's
+   host. The CeleryExecutor sends the instance to that queue; the GPU host's worker
+   (``airflow celery worker --queues <queue>``) runs it. Retries keep the queue (the policy runs
+   again whenever Airflow refreshes the instance from its task).
+
+The policy never raises (it runs inside the scheduler's loop): an unreadable store or an unknown host
+leaves the queue as it is, says so in the scheduler's log, and the step itself then refuses to run a
+local training of another host (:func:`autodl.hosts.require_here`). Without the installed package
+(the plugin folder alone) there is no policy: put ``from autodl.policies import
+task_instance_mutation_hook`` in ``airflow_local_settings.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow.policies import hookimpl
+
+log = logging.getLogger(__name__)
+
+ROUTED_OPERATORS = frozenset({"AutoDLLaunchOperator", "AutoDLCollectOperator"})
+"""Operator class names whose instances run on the booked host (``TaskInstance.operator``)."""
+
+
+def routing_enabled() -> bool:
+    """True when ``[autodl] host_queues`` names at least one host (read at DAG parse time)."""
+    from autodl.config import host_queues
+
+    return bool(host_queues())
+
+
+def run_keys_for(dag_id: str, task_id: str, run_id: str) -> list[str]:
+    """Run keys the step ``task_id`` may belong to: its group's full id (``outer.train``) and, for a
+    group nested in another, its own id (``train``), as :func:`autodl.pipeline.make_run_key` builds them."""
+    from autodl.pipeline import make_run_key
+
+    if "." not in task_id:
+        return []
+    group = task_id.rsplit(".", 1)[0]
+    keys = [make_run_key(dag_id, group, run_id)]
+    if "." in group:
+        keys.append(make_run_key(dag_id, group.rsplit(".", 1)[1], run_id))
+    return keys
+
+
+def queue_for_run(dag_id: str, task_id: str, run_id: str) -> str | None:
+    """The queue of the host holding the lease of the run ``task_id`` belongs to; None when there is no
+    lease yet or its host has no queue in ``[autodl] host_queues``."""
+    from autodl.config import queue_for_host
+    from autodl.ledger import Ledger
+
+    ledger = Ledger()
+    for run_key in run_keys_for(dag_id, task_id, run_id):
+        lease = ledger.get(run_key)
+        if lease is not None:
+            queue = queue_for_host(lease.host)
+            if queue is None:
+                log.warning("autodl: lease %s of run %s is on host %s, which [autodl] host_queues does not name; "
+                            "%s keeps its queue", lease.lease_id, run_key, lease.host, task_id)
+            return queue
+    return None
+
+
+@hookimpl
+def task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None:
+    """Airflow cluster policy: route an expanded ``launch``/``collect_metrics`` instance to its host's queue."""
+    try:
+        if getattr(task_instance, "map_index", -1) is None or task_instance.map_index < 0:
+            return
+        operator = getattr(task_instance, "operator", None) or getattr(getattr(task_instance, "task", None), "task_type", None)
+        if operator not in ROUTED_OPERATORS or not routing_enabled():
+            return
+        queue = queue_for_run(task_instance.dag_id, task_instance.task_id, task_instance.run_id)
+        if queue and task_instance.queue != queue:
+            log.info("autodl: %s of %s runs on queue %s (the booked host's)", task_instance.task_id,
+                     task_instance.run_id, queue)
+            task_instance.queue = queue
+    except Exception as exc:  # noqa: BLE001 - a policy must never break the scheduler's loop
+        log.warning("autodl: could not route %s to its GPU host's queue: %s", getattr(task_instance, "task_id", "?"), exc)
