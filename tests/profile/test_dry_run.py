@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,134 @@ def test_texts_from_the_report_are_cut_and_printable():
 
     r = dryrun_report(json.dumps({"notes": ["\x1b[31m" + "x" * 10_000], "error": {"type": "E", "message": "m" * 9999}}))
     assert len(r["notes"][0]) <= 500 and "\x1b" not in r["notes"][0] and len(r["error"]["message"]) <= 500
+
+
+# ------------------------------------------------------------------- no isolation at run time; outputs; disk bound
+def test_a_sandbox_that_fails_when_the_dry_run_starts_runs_nothing(monkeypatch):
+    """isolation() said a sandbox could be made, but it cannot when the dry run starts (bubblewrap removed, its
+    user namespaces refused): run_sandboxed raises SandboxUnavailable. Nothing runs -- neither the dry run nor the
+    model-only probe (sandboxed too) -- and the profile is static with the same ``probe-unavailable`` warning as
+    when isolation() says "none", naming the reason."""
+    import autodl.profile as prof
+    import autodl.sandbox as sandbox
+
+    monkeypatch.setattr(prof, "isolation", lambda: "bwrap+cgroup")
+    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: None)
+    sandbox._bwrap_check.cache_clear()
+    try:
+        p = profile_script(FIX / "simple_cnn.py", probe=True)
+    finally:
+        sandbox._bwrap_check.cache_clear()
+    assert p.method == "static" and p.probe_seconds is None and p.errors == []
+    (w,) = [f for f in p.findings if f.code == "probe-unavailable"]
+    assert w.severity == "warning" and "bubblewrap" in w.message and "not run" in w.message, w.message
+    assert not [f for f in p.findings if f.code == "dry-run-failed"]
+
+
+def _fake_sandbox(monkeypatch, write):
+    """run_sandboxed replaced by ``write(workdir)`` (what a script could leave there), then a normal exit."""
+    import autodl.profile.dryrun as D
+    from autodl.sandbox import SandboxResult
+
+    def fake(argv, *, workdir, limits, env, read_only_paths=()):
+        write(Path(workdir))
+        return SandboxResult(returncode=0, stdout="", stderr="", timed_out=False, seconds=0.1,
+                             isolation="bwrap+cgroup")
+    monkeypatch.setattr(D, "run_sandboxed", fake)
+    return D
+
+
+GOOD_REPORT = json.dumps({"steps": [_step(8, 3000, 1000)], "params": 7, "trainable": 7})
+
+
+def test_the_report_is_read_only_from_the_dry_runs_own_folder(monkeypatch, tmp_path):
+    """The user's script runs in the process that writes the report: it can replace ``result.json`` by a link
+    (to a forged report, or to a file of the caller such as /etc/shadow). The report is read with
+    autodl.sandbox.read_output (no link followed): a link is a report that cannot be read (tool failure, the
+    profile falls back), never a report believed."""
+    forged = tmp_path / "forged.json"
+    forged.write_text(GOOD_REPORT)
+
+    def link(work):
+        (work / ".autodl-dryrun" / "result.json").symlink_to(forged)
+    D = _fake_sandbox(monkeypatch, link)
+    dr = D.run_dry_run(FIX / "simple_cnn.py", batch=8)
+    assert dr.outcome == "tool-failure" and "regular file" in dr.reason and dr.params is None, dr.reason
+
+    def dir_link(work):
+        out = work / ".autodl-dryrun"
+        out.rmdir()
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "result.json").write_text(GOOD_REPORT)
+        out.symlink_to(tmp_path / "elsewhere")
+    D = _fake_sandbox(monkeypatch, dir_link)
+    dr = D.run_dry_run(FIX / "simple_cnn.py", batch=8)
+    assert dr.outcome == "tool-failure" and dr.params is None, dr.reason
+
+    def fifo_events(work):  # a named pipe where the allocation events go: refused, never waited on
+        (work / ".autodl-dryrun" / "result.json").write_text(GOOD_REPORT)
+        os.mkfifo(work / ".autodl-dryrun" / "alloc_events.json")
+    D = _fake_sandbox(monkeypatch, fifo_events)
+    dr = D.run_dry_run(FIX / "simple_cnn.py", batch=8)
+    assert dr.ok and dr.params == 7 and "alloc_replay" not in dr.raw
+
+
+def test_a_script_stopped_for_what_it_wrote_is_the_dry_runs_limit_not_an_error():
+    """The sandbox kills a run whose working folder passes its bound (checkpoints, logs): without a measured step
+    that is "cannot run here" (the profile falls back, warning), after measured steps they are used, with a
+    warning; never an error finding."""
+    from autodl.sandbox import SandboxResult
+
+    res = SandboxResult(returncode=None, stdout="", stderr="", timed_out=False, seconds=3.0, isolation="bwrap+cgroup",
+                        notes=["the run put more than 1073741824 bytes into its working folder (at most 1073741824 "
+                               "bytes in 10000 files): its whole tree was killed."], disk_exceeded=True)
+    none = summarize({"steps": [], "end": None}, res, target_batch=None, timeout=60)
+    assert none.outcome == "cannot-run" and "1073741824 bytes" in none.reason and "limit" in none.reason
+    empty = summarize({}, res, target_batch=None, timeout=60)
+    assert empty.outcome == "cannot-run" and "working folder" in empty.reason
+    some = summarize({"steps": [_step(8, 3000, 1000)]}, res, target_batch=None, timeout=60)
+    assert some.ok and some.train_peak_bytes == 3000
+    (w,) = [f for f in some.findings if f.code == "dry-run-incomplete"]
+    assert w.severity == "warning" and "limit" in w.message
+    got, why = classify(_err("OSError", "[Errno 27] File too large", errno=27))
+    assert got == "cannot-run" and "limit" in why
+
+
+CHECKPOINT = '''
+import os
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+model = nn.Sequential(nn.Linear(256, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+opt = paddle.optimizer.Adam(parameters=model.parameters())
+for step in range(6):
+    x = paddle.randn([32, 256])
+    y = paddle.randint(0, 10, [32, 1])
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+    paddle.save(model.state_dict(), os.path.join("ckpt", f"step{step}.pdparams"))  # ~70 MB each
+'''
+
+
+@pytest.mark.slow
+def test_a_script_writing_a_big_checkpoint_is_stopped_at_the_disk_bound(tmp_path, monkeypatch):
+    """A checkpoint written after every step (~70 MB each) past the dry run's working-folder bound (lowered here
+    to 48 MiB with AUTODL_DRYRUN_DISK_BYTES; 1 GiB by default): the file lands in the dry run's own folder (the
+    script's folder stays untouched), the write is stopped, the profile says it was the dry run's limit (a
+    warning, no error) and falls back or keeps what was measured."""
+    (tmp_path / "ckpt").mkdir()
+    script = tmp_path / "ckpt_train.py"
+    script.write_text(CHECKPOINT)
+    monkeypatch.setenv("AUTODL_DRYRUN_DISK_BYTES", str(48 << 20))
+    p = profile_script(script, probe=True)
+    assert p.errors == [], [f.message for f in p.errors]
+    warned = [f for f in p.findings if f.code in ("dry-run-failed", "dry-run-incomplete")]
+    assert warned and all(f.severity == "warning" for f in warned)
+    assert any("limit" in f.message and ("wrote" in f.message or "File too large" in f.message) for f in warned), \
+        [f.message for f in warned]
+    assert p.params == 256 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10
+    assert p.method in ("dry_run", "probe") and p.tensor_peak_bytes > 0
+    assert list((tmp_path / "ckpt").iterdir()) == []  # nothing written beside the script

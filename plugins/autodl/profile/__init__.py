@@ -294,6 +294,12 @@ def profile_script(
                 message=(f"line {dr.error_line}: " if dr.error_line else "") + "run as the launcher would run it "
                         f"(its own arguments, data and batch; on CPU), the script raised {dr.reason}. The run would "
                         "fail the same way; fix the script."))
+        elif dr.outcome == "no-isolation":
+            # the sandbox could not be made when it was needed: nothing ran, and the probe (sandboxed too) won't
+            findings.append(Finding(severity="warning", code="probe-unavailable", message=(
+                f"{path}: the script was not run (no dry run, no probe): {dr.reason} The estimate is static.")))
+            reasons.append("the script was not run: no sandbox isolation on this host")
+            do_probe = False
         else:
             reasons.append(f"dry run not usable: {dr.reason}")
             findings.append(Finding(severity="warning", code="dry-run-failed", message=(

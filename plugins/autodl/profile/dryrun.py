@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from autodl.profile.probe import REPORT_MAX_BYTES, _report_text
-from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_sandboxed
+from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, read_output, run_sandboxed
 from autodl.types import Finding, PhasePeak
 
 CHILD = Path(__file__).with_name("_dryrun_child.py")
@@ -57,9 +57,32 @@ oneDNN fp32 reaches on two cores, measured on the benchmark models); above it th
 NATIVE_STEP_ACT_BYTES = 2 << 30
 """Activation bytes under which the script runs at its own batch from the start."""
 
+DRY_RUN_DISK_BYTES = SandboxLimits.disk_bytes
+"""Bytes the dry run may put into its working folder (env ``AUTODL_DRYRUN_DISK_BYTES``): the sandbox's own bound
+(1 GiB, :class:`autodl.sandbox.SandboxLimits`), also the largest single file (``RLIMIT_FSIZE``). Checkpoints, logs
+and outputs the script writes during its measured steps count against it (they land in the working folder: its
+relative paths and ``AUTODL_OUTPUT_DIR`` point there); a script that writes more is stopped -- the dry run's
+limit, not the script's error: what was measured before is kept, else the profile falls back."""
+
+OUT_DIR = ".autodl-dryrun"
+"""Folder (inside the working folder) where the child writes ``result.json`` and ``alloc_events.json``."""
+
+
+def disk_bound() -> int:
+    """:data:`DRY_RUN_DISK_BYTES`, or ``$AUTODL_DRYRUN_DISK_BYTES`` when it is a positive integer."""
+    try:
+        v = int(os.environ.get("AUTODL_DRYRUN_DISK_BYTES") or 0)
+    except ValueError:
+        v = 0
+    return v if v > 0 else DRY_RUN_DISK_BYTES
+
+
 MAX_SYMLINKS = 256
 """Entries of the script's folder mirrored (as symbolic links) into the dry run's working directory, so that
 relative paths the script reads (configs, small data files) resolve as they do when the launcher runs it there."""
+
+MIRROR_DEPTH = 3
+"""Deepest sub-folder of the script's folder rebuilt as a real (writable) folder in the working directory."""
 
 ENV_ERRORS = {
     "FileNotFoundError": "a file it reads is not here",
@@ -162,18 +185,46 @@ def first_batch(batch: int, act_per_sample: int | None, fwd_flops_per_sample: fl
 
 # ---------------------------------------------------------------------------------------------- the run
 def _mirror(script_dir: Path, workdir: Path) -> None:
-    """Symbolic links to the script folder's entries, so that relative paths resolve as in the real run."""
-    try:
-        entries = sorted(script_dir.iterdir())[:MAX_SYMLINKS]
-    except OSError:
-        return
-    for e in entries:
-        dst = workdir / e.name
-        if not dst.exists():
+    """The script folder's entries in the working directory, so that relative paths resolve as in the real run.
+
+    Files become symbolic links (read-only: the folder is mounted read-only); a sub-folder becomes a real folder
+    of links in turn when its listing fits in what is left of :data:`MAX_SYMLINKS` (up to :data:`MIRROR_DEPTH`
+    deep), so that the script can write new files there (``checkpoints/``, ``output/``: they land in the working
+    folder and count against its bound); a larger one (a data set) stays one link, readable, not writable.
+    """
+    left = [MAX_SYMLINKS]
+
+    def link(src: Path, dst: Path) -> None:
+        try:
+            dst.symlink_to(src)
+        except OSError:
+            pass
+
+    def walk(src: Path, dst: Path, depth: int) -> None:
+        try:
+            entries = sorted(src.iterdir())[:left[0]]
+        except OSError:
+            return
+        left[0] -= len(entries)
+        for e in entries:
+            d = dst / e.name
+            if d.exists() or d.is_symlink():
+                continue
             try:
-                dst.symlink_to(e)
+                is_dir = e.is_dir() and not e.is_symlink()
+                n = sum(1 for _ in zip(e.iterdir(), range(left[0] + 1))) if is_dir and depth < MIRROR_DEPTH else None
             except OSError:
-                pass
+                n = None
+            if n is not None and n <= left[0]:
+                try:
+                    d.mkdir()
+                except OSError:
+                    continue
+                walk(e, d, depth + 1)
+            else:
+                link(e, d)
+
+    walk(script_dir, workdir, 0)
 
 
 def _env(batch_env: int | None, workdir: Path) -> dict[str, str]:
@@ -194,37 +245,37 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         work = Path(tmp) / "work"
         work.mkdir()
         _mirror(script.parent, work)
-        out = work / ".autodl-dryrun"
+        out = work / OUT_DIR
         out.mkdir()
         cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
         result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env, work),
-                               limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory),
+                               limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound()),
                                read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path])
-        raw = {}
-        res_path = out / "result.json"
-        inside = not out.is_symlink() and out.resolve().parent == work.resolve()  # not redirected by the script
-        if inside and res_path.is_file() and not res_path.is_symlink():
+        raw: dict = {}
+        # read back without trusting what the script may have done to them: no link followed out of the dry
+        # run's own folder, regular files of bounded size only (autodl.sandbox.read_output)
+        text = read_output(work, f"{OUT_DIR}/result.json", max_bytes=REPORT_FILE_BYTES)
+        if text is not None:
             try:
-                with open(res_path, "rb") as f:
-                    text = f.read(REPORT_FILE_BYTES + 1)
-                if len(text) > REPORT_FILE_BYTES:
-                    raise ValueError(f"larger than {REPORT_FILE_BYTES >> 20} MiB")
                 raw = dryrun_report(text.decode("utf-8", errors="replace"))
-            except (OSError, ValueError) as exc:
+            except ValueError as exc:
                 raw = {"report_error": _report_text(str(exc))}
-        ev_path = out / "alloc_events.json"
-        if raw and inside and ev_path.is_file() and not ev_path.is_symlink() \
-                and ev_path.stat().st_size <= 8 * REPORT_FILE_BYTES:
+        elif out.is_symlink() or not out.is_dir() or os.path.lexists(out / "result.json"):
+            raw = {"report_error": f"it is not a regular file of at most {REPORT_FILE_BYTES >> 20} MiB in the dry "
+                                   "run's own folder"}
+        events_text = read_output(work, f"{OUT_DIR}/alloc_events.json", max_bytes=8 * REPORT_FILE_BYTES) \
+            if raw and not raw.get("report_error") else None
+        if events_text is not None:
             from autodl.profile.allocator import replay_auto_growth
             try:
-                events = [(int(a), int(d)) for a, d in json.loads(ev_path.read_text())
+                events = [(int(a), int(d)) for a, d in json.loads(events_text)
                           if type(a) is int and type(d) is int and abs(d) <= REPORT_MAX_BYTES]
                 rr = replay_auto_growth(events, preexisting=[raw.get("alloc_preexisting") or 0])
                 raw["alloc_replay"] = {"peak_allocated": rr.peak_allocated, "peak_reserved": rr.peak_reserved,
                                        "chunks": rr.chunks, "events": rr.events, "unmatched_frees": rr.unmatched_frees}
-            except (OSError, ValueError, TypeError, RecursionError) as exc:
+            except (ValueError, TypeError, RecursionError) as exc:
                 raw["alloc_error"] = _report_text(str(exc))
     return raw, result
 
@@ -447,6 +498,9 @@ def classify(err: dict, script: str | None = None) -> tuple[str, str]:
         return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(msg)})"
     if etype == "KeyError" and any(f.get("file", "").endswith("/os.py") for f in err.get("frames", [])[-2:]):
         return "cannot-run", f"it reads an environment variable that is not set here ({etype}: {_short(msg)})"
+    if err.get("errno") in (27, 28, 122) or re.search(r"File too large|No space left|Disk quota", msg, re.I):
+        return "cannot-run", (f"it wrote more than the dry run's bound on written files allows ({etype}: {_short(msg)}; "
+                              "the dry run's limit, not an error of the script)")
     if etype == "OSError" or err.get("errno") in (2, 13, 30, 101, 110, 111, 113):
         return "cannot-run", f"it needs a file, directory or network access it does not have here ({etype}: {_short(msg)})"
     for pat, why in ENV_PATTERNS:
@@ -505,6 +559,16 @@ def _line(points: dict[int, int], b: int) -> tuple[int, float | None, bool]:
     return int(points[x2] + (b - x2) * slope), slope, True
 
 
+def _disk_reason(res: SandboxResult | None) -> str | None:
+    """Why the sandbox stopped the run for what it wrote (its working-folder bound), or None."""
+    if res is None or not res.disk_exceeded:
+        return None
+    what = next((n for n in res.notes if "working folder" in n), "")
+    what = re.sub(r"^the run put ", "", what).split(":")[0] if what else "more than its bound"
+    return (f"it wrote {what} (checkpoints, logs or data: the dry run keeps them in its working folder, bounded; "
+            "the dry run's limit, not an error of the script)")
+
+
 def script_native(raw: dict) -> int | None:
     """The batch the script itself trains with, as the dry run saw it: its training DataLoader's batch size, or
     the first dimension of the tensors it created before the dry run reduced them."""
@@ -535,8 +599,11 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         dr.outcome = "tool-failure"
         dr.reason = f"its report could not be read ({raw['report_error']}); the script may have written over it"
         return dr
+    disk = _disk_reason(res)
     if not raw:
-        if res is not None and res.timed_out:
+        if disk:
+            dr.outcome, dr.reason = "cannot-run", disk
+        elif res is not None and res.timed_out:
             dr.outcome, dr.reason = "timeout", f"it did not get past its start within {timeout:.0f} s"
         else:
             tail = "; ".join((res.stderr if res else "").strip().splitlines()[-2:])[:300]
@@ -545,7 +612,9 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
                         + (f": {tail}" if tail else "") + ")"
         return dr
     if not steps:
-        if res is not None and res.timed_out:
+        if disk:
+            dr.outcome, dr.reason = "cannot-run", disk
+        elif res is not None and res.timed_out:
             what = "the first training step" if raw.get("inputs") is None else "two training steps"
             dr.outcome, dr.reason = "timeout", f"it did not reach the end of {what} within {timeout:.0f} s"
         elif err:
@@ -672,6 +741,9 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         dr.findings.append(Finding(severity="info", code="dry-run-timeout", message=(
             f"the dry run reached its {timeout:.0f} s limit after measuring the training step; what it measured is "
             "used (the evaluation pass, if any, may be missing).")))
+    if disk:
+        dr.findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
+            f"after the measured training steps the dry run was stopped: {disk}; what ran before is used.")))
     if b_seen != target and src != "measured":
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the script fixes its batch); the peak at batch {target} "
