@@ -3,8 +3,10 @@
 Each script was refused, or estimated far off, before the dry run existed (issue 8). Truth = Paddle 3.3.1's CPU
 allocator peak of the second full training step, measured by the cases' ``truth.py`` (``truth.json``), plus the
 exact parameter count; for ``seg_train_eval.py`` also the second evaluation step's peak. The dry run runs the
-script itself, so the estimate is the measurement of the same step (within 2%: the loader's prefetch thread and
-Python's garbage collection move a few MB). These run Paddle and are ``slow``.
+script itself, so the estimate is the measurement of the same step: it is held to the issue's targets (never under
+by more than 5%, never over by more than 10%). Seen: within 0.4% when the script's own batch runs; -4.6% once on
+lstm_seq2seq.py, where a loaded machine left time for a smaller largest batch and the step was extrapolated from
+it. These run Paddle and are ``slow``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ TRUTH = {c["file"]: c for c in json.loads((CASES / "truth.json").read_text())["c
 pytestmark = pytest.mark.slow
 
 
-def _close(est: int, truth: float, tol: float = 0.02) -> bool:
-    return abs(est - truth) / truth <= tol
+def _close(est: int, truth: float, under: float = 0.05, over: float = 0.10) -> bool:
+    """Within the issue's targets: at most ``under`` below the truth, at most ``over`` above it."""
+    return -under <= (est - truth) / truth <= over
 
 
 
