@@ -59,6 +59,7 @@ class ScriptFacts:
     distributed_nprocs: int | None = None
     recompute: bool = False
     num_workers: int | None = 0
+    loader_depth: int = 0
     uses_cross_entropy: bool = False
     build_error: str | None = None
 
@@ -223,6 +224,13 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                                         "count from a value the static reading cannot know (a config file, the "
                                         "environment); assumed > 0, so the launcher gives the run a larger /dev/shm "
                                         "(worker processes exchange batches through shared memory)."))
+                if not (isinstance(nw, int) and not isinstance(nw, bool) and nw > 0):
+                    # a single-process loader (or one whose workers are unknown: the conservative reading) keeps
+                    # its prefetched batches as tensors in Paddle's allocator during the step
+                    pf = val(node, func, kw(node, "prefetch_factor", 11))
+                    pf = pf if isinstance(pf, int) and not isinstance(pf, bool) and 0 < pf <= 64 else 2
+                    buffered = val(node, func, kw(node, "use_buffer_reader", 10))
+                    facts.loader_depth = max(facts.loader_depth, pf + (2 if buffered is False else 3))
                 if isinstance(nw, int) and nw > 0:
                     facts.num_workers = nw
                     add(Finding(severity="warning", code="dataloader-workers", line=line,

@@ -85,7 +85,8 @@ MIRROR_DEPTH = 3
 """Deepest sub-folder of the script's folder rebuilt as a real (writable) folder in the working directory."""
 
 ENV_ERRORS = {
-    "FileNotFoundError": "a file it reads is not here",
+    "FileNotFoundError": "a file it reads is not here (the dry run shows the script only its own folder and the "
+                         "existing paths named in task.args)",
     "NotADirectoryError": "a path it reads is not here",
     "IsADirectoryError": "a path it reads is not here",
     "PermissionError": "it writes outside its working directory",
@@ -227,6 +228,50 @@ def _mirror(script_dir: Path, workdir: Path) -> None:
     walk(script_dir, workdir, 0)
 
 
+MAX_ARG_PATHS = 16
+"""Paths named in ``task.args`` that the dry run shows the script (read-only), at most."""
+
+_SYSTEM_TREES = ("/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/etc", "/root", "/var/lib", "/var/log")
+
+
+def arg_paths(argv: list[str] | None) -> tuple[list[Path], list[str]]:
+    """Existing absolute paths named in the script's arguments (``--data /d``, ``--data=/d``), to be mounted
+    read-only in the dry run -- the data a run is given on its command line -- and the ones refused, with why.
+
+    The spec's author chose these arguments and the real run reads them with the same rights; still refused: the
+    root, system trees (:data:`_SYSTEM_TREES`), hidden entries (``~/.ssh``, ``.aws``), the home folder itself,
+    ``$AUTODL_HOME``/``$AIRFLOW_HOME`` (autodl's store and Airflow's configuration live there).
+    """
+    out: list[Path] = []
+    refused: list[str] = []
+    guard = [Path(os.environ[v]).resolve() for v in ("AUTODL_HOME", "AIRFLOW_HOME") if os.environ.get(v)]
+    home = Path.home().resolve() if os.environ.get("HOME") else None
+    for a in argv or []:
+        text = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
+        if not text.startswith("/") or "\x00" in text or len(text) > 4096:
+            continue
+        try:
+            real = Path(text).resolve()
+            if not real.exists():
+                continue
+        except (OSError, RuntimeError):
+            continue
+        why = None
+        if real == Path("/") or any(real == Path(t) or Path(t) in real.parents for t in _SYSTEM_TREES):
+            why = "a system folder"
+        elif any(part.startswith(".") for part in real.parts[1:]):
+            why = "a hidden file or folder"
+        elif home is not None and real == home:
+            why = "the home folder"
+        elif any(real == g or g in real.parents or real in g.parents for g in guard):
+            why = "autodl's or Airflow's own folder"
+        if why:
+            refused.append(f"{text} ({why})")
+        elif real not in out and len(out) < MAX_ARG_PATHS:
+            out.append(real)
+    return out, refused
+
+
 def _env(batch_env: int | None, workdir: Path) -> dict[str, str]:
     """The child's whole environment: the launcher's contract (``AUTODL_PADDLE_DEVICE``, the planned batch, an
     output folder -- here inside the working directory, so checkpoints land in the sandbox), nothing of the caller's."""
@@ -252,7 +297,8 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         cfg_path.write_text(json.dumps(cfg))
         result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env, work),
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound()),
-                               read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path])
+                               read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path,
+                                                *arg_paths(cfg.get("argv"))[0]])
         raw: dict = {}
         # read back without trusting what the script may have done to them: no link followed out of the dry
         # run's own folder, regular files of bounded size only (autodl.sandbox.read_output)
@@ -339,6 +385,15 @@ def run_dry_run(
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
         dr = dr2
+    shown, refused = arg_paths(argv)
+    if shown:
+        dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
+            "the dry run showed the script, read-only, the paths its task.args name: "
+            + ", ".join(str(p) for p in shown) + ".")))
+    if refused:
+        dr.findings.append(Finding(severity="warning", code="dry-run-paths", message=(
+            "the dry run did not show the script these paths its task.args name: " + "; ".join(refused)
+            + ". If the script needs them the dry run cannot run it; the estimate falls back.")))
     dr.seconds = round(time.monotonic() - t0, 3)
     return dr
 

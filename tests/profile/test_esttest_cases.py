@@ -1,0 +1,96 @@
+"""Faults a fresh user (helper "esttest") met with scripts written without reading the profiler, each kept as a
+test with its measured truth (``tests/cases/estimator/esttest/``, ``truth.json`` there).
+
+* F1: a ``paddle.static`` script (``enable_static``, ``minimize`` once, then ``Executor.run`` per step) was not
+  seen training: cold start, params 0, -96.9%. The dry run now counts each ``Executor.run`` of a minimized program
+  with a feed as a step and reads the program's parameters and matmul/conv FLOPs.
+* F2: with its data absent, the model-only probe measured the model alone and missed the batches the script's
+  single-process DataLoader keeps prefetched (5 at Paddle's defaults): -36%. The fallback paths now add them.
+* F3: data named in ``task.args`` outside the script's folder was hidden from the dry run (FileNotFoundError,
+  then a probe on an assumed 224x224 input: +118%). Existing paths named there are shown read-only (not system
+  trees, hidden entries, autodl's or Airflow's folders).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autodl.profile import profile_script
+from autodl.profile.dryrun import arg_paths
+from autodl.spec import parse_spec
+
+CASES = Path(__file__).resolve().parents[1] / "cases" / "estimator" / "esttest"
+TRUTH = json.loads((CASES / "truth.json").read_text())["scripts"]
+
+
+def _within_targets(est: int, truth: int) -> bool:
+    return -0.05 <= (est - truth) / truth <= 0.10
+
+
+def test_paths_named_in_the_args_are_shown_unless_they_are_the_systems(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    hidden = tmp_path / ".aws"
+    hidden.mkdir()
+    home = tmp_path / "airflow"
+    (home / "autodl").mkdir(parents=True)
+    monkeypatch.setenv("AIRFLOW_HOME", str(home))
+    shown, refused = arg_paths(["--data-dir", str(data), f"--cfg={data}", "--lr", "0.1", "/etc", "/proc/self",
+                                str(hidden), str(home / "autodl"), "/no/such/path", "relative/path"])
+    assert shown == [data.resolve()]
+    assert [r.split(" (")[0] for r in refused] == ["/etc", "/proc/self", str(hidden), str(home / "autodl")]
+
+
+@pytest.mark.slow
+def test_f1_a_paddle_static_program_is_trained_and_measured():
+    """F1: was cold start, params 0, FLOPs 0, 1,179,648 B (-96.9%). Truth 36,745,452 B, 2,383,370 params, batch 256."""
+    t = TRUTH["static_mode_mlp.py"]
+    p = profile_script(CASES / "static_mode_mlp.py", probe=True)
+    assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    assert p.errors == []
+    assert p.params == t["params"] and p.batch_size == t["batch"] and p.optimizer == "Adam"
+    assert _within_targets(p.tensor_peak_bytes, t["peak"]), (p.tensor_peak_bytes, t["peak"])
+    (train,) = p.phases
+    assert abs(train.forward_flops_per_sample - t["fwd_flops_per_sample"]) <= 0.1 * t["fwd_flops_per_sample"]
+    assert train.input_shapes == [[784], [1]]
+
+
+@pytest.mark.slow
+def test_f2_the_probe_counts_the_batches_the_dataloader_keeps(tmp_path):
+    """F2: the data file is absent (the dry run cannot run it); the spec gives the input. Was: probe 65,041,800 B
+    (-36.2%). Truth 101,905,928 B: the step's 65.0 MB plus 5 prefetched batches of 32 x 4 x 120 x 120 float32."""
+    t = TRUTH["missing_data_npz.py"]
+    shutil.copy(CASES / "missing_data_npz.py", tmp_path)
+    spec = parse_spec({"task": {"script": str(tmp_path / "missing_data_npz.py"), "batch_size_per_gpu": 32,
+                                "input_shape": [4, 120, 120]}})
+    p = profile_script(tmp_path / "missing_data_npz.py", spec, probe=True)
+    assert p.method == "probe" and p.errors == [] and p.params == t["params"]
+    assert _within_targets(p.tensor_peak_bytes, t["peak"]), (p.tensor_peak_bytes, t["peak"])
+    (f,) = [f for f in p.findings if f.code == "data-loader-buffer"]
+    assert "5 batches" in f.message
+
+
+@pytest.mark.slow
+def test_f3_data_named_in_the_args_is_shown_to_the_dry_run(tmp_path):
+    """F3: the data lives outside the script's folder and the spec names it in task.args. Was: FileNotFoundError in
+    the dry run, then a probe on an assumed 224x224 input (+117.9%). Truth 101,905,928 B at batch 32."""
+    import numpy as np
+    t = TRUTH["missing_data_npz.py"]
+    code = tmp_path / "code"
+    data = tmp_path / "volume" / "tiles"
+    code.mkdir()
+    data.mkdir(parents=True)
+    shutil.copy(CASES / "missing_data_npz.py", code)
+    rng = np.random.default_rng(0)
+    np.savez(data / "train.npz", images=rng.integers(0, 255, (256, 4, 120, 120), dtype=np.uint8),
+             labels=rng.integers(0, 9, (256,), dtype=np.int64))
+    spec = parse_spec({"task": {"script": str(code / "missing_data_npz.py"), "args": ["--data-dir", str(data)]}})
+    p = profile_script(code / "missing_data_npz.py", spec, probe=True)
+    assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    assert p.errors == [] and p.params == t["params"] and p.batch_size == 32
+    assert _within_targets(p.tensor_peak_bytes, t["peak"]), (p.tensor_peak_bytes, t["peak"])
+    assert any(f.code == "dry-run-paths" and str(data) in f.message for f in p.findings)
