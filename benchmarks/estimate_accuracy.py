@@ -70,10 +70,12 @@ CONFIGS: list[tuple[str, Path, list[str], dict, tuple[str, ...]]] = [
 
 def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dict | None]]:
     """The benchmark's scripts with, where measured elsewhere, their truth: the handed cases'
-    ``tests/cases/estimator/truth.json`` and ``benchmarks/user_scripts/truth.json`` (written and measured without
-    the estimator's code, by ``benchmarks/user_scripts/measure.py``: truth.py's method, eval = second eval step)."""
+    ``tests/cases/estimator/truth.json``, ``benchmarks/user_scripts/truth.json`` (written and measured without
+    the estimator's code, by ``benchmarks/user_scripts/measure.py``: truth.py's method, eval = second eval step) and
+    ``tests/cases/estimator/esttest/truth.json`` (a fresh user's scripts and faults; ``task`` there is the spec's)."""
     out = [(*c, None) for c in CONFIGS]
-    for folder, key, prefix in ((CASES, "cases", "case"), (USER, "scripts", "user")):
+    for folder, key, prefix in ((CASES, "cases", "case"), (USER, "scripts", "user"),
+                                (CASES / "esttest", "cases", "esttest")):
         tj = folder / "truth.json"
         if not tj.exists():
             continue
@@ -83,8 +85,9 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
                 continue
             inp = t.get("measured_input_of_first_call")
             truth = {"peak": t["train_peak_bytes"], "eval_peak": t.get("eval_peak_bytes"), "params": t.get("params"),
-                     "fwd_flops_per_call": t.get("hook_forward_flops_per_call"), "input": inp}
-            task = {"batch_size_per_gpu": t["spec_batch_size"]} if t.get("spec_batch_size") else {}
+                     "fwd_flops_per_call": t.get("hook_forward_flops_per_call"), "input": inp,
+                     "fwd_flops_per_sample": t.get("fwd_flops_per_sample")}
+            task = dict(t.get("task") or ({"batch_size_per_gpu": t["spec_batch_size"]} if t.get("spec_batch_size") else {}))
             out.append((f"{prefix} {script[:-3]}", folder / script, list(t.get("args") or []), task, (), truth))
     return out
 
