@@ -6,6 +6,7 @@ test with its measured truth (``tests/cases/estimator/esttest/``, ``truth.json``
   with a feed as a step and reads the program's parameters and matmul/conv FLOPs.
 * F2: with its data absent, the model-only probe measured the model alone and missed the batches the script's
   single-process DataLoader keeps prefetched (5 at Paddle's defaults): -36%. The fallback paths now add them.
+* F8: a script writing beside itself (``runs/`` next to ``train.py``) lost the dry run (read-only folder).
 * F3: data named in ``task.args`` outside the script's folder was hidden from the dry run (FileNotFoundError,
   then a probe on an assumed 224x224 input: +118%). Existing paths named there are shown read-only (not system
   trees, hidden entries, autodl's or Airflow's folders).
@@ -94,3 +95,18 @@ def test_f3_data_named_in_the_args_is_shown_to_the_dry_run(tmp_path):
     assert p.errors == [] and p.params == t["params"] and p.batch_size == 32
     assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
     assert any(f.code == "dry-run-paths" and str(data) in f.message for f in p.findings)
+
+
+@pytest.mark.slow
+def test_f8_a_script_writing_beside_itself_is_dry_run(tmp_path):
+    """F8: ``OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs", "critic")``, a log file and
+    checkpoints there. Was: "Read-only file system" in the dry run, then the probe at -67.6%. The script now runs as
+    a link inside the dry run's working folder, so what it writes beside itself lands there (the script's own folder
+    is untouched). Truth 143,281,504 B, 675,265 params (gradient penalty: double backward, three forward calls)."""
+    t = TRUTH["ema_ckpt_gradpenalty.py"]
+    shutil.copy(CASES / "ema_ckpt_gradpenalty.py", tmp_path)
+    p = profile_script(tmp_path / "ema_ckpt_gradpenalty.py", probe=True)
+    assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    assert p.errors == [] and p.params == t["params"]
+    assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["ema_ckpt_gradpenalty.py"]
