@@ -322,6 +322,7 @@ def profile_script(
             act_per_sample, fixed = pr.act_bytes_per_sample, pr.fixed_transient_bytes
             probe_batches = pr.batch_sizes
             estimates["probe"] = int(pr.tensor_peak_bytes)
+            measured_peak = int(pr.tensor_peak_bytes)  # a CPU reading too: the tensor peak, as the dry run's
             if pr.forward_flops_per_sample and (not st.traced or not flops_fwd):
                 flops_fwd = pr.forward_flops_per_sample
         else:
@@ -353,7 +354,7 @@ def profile_script(
     findings.append(Finding(severity="info", code="estimate-path",
                             message=f"estimate by {method.replace('_', ' ')}: " + "; ".join(reasons) + "."))
 
-    if measured_peak is None and facts.loader_depth and input_shape:
+    if method != "dry_run" and facts.loader_depth and input_shape:
         # the script's single-process DataLoader keeps prefetched batches in Paddle's allocator through the step;
         # the probe and the static replay feed the model directly, so they are added here (the dry run measures them)
         from autodl.profile.trace import DTYPE_BYTES
@@ -362,6 +363,8 @@ def profile_script(
         held = int(facts.loader_depth * batch * sample)
         if held:
             fixed = int(fixed or 0) + held
+            if measured_peak is not None:
+                measured_peak += held
             findings.append(Finding(severity="info", code="data-loader-buffer", message=(
                 f"the script's DataLoader runs in the training process: it keeps up to {facts.loader_depth} batches "
                 f"ready (prefetch_factor + the buffer reader's; measured on Paddle 3.3.1: 5 at the defaults), "
@@ -374,7 +377,7 @@ def profile_script(
         fixed = max(0, measured_peak - (w + g + o) - act_total)
     else:
         act_total = int(act_per_sample or 0) * batch
-    if facts.recompute and measured_peak is None:  # a dry run ran the recompute itself
+    if facts.recompute and measured_peak is None:  # a dry run or the probe ran the recompute itself
         act_total = int(act_total * E.RECOMPUTE_FACTOR)
         act_per_sample = int((act_per_sample or 0) * E.RECOMPUTE_FACTOR)
     bd, terms, tensor_peak = E.breakdown(params or 0, trainable or 0, optimizer, amp, act_total, fixed, st.has_conv)
@@ -384,7 +387,7 @@ def profile_script(
         tensor_peak = measured_peak
         if amp:
             findings.append(Finding(severity="info", code="amp-on-cpu", message=(
-                f"the script uses AMP ({amp}); the dry run ran on CPU in fp32, so tensor_peak_bytes is the fp32 "
+                f"the script uses AMP ({amp}); the {'dry run' if method == 'dry_run' else 'probe'} ran on CPU in fp32, so tensor_peak_bytes is the fp32 "
                 f"peak, and the device estimate scales activations by {E.AMP_ACTIVATION_FACTOR[amp]} (an assumption "
                 "until run records calibrate it).")))
     per_sample_scaled = int((act_per_sample or 0) * E.AMP_ACTIVATION_FACTOR.get(amp, 1.0))

@@ -99,9 +99,16 @@ def main():
             return paddle.rand(shape) > 0.5
         return paddle.randn(shape).astype(dt if "float" in dt else "float32")
 
+    held = [None]
+
     def step(b, inputs):
         xs = [make(d, b) for d in inputs]
         out = model(*xs)
+        # a training loop's variables (``logits = model(x)``) keep the previous step's outputs alive through the
+        # next forward, until they are assigned again: the probe keeps them the same way (measured: a tied-MLM
+        # encoder's 131 MB of logits, -16% without; where the step is a function returning a float the run holds
+        # less, and this errs high by one output)
+        held[0] = out
         while isinstance(out, (tuple, list)):
             out = out[0]
         if isinstance(out, dict):
