@@ -9,6 +9,9 @@ test with its measured truth (``tests/cases/estimator/esttest/``, ``truth.json``
 * F8: a script writing beside itself (``runs/`` next to ``train.py``) lost the dry run (read-only folder).
 * F4: the probe fallback left out what the training step holds (AMP scaling of a CPU reading; the previous
   step's outputs the loop keeps alive): -16% to -39%.
+* F6: the input a script declares (``InputSpec`` for ``to_static``; ``np.random.rand(B, C, H, W)``) was ignored.
+* F13/F14: a short run's prefetch correction made the dry run's own report invalid; a batch set by the args was
+  reported as "spec-batch-not-used".
 * F3: data named in ``task.args`` outside the script's folder was hidden from the dry run (FileNotFoundError,
   then a probe on an assumed 224x224 input: +118%). Existing paths named there are shown read-only (not system
   trees, hidden entries, autodl's or Airflow's folders).
@@ -129,3 +132,34 @@ def test_f4_the_probe_fallback_is_the_training_step(name):
     assert p.method == "probe", (p.method_reason, [f.message for f in p.findings])
     assert p.errors == [] and p.params == t["params"] and p.batch_size == t["batch"]
     assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+
+
+@pytest.mark.slow
+def test_f6_the_input_the_script_declares_for_to_static():
+    """F6: ``paddle.jit.to_static(net, input_spec=[InputSpec([None, 3, 96, 96], "float32")])`` and batches from
+    ``np.random.rand(BATCH, 3, 96, 96)``; the dry run cannot run it (absent stats file). Was: the probe made up
+    int64[b, 1] for a Conv2D, a shape warning about the script, cold start (-98.2%). Truth 89,101,992 B."""
+    t = TRUTH["jit_static_cnn_nodata.py"]
+    p = profile_script(CASES / "jit_static_cnn_nodata.py", probe=True)
+    assert p.method == "probe" and p.errors == [] and p.input_shape == [3, 96, 96] and p.batch_size == t["batch"]
+    assert not [f for f in p.findings if "shape-mismatch" in f.code]
+    assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+
+
+@pytest.mark.slow
+def test_f13_f14_a_short_run_at_the_args_batch():
+    """F13: ``train.py --batch-size 128 --steps 4`` (model in a sibling module, 256 training samples: two steps at
+    128, then a validation pass): the dry run's prefetch correction made an update peak negative, its own report was
+    rejected "as if the script wrote over it", cold start, params 0 (-26.4%). F14: "spec-batch-not-used" though the
+    args set the batch to the spec's. Truth: train 410,480,760 B, eval 67,592,820 B, 128,084 params."""
+    t = TRUTH["modimport/train.py"]
+    spec = parse_spec({"task": {"script": str(CASES / "modimport" / "train.py"), "args": t["args"],
+                                "batch_size_per_gpu": 128}})
+    p = profile_script(CASES / "modimport" / "train.py", spec, probe=True)
+    assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    assert p.errors == [] and p.params == t["params"] and p.batch_size == 128
+    assert not [f for f in p.findings if f.code == "spec-batch-not-used"]
+    assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+    train = next(ph for ph in p.phases if ph.name == "train")
+    if train.extrapolated:  # an extrapolated phase always says so (esttest F10)
+        assert any(f.code == "dry-run-extrapolated" for f in p.findings)

@@ -290,3 +290,20 @@ def test_arguments_paddle_refuses_are_an_error_but_an_inferred_shape_is_a_warnin
 
 def prof_path(path):
     return profile_script(path, None, probe=False)
+
+
+def test_the_input_a_script_declares_with_input_spec(tmp_path):
+    """esttest F6: ``InputSpec([None, 3, 96, 96])`` for to_static, and ``np.random.rand(B, 3, 96, 96)`` (sizes as
+    arguments), are the input; the probe once made up int64[b, 1] for this Conv2D."""
+    import ast
+
+    from autodl.profile.analysis import scan
+
+    src = ("import numpy as np\nimport paddle\nimport paddle.nn as nn\nBATCH = 24\n"
+           "net = nn.Sequential(nn.Conv2D(3, 8, 3), nn.Flatten())\n"
+           "net = paddle.jit.to_static(net, input_spec=[paddle.static.InputSpec([None, 3, 96, 96], 'float32')])\n")
+    f = scan(ast.parse(src), src)
+    assert f.input_shape == [3, 96, 96] and f.input_dtype == "float32"
+    src2 = src.split("net = paddle.jit")[0] + "x = paddle.to_tensor(np.random.rand(BATCH, 3, 64, 64).astype('float32'))\n"
+    f2 = scan(ast.parse(src2), src2)
+    assert f2.input_shape == [3, 64, 64] and f2.batch_size == 24

@@ -263,6 +263,11 @@ def profile_script(
         dry_seconds = dr.seconds
         findings.extend(dr.findings)
         if dr.ok:
+            from autodl.profile.dryrun import script_native
+
+            if spec_batch and script_native(dr.raw) == spec_batch:
+                # the script, run with its task.args, uses the spec's batch itself (e.g. --batch-size in the args)
+                findings[:] = [f for f in findings if f.code != "spec-batch-not-used"]
             method = "dry_run"
             reasons.append(f"dry run: {dr.reason}")
             batch = dr.batch or batch

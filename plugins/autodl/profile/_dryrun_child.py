@@ -206,7 +206,8 @@ class Ctl:
         if self.reduce and want is not None and want != b:
             self.mismatch += 1
         if self.mismatch >= 2:
-            note(f"the training batch stays at {b} whatever the loader is given (the script fixes it)")
+            note(f"the training batch stayed at {b} whatever size the dry run asked the loader for (the script fixes it "
+             "or builds its batches itself, e.g. with a BatchSampler)")
             self.mark_done()
             return
         if self.plan is None:
@@ -413,8 +414,12 @@ def _end_step():
         opt_peak = _peak()
         now = time.monotonic()
         corr = _prefetch_correction(w)
-        rec = {"batch": w["batch"], "peak": max(w["fwd_bwd"], opt_peak) + corr, "fwd_bwd_peak": w["fwd_bwd"] + corr,
-               "update_peak": opt_peak + corr, "prefetch_correction": corr, "start_bytes": w["start_bytes"],
+        # the correction moves the prefetched batches to this step's size; a reading never goes below what was
+        # allocated when the step began (a short run's schedule can make the correction larger than the step)
+        floor = w["start_bytes"]
+        rec = {"batch": w["batch"], "peak": max(floor, max(w["fwd_bwd"], opt_peak) + corr),
+               "fwd_bwd_peak": max(floor, w["fwd_bwd"] + corr),
+               "update_peak": max(floor, opt_peak + corr), "prefetch_correction": corr, "start_bytes": w["start_bytes"],
                "seconds": round(now - w["t0"], 4),
                "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
                "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],

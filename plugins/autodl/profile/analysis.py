@@ -202,6 +202,7 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     layer_sites: list[ModelSite] = []  # a bare paddle.nn layer as the model (``model = nn.Linear(...)``)
     batch_candidates: list[int] = []
     shape_candidates: list[tuple[list[int], str, int]] = []
+    input_specs: list[tuple[list[int], str]] = []
     for node, func, in_layer, path in sc.calls:
         last = path.split(".")[-1] if path else ""
         line = node.lineno
@@ -284,6 +285,16 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             s = val(node, func, kw(node, "size", 0))
             if isinstance(s, int):
                 shape_candidates.append(([-1, s, s], "float32", 0))
+        elif last == "InputSpec":
+            # paddle.static.InputSpec([None, 3, 96, 96], "float32"): the input the script declares for to_static
+            shp = val(node, func, kw(node, "shape", 0))
+            dt = val(node, func, kw(node, "dtype", 1))
+            if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(d, int) and d > 0 for d in shp[1:]):
+                input_specs.append(([*shp[1:]], dt if isinstance(dt, str) else "float32"))
+        elif last in ("rand", "randn") and path.startswith("numpy") and len(node.args) >= 2:
+            shp = [val(node, func, a) for a in node.args]  # np.random.rand(B, C, H, W): sizes as arguments
+            if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shp):
+                shape_candidates.append((shp, "float32", line))
         elif last in ("randn", "rand", "zeros", "ones", "uniform", "normal", "randint", "full", "standard_normal"):
             shp = val(node, func, kw(node, "shape", 2 if last == "randint" else 0))
             if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(s, int) for s in shp):
@@ -365,6 +376,8 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                     facts.input_shape = [3, shp[1], shp[2]]
                 else:
                     facts.input_shape = shp
+    if input_specs:  # declared by the script itself: wins over tensors it creates and dataset defaults
+        facts.input_shape, facts.input_dtype = input_specs[0]
     # build the model
     if site is not None:
         try:

@@ -662,7 +662,8 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     end = raw.get("end")
     if raw.get("report_error"):
         dr.outcome = "tool-failure"
-        dr.reason = f"its report could not be read ({raw['report_error']}); the script may have written over it"
+        dr.reason = (f"its report could not be used ({raw['report_error']}): autodl's measurement, or the script "
+                     "wrote over it; not an error of the script's training")
         return dr
     disk = _disk_reason(res)
     if not raw:
@@ -809,9 +810,16 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     if disk:
         dr.findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
             f"after the measured training steps the dry run was stopped: {disk}; what ran before is used.")))
+    if extrapolated and src == "measured" and target > max(dr.batch_sizes):
+        dr.findings.append(Finding(severity="info", code="dry-run-extrapolated", message=(
+            f"the training step ran at batch sizes {dr.batch_sizes} (what the time budget or the script's own number "
+            f"of steps allowed); the peak at batch {target} is extrapolated along the last two, "
+            f"{dr.act_bytes_per_sample / 2**20:.2f} MiB per sample (measured within 5% on the benchmark; pass more "
+            "steps in task.args to let it reach the batch itself).")))
     if b_seen != target and src != "measured":
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
-            f"the training step ran at batch {b_seen} only (the script fixes its batch); the peak at batch {target} "
+            f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
+            f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
             f"is extrapolated with a slope of {dr.act_bytes_per_sample / 2**20:.2f} MiB per sample from "
             + ("a short replay of the model at two batch sizes" if src == "replay" else
                "the step's own activations (an upper bound)") + ".")))
