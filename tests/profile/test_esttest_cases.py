@@ -12,6 +12,7 @@ test with its measured truth (``tests/cases/estimator/esttest/``, ``truth.json``
 * F6: the input a script declares (``InputSpec`` for ``to_static``; ``np.random.rand(B, C, H, W)``) was ignored.
 * F13/F14: a short run's prefetch correction made the dry run's own report invalid; a batch set by the args was
   reported as "spec-batch-not-used".
+* F5: the sample shape a script's own Dataset returns (``np.random.randn(CHANNELS, LENGTH)``) was guessed.
 * F3: data named in ``task.args`` outside the script's folder was hidden from the dry run (FileNotFoundError,
   then a probe on an assumed 224x224 input: +118%). Existing paths named there are shown read-only (not system
   trees, hidden entries, autodl's or Airflow's folders).
@@ -163,3 +164,14 @@ def test_f13_f14_a_short_run_at_the_args_batch():
     train = next(ph for ph in p.phases if ph.name == "train")
     if train.extrapolated:  # an extrapolated phase always says so (esttest F10)
         assert any(f.code == "dry-run-extrapolated" for f in p.findings)
+
+
+@pytest.mark.slow
+def test_f5_the_datasets_own_sample_shape():
+    """F5: ``Windows.__getitem__`` returns ``np.random.randn(CHANNELS, LENGTH).astype("float32")`` with module
+    constants 12 and 2048, fed through a DistributedBatchSampler; the dry run cannot run it (absent stats file).
+    Was: the probe guessed length 128 (-93.4%). Truth 356,617,344 B, 91,014 params."""
+    t = TRUTH["distsampler_exit_nodata.py"]
+    p = profile_script(CASES / "distsampler_exit_nodata.py", probe=True)
+    assert p.method == "probe" and p.errors == [] and p.input_shape == [12, 2048] and p.params == t["params"]
+    assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])

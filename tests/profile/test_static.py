@@ -307,3 +307,22 @@ def test_the_input_a_script_declares_with_input_spec(tmp_path):
     src2 = src.split("net = paddle.jit")[0] + "x = paddle.to_tensor(np.random.rand(BATCH, 3, 64, 64).astype('float32'))\n"
     f2 = scan(ast.parse(src2), src2)
     assert f2.input_shape == [3, 64, 64] and f2.batch_size == 24
+
+
+def test_a_datasets_sample_shape_is_read_from_its_getitem():
+    """esttest F5: a Dataset whose ``__getitem__`` returns ``np.random.randn(CHANNELS, LENGTH).astype("float32")``
+    gives the input [12, 2048] (the probe once guessed a length of 128: -93%); ``paddle.randint(0, V, [SEQ])`` an
+    int64 [SEQ]."""
+    import ast
+
+    from autodl.profile.analysis import scan
+
+    src = ("import numpy as np\nimport paddle\nfrom paddle.io import Dataset, DataLoader\nCHANNELS, LENGTH = 12, 2048\n"
+           "class W(Dataset):\n    def __len__(self):\n        return 8\n    def __getitem__(self, i):\n"
+           "        return np.random.randn(CHANNELS, LENGTH).astype('float32'), np.int64(i)\n"
+           "loader = DataLoader(W(), batch_size=32)\n")
+    f = scan(ast.parse(src), src)
+    assert f.input_shape == [12, 2048] and f.input_dtype == "float32" and f.batch_size == 32
+    src2 = src.replace("np.random.randn(CHANNELS, LENGTH).astype('float32')", "paddle.randint(0, 100, [LENGTH])")
+    f2 = scan(ast.parse(src2), src2)
+    assert f2.input_shape == [2048] and f2.input_dtype == "int64"

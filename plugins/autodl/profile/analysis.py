@@ -169,6 +169,67 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
+_SAMPLE_MAKERS = {"rand": "args", "randn": "args", "zeros": "shape", "ones": "shape", "empty": "shape",
+                  "standard_normal": "shape", "random": "shape", "uniform": "size", "normal": "size",
+                  "randint": "size", "full": "shape"}
+"""numpy/paddle calls whose result's shape a Dataset's ``__getitem__`` states: ``rand(C, L)`` takes the sizes as
+arguments, the others a shape (first positional or this keyword)."""
+
+
+def _dataset_sample(interp: Interp, value) -> tuple[list[int], str] | None:
+    """Shape and dtype of the first item a script-defined Dataset's ``__getitem__`` returns, when it is made by a
+    numpy/paddle call with sizes the module's constants give (``np.random.randn(CHANNELS, LENGTH).astype(...)``);
+    None when it cannot be read (the dry run then reads the real sample)."""
+    for obj in list(interp.globals.values()):
+        if not isinstance(obj, ClassInfo):
+            continue
+        if not any((isinstance(b, Mod) and "Dataset" in b.path.split(".")[-1]) for b in obj.bases):
+            continue
+        found = obj.find("__getitem__")
+        if not found:
+            continue
+        for ret in ast.walk(found[1]):
+            if not isinstance(ret, ast.Return) or ret.value is None:
+                continue
+            e = ret.value.elts[0] if isinstance(ret.value, (ast.Tuple, ast.List)) and ret.value.elts else ret.value
+            dtype = "float32"
+            while True:  # x.astype("float32") / 255.0, paddle.to_tensor(x)
+                if isinstance(e, ast.BinOp):
+                    e = e.left
+                elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "astype" \
+                        and e.args:
+                    dt = e.args[0]
+                    if isinstance(dt, ast.Constant) and isinstance(dt.value, str):
+                        dtype = dt.value
+                    elif isinstance(dt, ast.Attribute):
+                        dtype = dt.attr
+                    e = e.func.value
+                elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to_tensor" \
+                        and e.args:
+                    e = e.args[0]
+                else:
+                    break
+            if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SAMPLE_MAKERS):
+                continue
+            how = _SAMPLE_MAKERS[e.func.attr]
+            try:
+                if how == "args":
+                    shape = [value(a) for a in e.args]
+                else:
+                    k = next((k.value for k in e.keywords if k.arg in (how, "shape", "size")), None)
+                    if k is None and e.args:
+                        k = e.args[-1] if e.func.attr in ("randint", "uniform", "normal") else e.args[0]
+                    shape = value(k) if k is not None else None
+                    shape = [shape] if isinstance(shape, int) else list(shape) if isinstance(shape, (list, tuple)) else None
+            except Exception:  # noqa: BLE001 - what the reading cannot follow stays unknown
+                shape = None
+            if shape and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 1 << 24 for d in shape):
+                if e.func.attr == "randint" and dtype == "float32":
+                    dtype = "int64"
+                return shape, dtype
+    return None
+
+
 def scan(tree: ast.Module, source: str) -> ScriptFacts:
     """Collect :class:`ScriptFacts` from a parsed script."""
     interp = Interp(tree)
@@ -378,6 +439,10 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                     facts.input_shape = shp
     if input_specs:  # declared by the script itself: wins over tensors it creates and dataset defaults
         facts.input_shape, facts.input_dtype = input_specs[0]
+    elif facts.input_shape is None:
+        sample = _dataset_sample(interp, lambda e: val(e, None, e))
+        if sample is not None:  # the script's own Dataset's sample (esttest F5): over a library dataset's default
+            facts.input_shape, facts.input_dtype = sample
     # build the model
     if site is not None:
         try:
