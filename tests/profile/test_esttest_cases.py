@@ -13,6 +13,7 @@ test with its measured truth (``tests/cases/estimator/esttest/``, ``truth.json``
 * F13/F14: a short run's prefetch correction made the dry run's own report invalid; a batch set by the args was
   reported as "spec-batch-not-used".
 * F5: the sample shape a script's own Dataset returns (``np.random.randn(CHANNELS, LENGTH)``) was guessed.
+* F9: a model defined in a module beside the script (``from mymodels import Net``) was not found.
 * F3: data named in ``task.args`` outside the script's folder was hidden from the dry run (FileNotFoundError,
   then a probe on an assumed 224x224 input: +118%). Existing paths named there are shown read-only (not system
   trees, hidden entries, autodl's or Airflow's folders).
@@ -174,4 +175,18 @@ def test_f5_the_datasets_own_sample_shape():
     t = TRUTH["distsampler_exit_nodata.py"]
     p = profile_script(CASES / "distsampler_exit_nodata.py", probe=True)
     assert p.method == "probe" and p.errors == [] and p.input_shape == [12, 2048] and p.params == t["params"]
+    assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+
+
+@pytest.mark.slow
+def test_f9_a_model_defined_in_a_module_beside_the_script():
+    """F9: ``from mymodels import Net`` (mymodels.py beside train.py); the dry run cannot run this variant (absent
+    stats file). Was: "no model construction found", no probe, cold start, params 0 (-32.4%). The static reading now
+    takes in the sibling module's definitions, so the probe builds Net. The spec gives the input (the Dataset's size
+    comes from a constructor argument). Truth 111,637,112 B, 128,084 params."""
+    t = TRUTH["modimport/train_nodata.py"]
+    script = CASES / "modimport" / "train_nodata.py"
+    spec = parse_spec({"task": {"script": str(script), **t["task"]}})
+    p = profile_script(script, spec, probe=True)
+    assert p.method == "probe" and p.errors == [] and p.params == t["params"] and p.model_name == "Net"
     assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])

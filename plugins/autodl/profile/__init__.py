@@ -62,6 +62,42 @@ def _read(script: Path) -> tuple[str, ast.Module | None]:
     return source, tree
 
 
+MAX_SIBLING_MODULES = 8
+"""Modules beside the script whose definitions the static reading takes in (``from mymodels import Net``)."""
+
+
+def _with_siblings(tree: ast.Module, path: Path) -> ast.Module:
+    """``tree`` with each ``from X import a, b`` of a module ``X.py`` beside the script replaced by X's top-level
+    imports, definitions and constants (one level, at most :data:`MAX_SIBLING_MODULES`): the model is often defined
+    there (esttest F9). Their line numbers stay X's own. A module that cannot be read is left as an import."""
+    from autodl.inputs import read_script
+
+    body: list[ast.stmt] = []
+    taken = 0
+    for stmt in tree.body:
+        mod = stmt.module if isinstance(stmt, ast.ImportFrom) and not stmt.level else None
+        sib = path.parent / f"{mod}.py" if mod and "." not in mod and mod.isidentifier() else None
+        if sib is None or taken >= MAX_SIBLING_MODULES or sib.resolve() == path.resolve() or not sib.is_file() \
+                or any(a.name == "*" for a in stmt.names):
+            body.append(stmt)
+            continue
+        try:
+            _, _, sub = read_script(sib, ProfileError)
+        except (ProfileError, OSError, RecursionError, ValueError):
+            body.append(stmt)
+            continue
+        taken += 1
+        body.extend(s for s in sub.body if isinstance(s, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef,
+                                                           ast.AsyncFunctionDef, ast.Assign, ast.AnnAssign)))
+        for a in stmt.names:
+            if a.asname and a.asname != a.name:
+                alias = ast.Assign(targets=[ast.Name(a.asname, ast.Store())], value=ast.Name(a.name, ast.Load()))
+                body.append(ast.copy_location(alias, stmt))
+    if not taken:
+        return tree
+    return ast.fix_missing_locations(ast.Module(body=body, type_ignores=tree.type_ignores))
+
+
 def _bound_script_values(facts: ScriptFacts) -> None:
     """Drop sizes read from the script that no run can have (a batch of 10**400), with a warning saying so: the
     same bounds as the spec's (:mod:`autodl.fields`), so nothing downstream overflows or is planned from them."""
@@ -126,7 +162,7 @@ def profile_script(
     catalog = catalog or load_catalog()
 
     try:
-        facts: ScriptFacts = scan(tree, source) if tree is not None else None
+        facts: ScriptFacts = scan(_with_siblings(tree, path), source) if tree is not None else None
     except RecursionError:
         facts = None
     if facts is None:  # valid Python nested deeper than the analysis follows: the tool's limit, not an error
