@@ -406,3 +406,16 @@ def test_a_script_writing_a_big_checkpoint_is_stopped_at_the_disk_bound(tmp_path
     assert p.params == 256 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10
     assert p.method in ("dry_run", "probe") and p.tensor_peak_bytes > 0
     assert list((tmp_path / "ckpt").iterdir()) == []  # nothing written beside the script
+
+
+def test_without_paddle_the_static_estimate_says_why(monkeypatch):
+    """Found on an install without the paddle extra: the dry run and the probe were skipped silently ("static",
+    no finding). Now a warning names why and what to install."""
+    import autodl.profile as prof
+
+    monkeypatch.setattr(prof, "paddle_available", lambda: False)
+    p = profile_script(FIX / "simple_cnn.py")
+    assert p.method == "static" and p.dry_run_seconds is None and p.probe_seconds is None
+    (w,) = [f for f in p.findings if f.code == "paddle-unavailable"]
+    assert w.severity == "warning" and "not importable" in w.message and "static" in w.message
+    assert "PaddlePaddle is not installed" in p.method_reason

@@ -105,20 +105,22 @@ def test_f3_data_named_in_the_args_is_shown_to_the_dry_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_f8_a_script_writing_beside_itself_is_dry_run(tmp_path):
+@pytest.mark.parametrize("name", ["ema_ckpt_gradpenalty.py", "ema_resolve.py"])
+def test_f8_a_script_writing_beside_itself_is_dry_run(tmp_path, name):
     """F8: ``OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs", "critic")``, a log file and
     checkpoints there. Was: "Read-only file system" in the dry run, then the probe at -67.6%. The script now runs as
     a link inside the dry run's working folder, so what it writes beside itself lands there (the script's own folder
-    is untouched). Truth 143,281,504 B, 675,265 params (gradient penalty: double backward, three forward calls)."""
-    t = TRUTH["ema_ckpt_gradpenalty.py"]
+    is untouched); ema_resolve.py writes to ``Path(__file__).resolve().parent / "runs"`` (the script is a copy there,
+    not a link). Truth 143,281,504 B, 675,265 params (gradient penalty: double backward, three forward calls)."""
+    t = TRUTH[name]
     folder = tmp_path / "code"
     folder.mkdir()
-    shutil.copy(CASES / "ema_ckpt_gradpenalty.py", folder)
-    p = profile_script(folder / "ema_ckpt_gradpenalty.py", probe=True)
+    shutil.copy(CASES / name, folder)
+    p = profile_script(folder / name, probe=True)
     assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
     assert p.errors == [] and p.params == t["params"]
     assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
-    assert sorted(x.name for x in folder.iterdir()) == ["ema_ckpt_gradpenalty.py"]
+    assert sorted(x.name for x in folder.iterdir()) == [name]
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 from autodl.catalog import Catalog, load_catalog
@@ -271,6 +272,12 @@ def profile_script(
     if probe is None and task is not None:
         probe = task.probe  # the spec's task.probe, unless the caller (CLI flag, operator) decided
     do_probe = paddle_available() if probe is None else probe
+    if probe is None and not do_probe:
+        findings.append(Finding(severity="warning", code="paddle-unavailable", message=(
+            f"{path}: PaddlePaddle is not importable by this interpreter ({sys.executable}), so the script was not "
+            "run (no dry run, no probe): the estimate is static, read from the script's text, and less certain "
+            "(see its other findings). Install paddlepaddle where autodl profiles (the paddle extra) to measure it.")))
+        reasons.append("the script was not run: PaddlePaddle is not installed here")
     do_dry = do_probe if dry_run is None else (dry_run and do_probe is not False)
     if (do_probe or do_dry) and isolation() == "none":
         from autodl.sandbox import unavailable_reason

@@ -292,16 +292,16 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         _mirror(script.parent, work)
         out = work / OUT_DIR
         out.mkdir()
-        # the script runs as <workdir>/<name> (a link to it): what it writes beside itself
-        # (os.path.dirname(os.path.abspath(__file__)) + "/runs") lands in the working folder, as in a writable checkout
+        # the script runs as <workdir>/<name> (a copy: Path(__file__).resolve() stays there too): what it writes
+        # beside itself (runs/, checkpoints/) lands in the working folder, as in a writable checkout
         here = work / script.name
-        if not here.is_symlink() and not here.exists():
-            try:
-                here.symlink_to(script.resolve())
-            except OSError:
-                pass
-        if here.is_symlink() and here.resolve() == script.resolve():
+        try:
+            if here.is_symlink() or here.exists():
+                here.unlink()
+            here.write_bytes(script.read_bytes())
             cfg = dict(cfg, script=str(here), user_dirs=[*cfg.get("user_dirs", []), str(work)])
+        except OSError:
+            pass
         cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
