@@ -24,17 +24,19 @@ Values given here override what the profiler reads from the script.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import posixpath
 import re
 import stat
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from autodl.config import read_yaml
+from autodl.config import read_yaml, shipped_hint
 from autodl.errors import SpecError
 from autodl.fields import (
     MAX_HOST_BYTES,
@@ -608,7 +610,8 @@ class TaskSpec(_Section):
             try:
                 return resolve_file(os.path.abspath(path), SpecError, "script",
                                     fix="pass the path of a Python training script",
-                                    missing="does not exist; pass the path of a Python training script.")
+                                    missing="does not exist; pass the path of a Python training script"
+                                    + shipped_hint("scripts") + ".")
             except SpecError as exc:
                 raise SpecError(f"training script {exc}") from None
         try:
@@ -654,13 +657,50 @@ def output_dir_name(name: str) -> str:
     return f"{prefix}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (``LauncherSection``, ``list[MountSpec]``, ``X | None``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _key_hint(loc: tuple) -> str:
+    """The fix for an unknown key at ``loc``: the closest key its section has (``task.batch_size`` ->
+    ``batch_size_per_gpu``), or the section a key of another section belongs to (``scheduler.memory_threshold``
+    -> ``resource_policy``), else "remove it or check its spelling"."""
+    fallback = "; remove it or check its spelling"
+    model: type[BaseModel] | None = TaskSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list of mappings (launcher.mounts[0])
+            continue
+        field = model.model_fields.get(part) if model is not None else None
+        model = _model_in(field.annotation) if field is not None else None
+        if model is None:
+            return fallback
+    key = str(loc[-1])
+    known = [name for name in model.model_fields if name != "source_path"]
+    close = difflib.get_close_matches(key, known, n=1) if len(key) <= 100 else []
+    if close:
+        return f" (did you mean '{close[0]}'?){fallback}"
+    if model is not TaskSpec and len(loc) == 2:
+        for section, field in TaskSpec.model_fields.items():
+            other = _model_in(field.annotation)
+            if other is not None and other is not model and key in other.model_fields:
+                return f"; it belongs under '{section}:', move it there"
+    return fallback
+
+
 def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
     errors = exc.errors(include_url=False)
     for err in errors[:MAX_ERRORS_SHOWN]:
         loc = clip(".".join(str(p) for p in err["loc"]) or "<root>", 100)
         if err["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key '{loc}'; remove it or check its spelling.")
+            lines.append(f"{where}: unknown key '{loc}'{_key_hint(err['loc'])}.")
         else:
             got = err.get("input")
             msg = err["msg"].removeprefix("Value error, ")
@@ -699,5 +739,6 @@ def load_spec(path: str | Path) -> TaskSpec:
     :returns: the validated :class:`TaskSpec` with ``source_path`` set.
     :raises SpecError: when the file is missing, is not YAML, or fails validation.
     """
-    data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML.")
+    data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML"
+                     + (shipped_hint("specs") if not os.path.exists(path) else "") + ".")
     return parse_spec(data, Path(path))
