@@ -30,6 +30,7 @@ import os
 import posixpath
 import re
 import stat
+import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -694,19 +695,50 @@ def _key_hint(loc: tuple) -> str:
     return fallback
 
 
+def _shown_loc(loc: tuple) -> tuple:
+    """``loc`` without the names pydantic gives the members of a union (``task.num_gpus_estimate.constrained-int``
+    and ``task.num_gpus_estimate.literal['auto']`` are both ``task.num_gpus_estimate``): they are no key of the file."""
+    model: type[BaseModel] | None = TaskSpec
+    shown: list = []
+    union_member_next = False
+    for part in loc:
+        if union_member_next and isinstance(part, str):
+            union_member_next = False
+            continue
+        union_member_next = False
+        shown.append(part)
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            model = None
+            continue
+        members = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+        union_member_next = typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and len(members) > 1
+        model = _model_in(field.annotation)
+    return tuple(shown)
+
+
 def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
     errors = exc.errors(include_url=False)
-    for err in errors[:MAX_ERRORS_SHOWN]:
-        loc = clip(".".join(str(p) for p in err["loc"]) or "<root>", 100)
+    merged: list[tuple[str, str, Any]] = []  # (loc, message, input): a union's members' errors become one line
+    for err in errors:
+        loc = clip(".".join(str(p) for p in _shown_loc(err["loc"])) or "<root>", 100)
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key '{loc}'{_key_hint(err['loc'])}.")
+            merged.append((loc, "", err["loc"]))
+        elif merged and merged[-1][0] == loc and merged[-1][1] and merged[-1][2] is err.get("input"):
+            merged[-1] = (loc, f"{merged[-1][1]} or {msg.removeprefix('Input should be ')}", err.get("input"))
         else:
-            got = err.get("input")
-            msg = err["msg"].removeprefix("Value error, ")
+            merged.append((loc, msg, err.get("input")))
+    for loc, msg, got in merged[:MAX_ERRORS_SHOWN]:
+        if not msg:
+            lines.append(f"{where}: unknown key '{loc}'{_key_hint(got)}.")
+        else:
             lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}).")
-    if len(errors) > MAX_ERRORS_SHOWN:
-        lines.append(f"{where}: ... and {len(errors) - MAX_ERRORS_SHOWN} more errors.")
+    if len(merged) > MAX_ERRORS_SHOWN:
+        lines.append(f"{where}: ... and {len(merged) - MAX_ERRORS_SHOWN} more errors.")
     return "\n".join(lines)
 
 

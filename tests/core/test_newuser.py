@@ -112,3 +112,12 @@ def test_airflow_env_removes_the_egg_info_a_build_leaves_in_plugins(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(tmp_path / "plugins")
     assert not stale.exists() and (tmp_path / "plugins" / "autodl").is_dir()
+
+
+def test_a_union_fields_errors_are_one_line_naming_the_key_of_the_file():
+    """Seen: ``num_gpus_estimate: two`` gave two lines, for ``task.num_gpus_estimate.constrained-int`` and
+    ``task.num_gpus_estimate.literal['auto']``: names of pydantic's union members, no key of the file."""
+    with pytest.raises(SpecError) as exc:
+        parse_spec({"task": {"num_gpus_estimate": "two"}}, "user.yaml")
+    assert str(exc.value) == ("user.yaml: field 'task.num_gpus_estimate': Input should be a valid integer or 'auto' "
+                              "(got 'two').")
