@@ -612,7 +612,7 @@ class TaskSpec(_Section):
                 return resolve_file(os.path.abspath(path), SpecError, "script",
                                     fix="pass the path of a Python training script",
                                     missing="does not exist; pass the path of a Python training script"
-                                    + shipped_hint("scripts") + ".")
+                                    + shipped_hint("scripts", os.path.abspath(path)) + ".")
             except SpecError as exc:
                 raise SpecError(f"training script {exc}") from None
         try:
@@ -772,5 +772,5 @@ def load_spec(path: str | Path) -> TaskSpec:
     :raises SpecError: when the file is missing, is not YAML, or fails validation.
     """
     data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML"
-                     + (shipped_hint("specs") if not os.path.exists(path) else "") + ".")
+                     + shipped_hint("specs", path) + ".")
     return parse_spec(data, Path(path))

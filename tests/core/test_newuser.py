@@ -121,3 +121,13 @@ def test_a_union_fields_errors_are_one_line_naming_the_key_of_the_file():
         parse_spec({"task": {"num_gpus_estimate": "two"}}, "user.yaml")
     assert str(exc.value) == ("user.yaml: field 'task.num_gpus_estimate': Input should be a valid integer or 'auto' "
                               "(got 'two').")
+
+
+@pytest.mark.parametrize("name", ["x" * 300, "a\0b", "missing.yaml"])
+def test_the_examples_hint_never_raises_on_a_path_it_cannot_check(tmp_path, name):
+    """Seen (the fuzz suite): ``Path.exists`` raised ``OSError: [Errno 36] File name too long`` inside the
+    "pool file not found" message. The hint checks with ``os.path.exists`` (False there) and never raises."""
+    from autodl.config import shipped_hint
+
+    assert shipped_hint("pools", tmp_path / name).startswith(" (autodl's example pools are in ")
+    assert shipped_hint("pools", tmp_path) == ""  # it exists: the error is about something else

@@ -118,7 +118,7 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
     """
     p = Path(path)
     raw = read_yaml(p, InventoryError, "pool file not found; pass an existing pool YAML"
-                    + (shipped_hint("pools") if not p.exists() else "") + ".")
+                    + shipped_hint("pools", p) + ".")
     if not isinstance(raw, dict):
         raise InventoryError(f"{p}: a pool file is a mapping with a 'devices:' list (see include/pools/demo.yaml); "
                              f"this one holds {type(raw).__name__ if raw is not None else 'nothing'}.")
