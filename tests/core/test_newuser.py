@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from autodl.config import include_dir
-from autodl.errors import SpecError
+from autodl.errors import LaunchError, SpecError
+from autodl.launch import get_launcher
 from autodl.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,3 +132,29 @@ def test_the_examples_hint_never_raises_on_a_path_it_cannot_check(tmp_path, name
 
     assert shipped_hint("pools", tmp_path / name).startswith(" (autodl's example pools are in ")
     assert shipped_hint("pools", tmp_path) == ""  # it exists: the error is about something else
+
+
+@pytest.mark.parametrize("launcher", ["docker", "kubernetes"])
+def test_a_launcher_whose_extra_is_not_installed_is_a_launch_error_naming_the_extra(tmp_path, launcher):
+    """Seen (a fresh ``pip install autodl`` without extras): ``autodl plan include/specs/simple_cnn_docker.yaml`` said
+    ``internal error (plan): ModuleNotFoundError: No module named 'docker'; this is a bug in autodl`` (exit 1): the
+    launchers import their client lazily, so the missing extra surfaced deep in the render."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"task: {{script: {include_dir() / 'scripts' / 'simple_cnn.py'}, input_shape: [3, 32, 32]}}\n"
+                    f"launcher: {{type: {launcher}}}\n")
+    code = (f"import sys; sys.modules[{launcher!r}] = None\n"
+            f"sys.argv = ['autodl', 'plan', {str(spec)!r}, '--no-probe', '--pool', {str(include_dir() / 'pools' / 'demo.yaml')!r}]\n"
+            "from autodl.cli import main\nsys.exit(main())\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "plugins"), "AUTODL_HOME": str(tmp_path / "home")}
+    env.pop("AUTODL_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    # the placement is still shown (exit 0); what it would launch is replaced by the launch error
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and "internal error" not in proc.stderr
+    out = " ".join(proc.stdout.split())  # rich wraps long lines
+    assert "A100-SXM4-40GB" in out and "what it would run cannot be shown here:" in out
+    assert f"launcher '{launcher}' needs the Python package '{launcher}'" in out
+    assert f'pip install "autodl[{launcher}]"' in out
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(LaunchError, match=rf'pip install "autodl\[{launcher}\]"'):
+        mp.setitem(sys.modules, launcher, None)  # the Airflow steps get the launcher the same way
+        get_launcher(launcher)
