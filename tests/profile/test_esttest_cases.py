@@ -14,6 +14,8 @@ test with its measured truth (``tests/cases/estimator/esttest/``, ``truth.json``
   reported as "spec-batch-not-used".
 * F5: the sample shape a script's own Dataset returns (``np.random.randn(CHANNELS, LENGTH)``) was guessed.
 * F9: a model defined in a module beside the script (``from mymodels import Net``) was not found.
+* F16: a script with few steps was extrapolated far from the dry run's tiny batches (-10% to -35%): repeated
+  at its own batch.
 * F3: data named in ``task.args`` outside the script's folder was hidden from the dry run (FileNotFoundError,
   then a probe on an assumed 224x224 input: +118%). Existing paths named there are shown read-only (not system
   trees, hidden entries, autodl's or Airflow's folders).
@@ -192,3 +194,19 @@ def test_f9_a_model_defined_in_a_module_beside_the_script():
     p = profile_script(script, spec, probe=True)
     assert p.method == "probe" and p.errors == [] and p.params == t["params"] and p.model_name == "Net"
     assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, batch, truth", [
+    (["--batch-size", "128", "--steps", "4"], 128, 410_480_760),
+    (["--batch-size", "32", "--steps", "2"], 32, 111_637_112),
+])
+def test_f16_a_script_with_few_steps_is_measured_at_its_own_batch(args, batch, truth):
+    """F16 (F10, F13): a script that makes 2 optimizer steps ran out of them on the dry run's small batches (2, 5)
+    and the peak was extrapolated 25x from them: -34.5% at batch 128, -10.6% at batch 32 (one point at batch 2).
+    The dry run now repeats such a run once at the script's own batch. Truth (benchmarks/truth.py's method):
+    410,480,760 B at 128, 111,637,112 B at 32."""
+    script = CASES / "modimport" / "train.py"
+    p = profile_script(script, parse_spec({"task": {"script": str(script), "args": args}}), probe=True)
+    assert p.method == "dry_run" and p.errors == [] and p.batch_size == batch
+    assert _within_targets(p.tensor_peak_bytes, truth), (p.tensor_peak_bytes, truth)

@@ -395,6 +395,25 @@ def run_dry_run(
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
         dr = dr2
+    if dr.ok and cfg.get("reduce") and dr.raw.get("end") in ("script-finished", "exit") and dr.batch \
+            and dr.batch > 2 * max(dr.batch_sizes or [dr.batch]) and time.monotonic() - t0 < timeout * 0.5:
+        # the script ran out of steps on the dry run's small batches (a short loop, a small data set) before the
+        # large batch it was to be measured at: the peak would be extrapolated far from tiny batches (measured:
+        # -10% to -35%). Run it once more at its own batch, which its own steps are enough for.
+        cfg.update(reduce=False, lo=None)
+        raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
+                                batch_env=batch if batch_from_spec else None)
+        dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
+        if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
+            dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
+                f"the script ended after batch sizes {dr.batch_sizes}, far below its batch {dr.batch}; the dry run "
+                f"was repeated at the script's own batch ({dr2.reason}).")))
+            dr = dr2
+        else:
+            dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
+                f"the script ended after batch sizes {dr.batch_sizes}; the peak at batch {dr.batch} is extrapolated "
+                f"far from them and may be low (a repeat at the script's own batch did not measure: {dr2.reason}). "
+                "Pass more steps in task.args, or set task.batch_size_per_gpu to a batch the script runs.")))
     shown, refused = arg_paths(argv)
     if shown:
         dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
