@@ -192,6 +192,15 @@ def _dataset_sample(interp: Interp, value) -> tuple[list[int], str] | None:
             if not isinstance(ret, ast.Return) or ret.value is None:
                 continue
             e = ret.value.elts[0] if isinstance(ret.value, (ast.Tuple, ast.List)) and ret.value.elts else ret.value
+            if isinstance(e, ast.Dict) and e.values:  # {"input_ids": ids, ...}: the model's first input
+                keys = [k.value if isinstance(k, ast.Constant) else None for k in e.keys]
+                e = e.values[keys.index("input_ids")] if "input_ids" in keys else e.values[0]
+            if isinstance(e, ast.Name):  # ids = np.zeros(SEQ, "int64"); ...; return ids
+                made = [a.value for a in ast.walk(found[1]) if isinstance(a, ast.Assign) and len(a.targets) == 1
+                        and isinstance(a.targets[0], ast.Name) and a.targets[0].id == e.id
+                        and a.lineno < ret.lineno]
+                if made:
+                    e = made[0]
             dtype = "float32"
             while True:  # x.astype("float32") / 255.0, paddle.to_tensor(x)
                 if isinstance(e, ast.BinOp):
@@ -223,6 +232,13 @@ def _dataset_sample(interp: Interp, value) -> tuple[list[int], str] | None:
                     shape = [shape] if isinstance(shape, int) else list(shape) if isinstance(shape, (list, tuple)) else None
             except Exception:  # noqa: BLE001 - what the reading cannot follow stays unknown
                 shape = None
+            dt = next((k.value for k in e.keywords if k.arg == "dtype"), None)
+            if dt is None and e.func.attr in ("zeros", "ones", "empty") and len(e.args) >= 2:
+                dt = e.args[1]
+            if isinstance(dt, ast.Constant) and isinstance(dt.value, str) and dtype == "float32":
+                dtype = dt.value
+            elif isinstance(dt, ast.Attribute) and dtype == "float32":
+                dtype = dt.attr
             if shape and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 1 << 24 for d in shape):
                 if e.func.attr == "randint" and dtype == "float32":
                     dtype = "int64"
@@ -443,6 +459,8 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
         sample = _dataset_sample(interp, lambda e: val(e, None, e))
         if sample is not None:  # the script's own Dataset's sample (esttest F5): over a library dataset's default
             facts.input_shape, facts.input_dtype = sample
+            if "int" in sample[1] and len(sample[0]) == 1:  # token ids: the sequence length too
+                facts.sequence_length = facts.sequence_length or sample[0][0]
     # build the model
     if site is not None:
         try:
