@@ -280,6 +280,7 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     batch_candidates: list[int] = []
     shape_candidates: list[tuple[list[int], str, int]] = []
     input_specs: list[tuple[list[int], str]] = []
+    numpy_batches: list[list[int]] = []
     for node, func, in_layer, path in sc.calls:
         last = path.split(".")[-1] if path else ""
         line = node.lineno
@@ -369,9 +370,12 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
             if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(d, int) and d > 0 for d in shp[1:]):
                 input_specs.append(([*shp[1:]], dt if isinstance(dt, str) else "float32"))
         elif last in ("rand", "randn") and path.startswith("numpy") and len(node.args) >= 2:
-            shp = [val(node, func, a) for a in node.args]  # np.random.rand(B, C, H, W): sizes as arguments
-            if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shp):
-                shape_candidates.append((shp, "float32", line))
+            # np.random.rand(B, C, H, W): sizes as arguments; a batch only when its first size is the batch size
+            # (inside a Dataset's __getitem__ it is one sample: read by _dataset_sample)
+            shp = [val(node, func, a) for a in node.args]
+            if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shp) \
+                    and not (func is not None and func.name == "__getitem__"):
+                numpy_batches.append(shp)
         elif last in ("randn", "rand", "zeros", "ones", "uniform", "normal", "randint", "full", "standard_normal"):
             shp = val(node, func, kw(node, "shape", 2 if last == "randint" else 0))
             if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(s, int) for s in shp):
@@ -453,6 +457,11 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                     facts.input_shape = [3, shp[1], shp[2]]
                 else:
                     facts.input_shape = shp
+    if facts.input_shape is None and facts.batch_size:
+        for shp in numpy_batches:
+            if shp[0] == facts.batch_size:
+                facts.input_shape, facts.input_dtype = shp[1:], "float32"
+                break
     if input_specs:  # declared by the script itself: wins over tensors it creates and dataset defaults
         facts.input_shape, facts.input_dtype = input_specs[0]
     elif facts.input_shape is None:
