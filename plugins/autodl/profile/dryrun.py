@@ -395,8 +395,11 @@ def run_dry_run(
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
         dr = dr2
+    planned = (dr.raw.get("plan") or {}).get("then") if dr.raw.get("plan") else None
     if dr.ok and cfg.get("reduce") and dr.raw.get("end") in ("script-finished", "exit") and dr.batch \
-            and dr.batch > 2 * max(dr.batch_sizes or [dr.batch]) and time.monotonic() - t0 < timeout * 0.5:
+            and dr.batch > 2 * max(dr.batch_sizes or [dr.batch]) and time.monotonic() - t0 < timeout * 0.5 \
+            and (planned is None or any(b not in dr.batch_sizes for b in planned)):
+        # (a plan whose sizes were all measured was held to the time and memory budgets on purpose: kept)
         # the script ran out of steps on the dry run's small batches (a short loop, a small data set) before the
         # large batch it was to be measured at: the peak would be extrapolated far from tiny batches (measured:
         # -10% to -35%). Run it once more at its own batch, which its own steps are enough for.
@@ -543,7 +546,8 @@ def dryrun_report(text: str) -> dict[str, Any]:
         raise ValueError("more trainable parameters than parameters")
     plan = data.get("plan")
     if isinstance(plan, dict):
-        out["plan"] = {"native": _int(plan.get("native"), "plan native", 1, MAX_BATCH, none=True)}
+        out["plan"] = {"native": _int(plan.get("native"), "plan native", 1, MAX_BATCH, none=True),
+                       "then": [_int(b, "a planned batch", 1, MAX_BATCH) for b in _list(plan.get("then"), "plan", 8)]}
     for n in _list(data.get("num_workers"), "num_workers", 64):
         out["num_workers"].append(_int(n, "num_workers", 0, 1 << 16) if not isinstance(n, str) else _report_text(n))
     for ld in _list(data.get("loaders"), "loaders", 64):
