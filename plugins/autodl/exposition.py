@@ -57,7 +57,7 @@ class AutoDLCollector(Collector):
 
         records = RecordStore(self.store_url).list(limit=100_000)
         outcomes = CounterMetricFamily("autodl_runs", "Recorded runs by outcome.", labels=["outcome"])
-        by_outcome: dict[str, int] = {"succeeded": 0, "failed": 0, "not_started": 0}
+        by_outcome: dict[str, int] = {"succeeded": 0, "failed": 0, "not_started": 0, "stopped": 0}
         ooms = 0
         for r in records:
             by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + 1

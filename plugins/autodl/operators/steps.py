@@ -29,6 +29,14 @@ from autodl.errors import (
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
 
+def _pool(value: str | None) -> str | None:
+    """The operator's (rendered) pool as a source: ``pool`` names, relative paths resolved against the include
+    folder (:func:`autodl.pipeline.resolve_pool_source`); "", "None" and None: the default source."""
+    if value in ("", "None", None):
+        return None
+    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's pool=)")
+
+
 PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
 
@@ -151,7 +159,7 @@ class AutoDLProfileOperator(_AutoDLStep):
     def run_step(self, ctx, context):
         self._check_conf(context)
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
-        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool_source),
+        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
 
 
@@ -253,7 +261,7 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
     _ctx = _AutoDLStep._ctx
 
     def _src(self) -> str | None:
-        return None if self.pool_source in ("", "None", None) else self.pool_source
+        return _pool(self.pool_source)
 
     def execute(self, context) -> Any:
         self.timeout, self.poke_interval = self._scheduler(context)
@@ -293,7 +301,7 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
         self.wait_timeout_s = wait_timeout_s
 
     def _src(self) -> str | None:
-        return self._none(self.pool_source)
+        return _pool(self.pool_source)
 
     def run_step(self, ctx, context):
         try:

@@ -168,7 +168,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         try:
             # an admin may release anyone's lease (the owner check of `autodl leases --release` is --force here)
             result = release_by_hand(run_key, user=getattr(user, "get_name", lambda: None)(), force=True,
-                                     log=lines.append)
+                                     log=lines.append, how="the GPU page's release button")
         except LeaseError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         return JSONResponse({**result, "log": lines, "released_by": getattr(user, "get_name", lambda: None)()})
