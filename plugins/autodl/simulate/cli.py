@@ -51,10 +51,13 @@ def _positive(text: str) -> float:
 
 
 def _path(text: str) -> str:
-    """argparse type: a path that is not empty (an empty one would silently mean the default file)."""
+    """argparse type: a path that is not empty (an empty one would silently mean the default file), nor longer
+    than a path can be (:func:`autodl.cli._path_arg`)."""
+    from autodl.cli import _path_arg
+
     if not text.strip():
         raise argparse.ArgumentTypeError("the path is empty; pass a file's path, or leave the option out for the default")
-    return text
+    return _path_arg("file")(text)
 
 
 def _policies(text: str) -> str:
