@@ -445,9 +445,10 @@ _run_key = _text_arg("run key", MAX_RUN_KEY_CHARS)
 _pool_arg = _text_arg("pool source", 8192)
 
 
-def _path_arg(what: str):
-    """argparse type: a path that is not empty (an empty path is the current folder: never what was meant);
-    its length and what it names are checked where it is read (:func:`autodl.inputs.resolve_file`)."""
+def _path_arg(what: str, *, check_length: bool = True):
+    """argparse type: a path that is not empty (an empty path is the current folder: never what was meant), nor
+    longer than Linux allows (``check_length``; off where the reader, :func:`autodl.inputs.resolve_file`, says so
+    itself naming the file and the field); what it names is checked where it is read."""
 
     from autodl.inputs import MAX_NAME_BYTES, MAX_PATH_BYTES, clip
 
@@ -456,11 +457,11 @@ def _path_arg(what: str):
             raise argparse.ArgumentTypeError(f"the {what} path is empty; pass the path of a {what}")
         size = len(os.fsencode(text))
         longest = max((len(os.fsencode(part)) for part in text.split("/")), default=0)
-        if size > MAX_PATH_BYTES or longest > MAX_NAME_BYTES:
+        if check_length and (size > MAX_PATH_BYTES or longest > MAX_NAME_BYTES):
             raise argparse.ArgumentTypeError(
                 f"the {what} path {clip(text, 60)!r} is too long ({size:,} bytes; a path is at most {MAX_PATH_BYTES} "
                 f"bytes and each name in it at most {MAX_NAME_BYTES}); pass the path of a {what}")
-        if "\x00" in text:
+        if check_length and "\x00" in text:
             raise argparse.ArgumentTypeError(f"the {what} path {clip(text, 60)!r} holds a NUL character; no path does")
         return text
 
@@ -495,16 +496,16 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
 
     sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
-    sp.add_argument("script", nargs="?", type=_path_arg("training script"),
+    sp.add_argument("script", nargs="?", type=_path_arg("training script", check_length=False),
                     help="training script (default: the spec's task.script)")
-    sp.add_argument("--spec", type=_path_arg("spec file"), help="task spec YAML whose values override the script's")
+    sp.add_argument("--spec", type=_path_arg("spec file", check_length=False), help="task spec YAML whose values override the script's")
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_profile)
 
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
-    sp.add_argument("spec", type=_path_arg("spec file"), help="task spec YAML")
-    sp.add_argument("--script", type=_path_arg("training script"), help="override the spec's task.script")
+    sp.add_argument("spec", type=_path_arg("spec file", check_length=False), help="task spec YAML")
+    sp.add_argument("--script", type=_path_arg("training script", check_length=False), help="override the spec's task.script")
     sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)

@@ -158,7 +158,7 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
         candidates = [path]
     else:
         inc = include_dir()
-        rel = Path(*path.parts[1:]) if path.parts[0] == "include" and len(path.parts) > 1 else path
+        rel = Path(*path.parts[1:]) if len(path.parts) > 1 and path.parts[0] == "include" else path
         candidates = ([cwd / path] if cwd is not None else []) + [inc / path, inc / rel, inc / "pools" / rel]
         candidates = list(dict.fromkeys(candidates))
     for candidate in candidates:
@@ -1058,6 +1058,10 @@ def release_by_hand(run_key: str, *, user: str | None = None, force: bool = Fals
         training = _stop(handle, log=log, why=f"is being {mark.describe()}" if mark else "is being stopped")
         if running is False:
             training = "not running"
+    if mark is None:  # nothing was stopped: the record still says who freed the lease (a stop says it itself)
+        note_failure(run_key, "release", f"lease {lease.lease_id} released by hand ({how}) by "
+                                         + (f"its owner {user}" if mine else f"{user} with --force; it was {whose}")
+                                         + f"; its training {'was not launched' if handle is None else training}")
     ctx = RunContext(run_key=run_key, dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, user=lease.owner.user)
     result = step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
                                      handle_json=handle, metrics_json=None, log=log, lease_id=lease.lease_id,
