@@ -62,3 +62,14 @@ def test_the_cli_takes_a_pool_name_too():
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo / "plugins")})
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["devices"]) == 4
+
+
+def test_a_conf_of_huge_or_many_unknown_keys_is_named_in_a_line_each():
+    """The kind of the 100k run key: a trigger conf key of 100,000 characters came back whole in the profile
+    step's error, and 10,000 unknown keys made a message of all of them."""
+    from autodl.operators.params import check_conf
+
+    with pytest.raises(SpecError) as exc:
+        check_conf({"k" * 100_000: 1, **{f"key{i}": i for i in range(10_000)}}, ["script", "pool"])
+    msg = str(exc.value)
+    assert len(msg) < 2000 and "k" * 100 not in msg and "more" in msg

@@ -20,7 +20,11 @@ from airflow.sdk import Param
 
 from autodl.config import include_dir
 from autodl.errors import SpecError
+from autodl.inputs import short
 from autodl.pipeline import KEEP_SPEC, OVERRIDES, pool_names
+
+MAX_KEYS_NAMED = 10
+"""A trigger conf's unknown keys named in the error, at most (each cut to a line): the rest are counted."""
 
 SPEC_DEFAULT = "spec"
 """The launcher/policy choice meaning "as the spec says"."""
@@ -81,9 +85,11 @@ def check_conf(conf: Mapping[str, Any] | None, known: Iterable[str]) -> None:
     if not unknown:
         return
     parts = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known, n=1)
-        parts.append(repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    for key in unknown[:MAX_KEYS_NAMED]:
+        close = difflib.get_close_matches(key, known, n=1) if len(key) <= 200 else []
+        parts.append(short(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if len(unknown) > MAX_KEYS_NAMED:
+        parts.append(f"and {len(unknown) - MAX_KEYS_NAMED:,} more")
     raise SpecError(f"unknown key{'s' if len(unknown) > 1 else ''} in the trigger conf: {', '.join(parts)}; "
                     f"this DAG's params are: {', '.join(known) or 'none'}. Fix the conf and trigger again.")
 
