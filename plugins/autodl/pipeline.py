@@ -131,13 +131,15 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
     """The pool source a user named, as :func:`autodl.inventory.read_inventory` takes it.
 
     ``auto``, a source name (``nvml``) and a URL (``prometheus+http://...``) pass unchanged; a pool name
-    (``demo``, ``gpu_node_2xa100``: a file of ``include/pools/``) becomes that file; a relative path is looked
-    for under ``cwd`` when given (the CLI), then under the deployment's include folder
-    (:func:`autodl.config.include_dir`) as it is, without a leading ``include/``, and under ``pools/``
-    (``pools/demo.yaml``, ``include/pools/demo.yaml``, ``demo.yaml`` all name the demo pool); an absolute path
-    must exist. Empty or None: None (the default source).
+    (``demo``, ``gpu_node_2xa100``: a file of ``include/pools/``) becomes that file; a relative path (the DAG
+    Param, where the tasks' working folder means nothing to the user) is looked for under the deployment's
+    include folder (:func:`autodl.config.include_dir`) as it is, without a leading ``include/``, and under
+    ``pools/`` (``pools/demo.yaml``, ``include/pools/demo.yaml``, ``demo.yaml`` all name the demo pool); an
+    absolute path must exist. Empty or None: None (the default source).
 
     :param field: what the value was given as, for the message (``--pool``, the ``pool`` Param).
+    :param cwd: the CLI's folder: a relative path is the user's own file there (a missing one is returned as
+        given, for the pool reader to refuse naming where the examples are); only a pool name is looked up.
     :param strict: False: a path found nowhere is returned as given (the pool reader refuses it itself).
     :raises SpecError: (``strict``) when no such pool file exists, naming the field, where it looked and the fix.
     """
@@ -151,16 +153,23 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
     if text == "auto" or text in SOURCES or "://" in text or text.split("://")[0] in SCHEMES:
         return text
     names = pool_names()
+    path = Path(text).expanduser()
+    if cwd is not None:  # the CLI: a path is the user's own (relative to where they are), else a pool name
+        here = path if path.is_absolute() else cwd / path
+        try:
+            if here.is_file():
+                return str(here)
+        except OSError:
+            pass
+        return str(names[text]) if text in names else text
     if text in names:
         return str(names[text])
-    path = Path(text).expanduser()
     if path.is_absolute():
         candidates = [path]
     else:
         inc = include_dir()
         rel = Path(*path.parts[1:]) if len(path.parts) > 1 and path.parts[0] == "include" else path
-        candidates = ([cwd / path] if cwd is not None else []) + [inc / path, inc / rel, inc / "pools" / rel]
-        candidates = list(dict.fromkeys(candidates))
+        candidates = list(dict.fromkeys([inc / path, inc / rel, inc / "pools" / rel]))
     for candidate in candidates:
         try:
             if candidate.is_file():
