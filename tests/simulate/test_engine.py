@@ -11,6 +11,7 @@ import pytest
 
 from autodl.simulate import run_all
 from autodl.simulate.cli import register, run
+from autodl.policy.scoring import DEFAULT_WEIGHTS
 from autodl.simulate.engine import EVAL_PEAK_FRACTION, PEAK_STEP_S, SimOptions, simulate
 from autodl.simulate.pool import HostGroup, SimPool, load_sim_pool, scale_pool
 from autodl.simulate.workload import SimJob, load_errors, load_trace
@@ -165,6 +166,24 @@ def test_the_bandit_learns_the_true_speed_when_the_catalog_is_wrong(catalog):
     assert rule.placed_on == {"T4": 200}
     assert rl.placed_on["A100-SXM4-40GB"] > 150
     assert rl.avg_jct_s < 0.6 * rule.avg_jct_s
+
+
+def test_seen_by_class_shows_each_job_its_own_speed(catalog):
+    """With ``seen_by_class`` the policy sees each job's class row of the true matrix: class "a" is
+    fastest on the A100, class "b" on the T4, and each goes there; with the class-averaged figures
+    (the default) both classes see the same speeds and go to the same device model."""
+    pool = SimPool("t", (HostGroup("T4", "nvidia", 1, 4, 16 * GIB, 0.35, ()),
+                         HostGroup("A100-SXM4-40GB", "nvidia", 1, 4, 40 * GIB, 2.93, ())))
+    truth = {"a": {"T4": 0.5, "A100-SXM4-40GB": 2.0}, "b": {"T4": 2.0, "A100-SXM4-40GB": 1.0}}
+    jobs = [SimJob(i, 0.0, 100.0, 1, "ab"[i % 2], GIB, GIB, 100.0) for i in range(4)]
+    spd = {**DEFAULT_WEIGHTS, "best_fit": 0.0, "cost": 0.0}   # speed alone decides
+    by_class = simulate(jobs, pool, "rule_based", speeds=truth, catalog=catalog,
+                        options=SimOptions(seen_by_class=True, weights=spd, **EXACT))
+    assert by_class.placed_on == {"A100-SXM4-40GB": 2, "T4": 2}
+    assert by_class.avg_jct_s == pytest.approx(50.0)
+    averaged = simulate(jobs, pool, "rule_based", speeds=truth, catalog=catalog,
+                        options=SimOptions(weights=spd, **EXACT))
+    assert averaged.placed_on == {"A100-SXM4-40GB": 4}
 
 
 def test_shortcuts_decide_as_the_plain_calls(catalog):
