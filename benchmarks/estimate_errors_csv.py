@@ -82,15 +82,24 @@ def header(table_text: str, commit: str, rows: list[dict]) -> str:
 # Update: re-run benchmarks/estimate_accuracy.py, then this script."""
 
 
+def _recorded_commit() -> str | None:
+    """The estimator commit named in the current CSV's header (kept when the table is re-converted)."""
+    try:
+        m = re.search(r"estimator commit\n?#?\s*([0-9a-f]{7,40})", CSV.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return m[1] if m else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source-commit", default=None,
-                    help="estimator commit that measured the table (default: the last commit of the table file)")
+                    help="estimator commit that measured the table (default: the one the CSV names, else the table's last commit)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the CSV differs from what would be written")
     args = ap.parse_args()
     text = TABLE.read_text(encoding="utf-8")
     rows = parse_table(text)
-    commit = args.source_commit or subprocess.run(
+    commit = args.source_commit or _recorded_commit() or subprocess.run(
         ["git", "-C", str(ROOT), "log", "-1", "--format=%h", "--", str(TABLE)], capture_output=True, text=True,
     ).stdout.strip() or "unknown"
     missing = set(EVAL_PEAK) - {r["name"] for r in rows}
