@@ -166,6 +166,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             con.print(f"on {decision.chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
             print(yaml.safe_dump(launch["pod"], sort_keys=False))
+        elif launch and launch.get("error"):
+            con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
         if launch_here and launch_here.get("shell"):
             con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
     return 0 if decision.fits else 4

@@ -201,6 +201,27 @@ def current_user() -> str:
     return os.environ.get("AUTODL_USER") or getpass.getuser()
 
 
+def shipped_hint(kind: str, missing: str | os.PathLike | None = None) -> str:
+    """Where autodl's own example files of one kind are, for a "not found" message: ``kind`` is ``specs``,
+    ``pools`` or ``scripts`` (folders of :func:`include_dir`). An installed autodl has no ``include/`` in the
+    user's folder, so ``include/specs/simple_cnn.yaml`` from the README is found only in the checkout.
+
+    :param missing: the path that was not found; when it exists after all (the error is about something
+        else) the hint is empty. Checked with ``os.path.exists``, which is False for a name too long or holding
+        a NUL byte (``Path.exists`` raises there).
+    :returns: ``" (autodl's example specs are in /.../autodl/include/specs: a.yaml, b.yaml)"``; empty when
+        the folder cannot be listed (never raises: it only adds to another error).
+    """
+    if missing is not None and os.path.exists(missing):
+        return ""
+    try:
+        folder = include_dir() / kind
+        names = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
+    except (OSError, ConfigError):
+        return ""
+    return f" (autodl's example {kind} are in {folder}: {', '.join(names[:10])})" if names else ""
+
+
 def default_pool_file() -> Path:
     """The declared pool used when no NVML driver answers."""
     return include_dir() / "pools" / "demo.yaml"

@@ -24,17 +24,20 @@ Values given here override what the profiler reads from the script.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import posixpath
 import re
 import stat
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from autodl.config import read_yaml
+from autodl.config import read_yaml, shipped_hint
 from autodl.errors import SpecError
 from autodl.fields import (
     MAX_HOST_BYTES,
@@ -608,7 +611,8 @@ class TaskSpec(_Section):
             try:
                 return resolve_file(os.path.abspath(path), SpecError, "script",
                                     fix="pass the path of a Python training script",
-                                    missing="does not exist; pass the path of a Python training script.")
+                                    missing="does not exist; pass the path of a Python training script"
+                                    + shipped_hint("scripts", os.path.abspath(path)) + ".")
             except SpecError as exc:
                 raise SpecError(f"training script {exc}") from None
         try:
@@ -654,19 +658,87 @@ def output_dir_name(name: str) -> str:
     return f"{prefix}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (``LauncherSection``, ``list[MountSpec]``, ``X | None``), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _key_hint(loc: tuple) -> str:
+    """The fix for an unknown key at ``loc``: the closest key its section has (``task.batch_size`` ->
+    ``batch_size_per_gpu``), or the section a key of another section belongs to (``scheduler.memory_threshold``
+    -> ``resource_policy``), else "remove it or check its spelling"."""
+    fallback = "; remove it or check its spelling"
+    model: type[BaseModel] | None = TaskSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list of mappings (launcher.mounts[0])
+            continue
+        field = model.model_fields.get(part) if model is not None else None
+        model = _model_in(field.annotation) if field is not None else None
+        if model is None:
+            return fallback
+    key = str(loc[-1])
+    known = [name for name in model.model_fields if name != "source_path"]
+    close = difflib.get_close_matches(key, known, n=1) if len(key) <= 100 else []
+    if close:
+        return f" (did you mean '{close[0]}'?){fallback}"
+    if model is not TaskSpec and len(loc) == 2:
+        for section, field in TaskSpec.model_fields.items():
+            other = _model_in(field.annotation)
+            if other is not None and other is not model and key in other.model_fields:
+                return f"; it belongs under '{section}:', move it there"
+    return fallback
+
+
+def _shown_loc(loc: tuple) -> tuple:
+    """``loc`` without the names pydantic gives the members of a union (``task.num_gpus_estimate.constrained-int``
+    and ``task.num_gpus_estimate.literal['auto']`` are both ``task.num_gpus_estimate``): they are no key of the file."""
+    model: type[BaseModel] | None = TaskSpec
+    shown: list = []
+    union_member_next = False
+    for part in loc:
+        if union_member_next and isinstance(part, str):
+            union_member_next = False
+            continue
+        union_member_next = False
+        shown.append(part)
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            model = None
+            continue
+        members = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+        union_member_next = typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and len(members) > 1
+        model = _model_in(field.annotation)
+    return tuple(shown)
+
+
 def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
     errors = exc.errors(include_url=False)
-    for err in errors[:MAX_ERRORS_SHOWN]:
-        loc = clip(".".join(str(p) for p in err["loc"]) or "<root>", 100)
+    merged: list[tuple[str, str, Any]] = []  # (loc, message, input): a union's members' errors become one line
+    for err in errors:
+        loc = clip(".".join(str(p) for p in _shown_loc(err["loc"])) or "<root>", 100)
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key '{loc}'; remove it or check its spelling.")
+            merged.append((loc, "", err["loc"]))
+        elif merged and merged[-1][0] == loc and merged[-1][1] and merged[-1][2] is err.get("input"):
+            merged[-1] = (loc, f"{merged[-1][1]} or {msg.removeprefix('Input should be ')}", err.get("input"))
         else:
-            got = err.get("input")
-            msg = err["msg"].removeprefix("Value error, ")
+            merged.append((loc, msg, err.get("input")))
+    for loc, msg, got in merged[:MAX_ERRORS_SHOWN]:
+        if not msg:
+            lines.append(f"{where}: unknown key '{loc}'{_key_hint(got)}.")
+        else:
             lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}).")
-    if len(errors) > MAX_ERRORS_SHOWN:
-        lines.append(f"{where}: ... and {len(errors) - MAX_ERRORS_SHOWN} more errors.")
+    if len(merged) > MAX_ERRORS_SHOWN:
+        lines.append(f"{where}: ... and {len(merged) - MAX_ERRORS_SHOWN} more errors.")
     return "\n".join(lines)
 
 
@@ -699,5 +771,6 @@ def load_spec(path: str | Path) -> TaskSpec:
     :returns: the validated :class:`TaskSpec` with ``source_path`` set.
     :raises SpecError: when the file is missing, is not YAML, or fails validation.
     """
-    data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML.")
+    data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML"
+                     + shipped_hint("specs", path) + ".")
     return parse_spec(data, Path(path))

@@ -8,7 +8,8 @@ were not in the wheel.
 No network: the wheel is built from a copy of the tracked files with this environment's setuptools
 (``--no-build-isolation``); the fresh environment sees this environment's already-installed packages
 through a ``.pth`` overlay (every distribution but autodl itself), and pip installs the wheel with
-``--no-index --find-links``, resolving its dependencies against those installed packages.
+``--no-index --find-links``, resolving its dependencies against those installed packages. So a dependency missing from
+``pyproject.toml`` is not seen here (the overlay has it): ``tests/core/test_dependencies.py`` checks that.
 """
 
 from __future__ import annotations

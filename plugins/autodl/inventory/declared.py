@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from autodl.catalog import Catalog
-from autodl.config import read_yaml
+from autodl.config import read_yaml, shipped_hint
 from autodl.errors import CatalogError, InventoryError
 from autodl.fields import DeviceBytes, DeviceIndex, Percent, UsedDeviceBytes
 from autodl.inputs import clip, short
@@ -117,7 +117,8 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
     :raises InventoryError: missing file, bad YAML, unknown field, unknown model, duplicate device.
     """
     p = Path(path)
-    raw = read_yaml(p, InventoryError, "pool file not found; pass an existing pool YAML (e.g. include/pools/demo.yaml).")
+    raw = read_yaml(p, InventoryError, "pool file not found; pass an existing pool YAML"
+                    + shipped_hint("pools", p) + ".")
     if not isinstance(raw, dict):
         raise InventoryError(f"{p}: a pool file is a mapping with a 'devices:' list (see include/pools/demo.yaml); "
                              f"this one holds {type(raw).__name__ if raw is not None else 'nothing'}.")

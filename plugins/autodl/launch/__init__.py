@@ -6,6 +6,8 @@ Chosen by name from the spec's ``launcher.type``; adding one is a module plus a 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from typing import Any
 
 from autodl.errors import LaunchError
@@ -18,6 +20,21 @@ _REGISTRY: dict[str, str] = {
 }
 
 
+_NEEDS: dict[str, tuple[str, ...]] = {"docker": ("docker",), "kubernetes": ("kubernetes",)}
+"""Third-party modules each launcher imports when it renders or starts a run (lazily, inside its methods, so
+importing the launcher's module alone does not show they are missing): the extras of ``pyproject.toml``."""
+
+
+def _absent(module: str) -> bool:
+    """True when ``module`` cannot be imported here (found without importing it)."""
+    if module in sys.modules:
+        return sys.modules[module] is None
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
 def get_launcher(name: str, **kwargs: Any) -> Launcher:
     """The launcher called ``name``, constructed with ``kwargs``.
 
@@ -28,10 +45,16 @@ def get_launcher(name: str, **kwargs: Any) -> Launcher:
     if target is None:
         raise LaunchError(f"unknown launcher {name!r}; set launcher.type to one of: {', '.join(_REGISTRY)}.")
     module_name, cls_name = target.split(":")
+    for needed in _NEEDS.get(name, ()):
+        if _absent(needed):
+            raise LaunchError(f"launcher {name!r} needs the Python package {needed!r}, which is not installed here: "
+                              f"install autodl's {name!r} extra (pip install \"autodl[{name}]\"; in a checkout: "
+                              "pip install -r requirements.txt), or set launcher.type to 'local'.")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise LaunchError(f"launcher {name!r} needs {exc.name}: install it (pip install -r requirements.txt).") from exc
+        raise LaunchError(f"launcher {name!r} needs {exc.name}: install autodl's {name!r} extra "
+                          f"(pip install \"autodl[{name}]\"; in a checkout: pip install -r requirements.txt).") from exc
     return getattr(module, cls_name)(**kwargs)
 
 
