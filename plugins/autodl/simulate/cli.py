@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_plot(results, args.plot, f"slice start={args.start} jobs={args.jobs} seed={args.seed} load x{args.load:g}")
         except ImportError:
-            print("autodl: error: --plot needs matplotlib; pip install -r requirements.txt.", file=sys.stderr)
+            print("autodl: error: --plot needs matplotlib (a dependency of autodl that this environment lacks): pip install matplotlib.", file=sys.stderr)
             return 2
     if args.json:
         print(json.dumps({"sources": SOURCES, "results": [r.summary() for r in results]}, indent=2))
