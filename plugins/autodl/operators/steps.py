@@ -120,7 +120,7 @@ class _AutoDLStep(BaseOperator):
             pipeline.note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
-                raise AirflowFailException(str(exc)) from exc
+                raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
             raise
         except TaskDeferred:  # waiting (in the triggerer) is not failing
             raise
@@ -195,11 +195,11 @@ class _Waiting:
             pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
                                                        "(scheduler.timeout)")
             self.log.error("%s", exc)
-            raise AirflowSensorTimeout(str(exc)) from exc
+            raise AirflowSensorTimeout(str(exc)) from None
         except PERMANENT_ERRORS as exc:
             pipeline.note_failure(ctx.run_key, "wait", str(exc))
             self.log.error("%s", exc)
-            raise AirflowFailException(str(exc)) from exc
+            raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
 
     def _defer_to_queue(self, context, method_name: str = "execute_complete") -> None:
         from autodl.triggers.pool import PoolTrigger
@@ -437,7 +437,7 @@ class AutoDLCollectOperator(_AutoDLStep):
             pipeline.note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
-                raise AirflowFailException(str(exc)) from exc
+                raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
             raise
         message = (event or {}).get("message") or f"following the training ended without its exit: {event}"
         pipeline.note_failure(ctx.run_key, self.step, message)
