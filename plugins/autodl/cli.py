@@ -105,7 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     catalog = load_catalog()
     spec, profile = pipeline.profile_run(args.script, args.spec, probe=args.probe, catalog=catalog)
-    inventory = read_inventory(args.pool, catalog=catalog)
+    inventory = read_inventory(pipeline.resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False), catalog=catalog)
     decision = pipeline.plan(profile, spec, inventory=inventory, catalog=catalog)
     launch = launch_here = None
     if decision.chosen is not None:
@@ -182,7 +182,9 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     from autodl.inventory import read_inventory
     from autodl.ledger import Ledger
 
-    inv = read_inventory(args.pool)
+    from autodl.pipeline import resolve_pool_source
+
+    inv = read_inventory(resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False))
     holders = Ledger().holders()
     if args.json:
         _print_json({**inv.to_json(), "leased": holders})
@@ -212,8 +214,8 @@ def cmd_leases(args: argparse.Namespace) -> int:
     from autodl.ledger import Ledger
     from autodl.types import utcnow
 
-    if args.release:
-        return _release_by_hand(args.release, force=args.force)
+    if args.release is not None:
+        return _release_by_hand(args.release, force=args.force, as_json=args.json)
     if args.reap:
         from autodl.pipeline import reap_expired
 
@@ -291,14 +293,39 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         server.shutdown()
 
 
-def _release_by_hand(run_key: str, *, force: bool = False) -> int:
-    """Free a lease left behind (e.g. the Airflow process was killed): its training is stopped first, so
-    the device is not handed to another run while the old one still computes on it; a record is written.
-    Another user's lease needs ``--force``."""
+def _release_by_hand(run_key: str, *, force: bool = False, as_json: bool = False) -> int:
+    """Free a run's lease by hand: its training is stopped first (and marked as stopped by hand, so the run's
+    collect step and record say so), so the device is not handed to another run while the old one still
+    computes on it; a record is written. Another user's lease needs ``--force``.
+
+    Says what happened: ``released lease L of run R held on devices D`` (exit 0), or ``no lease is held by run
+    R: nothing released`` (exit 6); ``--json`` prints the same as one JSON object (log lines go to stderr)."""
+    from autodl.errors import LeaseError
+    from autodl.inputs import clip, short
     from autodl.pipeline import release_by_hand
 
-    result = release_by_hand(run_key, force=force)
-    print(f"released the lease of {run_key}; recorded outcome={result['outcome']}")
+    log = (lambda line: print(line, file=sys.stderr)) if as_json else print
+    try:
+        result = release_by_hand(run_key, force=force, log=log)
+    except LeaseError as exc:  # NotOwner too: nothing was released
+        if as_json:
+            _print_json({"released": False, "run_key": clip(run_key, ECHO_CHARS), "error": str(exc)})
+        raise
+    devices = ", ".join(result["device_ids"]) or "no devices"
+    if not result["lease_released"]:
+        message = (f"lease {result['lease_id']} of run {short(run_key)} was freed by someone else while this command "
+                   f"ran: nothing released by it; recorded outcome={result['outcome']}")
+        if as_json:
+            _print_json({"released": False, **result, "error": message})
+        raise LeaseError(message)
+    training = {"stopped": "its training was stopped", "not running": "its training had already ended",
+                "not launched": "no training was launched on it"}.get(result["training"],
+                                                                        f"its training could not be checked ({result['training']})")
+    if as_json:
+        _print_json({"released": True, **result})
+    else:
+        print(f"released lease {result['lease_id']} of run {run_key} held on devices {devices}; {training}; "
+              f"recorded outcome={result['outcome']}")
     return 0
 
 
@@ -357,9 +384,117 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------- main
+ECHO_CHARS = 120
+"""A user's argument quoted in a message is cut to this many characters (it names the input; the user has it)."""
+
+
+def cut_echoes(message: str, argv: list[str], limit: int = ECHO_CHARS) -> str:
+    """``message`` with every long command-line argument it quotes (as typed, or as Python's ``repr`` writes
+    it) cut to ``limit`` characters: whatever code built the message, the CLI never echoes a whole input."""
+    from autodl.inputs import clip
+
+    for arg in sorted({a for a in argv if len(a) > limit}, key=len, reverse=True):
+        for form in (arg, repr(arg)[1:-1]):
+            if len(form) > limit and form in message:
+                message = message.replace(form, clip(form, limit) + f" ({len(arg):,} characters)")
+    return message
+
+
+def error_text(exc: BaseException) -> str:
+    """The message of an autodl error as the CLI prints it: secrets redacted (:func:`autodl.redact.redact_text`),
+    long arguments it quotes cut (:func:`cut_echoes`), at most :data:`MAX_MESSAGE_CHARS` characters."""
+    from autodl.redact import redact_text
+
+    message = cut_echoes(redact_text(exc), sys.argv[1:] + _ARGV)
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + f"... ({len(message) - MAX_MESSAGE_CHARS:,} more characters)"
+    return message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors (``invalid choice: '<100k characters>'``) cut what they quote."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        from autodl.inputs import clip
+
+        message = cut_echoes(message, sys.argv[1:] + _ARGV)
+        super().error(clip(message, MAX_MESSAGE_CHARS))
+
+
+_ARGV: list[str] = []
+"""The arguments :func:`main` was called with (tests call it in-process)."""
+
+MAX_RUN_KEY_CHARS = 512
+"""Longest run key the store holds (``autodl_leases.run_key``/``autodl_runs.run_key`` are ``VARCHAR(512)``)."""
+
+
+def _text_arg(what: str, max_chars: int):
+    """argparse type: a non-empty, non-blank value of at most ``max_chars`` characters with no control
+    characters (none can name anything autodl stores); argparse turns the refusal into a usage error (exit 2)
+    naming the argument."""
+    from autodl.inputs import short
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"the {what} is empty; pass a {what}")
+        if len(text) > max_chars:
+            raise argparse.ArgumentTypeError(f"the {what} {short(text, 60)} is {len(text):,} characters long; no "
+                                             f"{what} is longer than {max_chars}")
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise argparse.ArgumentTypeError(f"the {what} {short(text, 60)} holds a control character; no {what} does")
+        return text
+
+    parse.__name__ = what  # argparse names the type in "invalid <name> value"
+    return parse
+
+
+_run_key = _text_arg("run key", MAX_RUN_KEY_CHARS)
+_pool_arg = _text_arg("pool source", 8192)
+
+
+def _path_arg(what: str, *, check_length: bool = True):
+    """argparse type: a path that is not empty (an empty path is the current folder: never what was meant), nor
+    longer than Linux allows (``check_length``; off where the reader, :func:`autodl.inputs.resolve_file`, says so
+    itself naming the file and the field); what it names is checked where it is read."""
+
+    from autodl.inputs import MAX_NAME_BYTES, MAX_PATH_BYTES, clip
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"the {what} path is empty; pass the path of a {what}")
+        size = len(os.fsencode(text))
+        longest = max((len(os.fsencode(part)) for part in text.split("/")), default=0)
+        if check_length and (size > MAX_PATH_BYTES or longest > MAX_NAME_BYTES):
+            raise argparse.ArgumentTypeError(
+                f"the {what} path {clip(text, 60)!r} is too long ({size:,} bytes; a path is at most {MAX_PATH_BYTES} "
+                f"bytes and each name in it at most {MAX_NAME_BYTES}); pass the path of a {what}")
+        if check_length and "\x00" in text:
+            raise argparse.ArgumentTypeError(f"the {what} path {clip(text, 60)!r} holds a NUL character; no path does")
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+def _port(text: str) -> int:
+    """argparse type: a TCP port, 0-65535 (0: any free port)."""
+    from autodl.inputs import short
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{short(text, 60)} is not a TCP port (a whole number from 0 to 65535)")
+    return value
+
+
+_host_arg = _text_arg("host address", 253)  # a DNS name is at most 253 characters (RFC 1035 section 2.3.4)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autodl", description="Profile, place, launch and record PaddlePaddle training runs.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="autodl", description="Profile, place, launch and record PaddlePaddle training runs.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def probe_flags(sp):
         g = sp.add_mutually_exclusive_group()
@@ -368,28 +503,30 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
 
     sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
-    sp.add_argument("script", nargs="?", help="training script (default: the spec's task.script)")
-    sp.add_argument("--spec", help="task spec YAML whose values override the script's")
+    sp.add_argument("script", nargs="?", type=_path_arg("training script", check_length=False),
+                    help="training script (default: the spec's task.script)")
+    sp.add_argument("--spec", type=_path_arg("spec file", check_length=False), help="task spec YAML whose values override the script's")
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_profile)
 
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
-    sp.add_argument("spec", help="task spec YAML")
-    sp.add_argument("--script", help="override the spec's task.script")
-    sp.add_argument("--pool", help=POOL_HELP)
+    sp.add_argument("spec", type=_path_arg("spec file", check_length=False), help="task spec YAML")
+    sp.add_argument("--script", type=_path_arg("training script", check_length=False), help="override the spec's task.script")
+    sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_plan)
 
     sp = sub.add_parser("inventory", help="the devices in the pool and their leases")
-    sp.add_argument("--pool", help=POOL_HELP)
+    sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_inventory)
 
     sp = sub.add_parser("leases", help="live leases (and releasing one by run key)")
     g = sp.add_mutually_exclusive_group()
-    g.add_argument("--release", metavar="RUN_KEY", help="stop the run's training, free its lease, record it")
+    g.add_argument("--release", metavar="RUN_KEY", type=_run_key,
+                   help="stop the run's training, free its lease, record it (outcome stopped)")
     g.add_argument("--reap", action="store_true", help="free every lease whose TTL ran out now")
     sp.add_argument("--force", action="store_true", help="with --release: release another user's lease")
     sp.add_argument("--json", action="store_true")
@@ -400,16 +537,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_queue)
 
     sp = sub.add_parser("runs", help="run records")
-    sp.add_argument("--dag-id")
+    sp.add_argument("--dag-id", type=_text_arg("DAG id", 250), help="only this DAG's runs")
     sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("--plot", metavar="RUN_KEY", help="draw the run's memory/utilization timeline (PNG beside its log)")
-    sp.add_argument("--out", help="with --plot: write the PNG here instead")
+    sp.add_argument("--plot", metavar="RUN_KEY", type=_run_key, help="draw the run's memory/utilization timeline (PNG beside its log)")
+    sp.add_argument("--out", type=_path_arg("output file"), help="with --plot: write the PNG here instead")
     sp.set_defaults(func=cmd_runs)
 
     sp = sub.add_parser("exporter", help="serve autodl's own metrics (leases, waiting runs, estimate error, outcomes) for Prometheus")
-    sp.add_argument("--port", type=int, default=9108)
-    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=_port, default=9108, help="TCP port (0-65535; default 9108)")
+    sp.add_argument("--host", type=_host_arg, default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sp.set_defaults(func=cmd_exporter)
 
     try:
@@ -422,10 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _count(text: str) -> int:
-    """argparse type: a record count in 1..100000 (argparse turns the ValueError into a usage error, exit 2)."""
-    value = int(text)
-    if not 1 <= value <= 100_000:
-        raise ValueError(text)
+    """argparse type: a record count in 1..100000 (argparse turns the refusal into a usage error, exit 2)."""
+    from autodl.inputs import short
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"{short(text, 60)} is not a whole number from 1 to 100000")
     return value
 
 
@@ -438,17 +580,17 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     parser = build_parser()
+    _ARGV[:] = list(argv or [])
     args = parser.parse_args(argv)
+    if getattr(args, "force", False) and getattr(args, "release", None) is None:
+        parser.error("argument --force: only goes with --release RUN_KEY (it releases another user's lease)")
     signal.signal(signal.SIGTERM, _terminate)
     from autodl.redact import redact_text
 
     try:
         return int(args.func(args) or 0)
     except AutoDLError as exc:
-        message = redact_text(exc)
-        if len(message) > MAX_MESSAGE_CHARS:
-            message = message[:MAX_MESSAGE_CHARS] + f"... ({len(message) - MAX_MESSAGE_CHARS:,} more characters)"
-        print(f"autodl: error: {message}", file=sys.stderr)
+        print(f"autodl: error: {error_text(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autodl: interrupted", file=sys.stderr)
@@ -459,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug is one line, never a traceback
         if os.environ.get("AUTODL_DEBUG"):
             raise
-        reason = redact_text(f"{type(exc).__name__}: {exc}")
+        reason = cut_echoes(redact_text(f"{type(exc).__name__}: {exc}"), sys.argv[1:] + _ARGV)
         print(f"autodl: internal error ({args.command}): {reason[:300]}; this is a bug in autodl, not your input: "
               "report it with the command line (AUTODL_DEBUG=1 shows the traceback).", file=sys.stderr)
         return 1

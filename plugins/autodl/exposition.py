@@ -57,7 +57,7 @@ class AutoDLCollector(Collector):
 
         records = RecordStore(self.store_url).list(limit=100_000)
         outcomes = CounterMetricFamily("autodl_runs", "Recorded runs by outcome.", labels=["outcome"])
-        by_outcome: dict[str, int] = {"succeeded": 0, "failed": 0, "not_started": 0}
+        by_outcome: dict[str, int] = {"succeeded": 0, "failed": 0, "not_started": 0, "stopped": 0}
         ooms = 0
         for r in records:
             by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + 1
@@ -121,6 +121,8 @@ def serve(port: int, *, addr: str = "127.0.0.1", store_url: str | None = None) -
         raise AutoDLError(f"exporter port {port}: a TCP port is 0-65535 (--port)")
     try:
         return start_http_server(port, addr=addr, registry=registry(store_url))
-    except OSError as exc:
-        raise AutoDLError(f"cannot serve autodl's metrics on {addr}:{port}: {exc.strerror or exc}; "
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode (a label over 63 characters)
+        from autodl.errors import ConfigError  # exit 10: the address is the user's choice, not a bug (exit 1)
+
+        raise ConfigError(f"cannot serve autodl's metrics on {str(addr)[:120]}:{port}: {getattr(exc, 'strerror', None) or exc}; "
                           "choose a free --port, or a --host address of this machine") from None

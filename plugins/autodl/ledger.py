@@ -17,14 +17,14 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, String, and_, delete, insert, or_, select, update
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, String, and_, delete, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.config import lease_ttl_s
 from autodl.errors import LeaseError, LeaseLost
 from autodl.store import Base, session_factory
-from autodl.types import Lease, LeaseOwner, utcnow
+from autodl.types import Lease, LeaseOwner, StopMark, utcnow
 
 REAP_CLAIM_S = 300.0
 """A reaper's claim on an expired lease lapses after this many seconds (the reaper died while stopping the
@@ -65,6 +65,19 @@ class LeaseDeviceRow(Base):
     device_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     lease_id: Mapped[str] = mapped_column(String(64), ForeignKey("autodl_leases.lease_id", ondelete="CASCADE"), index=True)
     position: Mapped[int] = mapped_column()
+
+
+class StopRow(Base):
+    """A lease stopped by hand (:class:`~autodl.types.StopMark`); outlives the lease (migration 0003)."""
+
+    __tablename__ = "autodl_stops"
+
+    lease_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(512), index=True)
+    by_user: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    how: Mapped[str] = mapped_column(String(250))
+    forced: Mapped[bool] = mapped_column(Boolean)
 
 
 def _utc(dt: datetime | None) -> datetime | None:
@@ -295,3 +308,36 @@ class Ledger:
             deleted = s.execute(delete(LeaseRow).where(LeaseRow.lease_id == row.lease_id)).rowcount
             s.commit()
             return lease if deleted else None
+
+    def mark_stopped(self, lease: Lease, *, by: str | None, how: str = "autodl leases --release",
+                     forced: bool = False) -> StopMark:
+        """Record that ``lease``'s training is being stopped by hand, before it is signalled. Idempotent: a
+        second mark of the same lease keeps the first (who stopped it first, and when).
+
+        :returns: the mark in the store.
+        """
+        with self._session() as s:
+            row = s.get(StopRow, lease.lease_id)
+            if row is None:
+                row = StopRow(lease_id=lease.lease_id, run_key=lease.run_key, by_user=(by or None) and by[:250],
+                              at=utcnow(), how=how[:250], forced=forced)
+                s.add(row)
+                try:
+                    s.commit()
+                except IntegrityError:  # another release marked it first: keep theirs
+                    s.rollback()
+                    row = s.get(StopRow, lease.lease_id)
+            return self._to_mark(row)
+
+    def stop_mark(self, lease_id: str | None) -> StopMark | None:
+        """The manual stop of lease ``lease_id``, or None (never stopped by hand, or no lease id known)."""
+        if not lease_id:
+            return None
+        with self._session() as s:
+            row = s.get(StopRow, lease_id)
+            return self._to_mark(row) if row is not None else None
+
+    @staticmethod
+    def _to_mark(row: StopRow) -> StopMark:
+        return StopMark(lease_id=row.lease_id, run_key=row.run_key, by=row.by_user, at=_utc(row.at), how=row.how,
+                        forced=row.forced)

@@ -51,6 +51,7 @@ from autodl.types import (
     ResourceProfile,
     RunMetrics,
     RunRecord,
+    StopMark,
     utcnow,
 )
 
@@ -115,6 +116,72 @@ def note_failure(run_key: str, step: str, message: str) -> None:
 def read_failures(run_key: str) -> dict[str, str]:
     path = state_dir(run_key) / "failure.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+# ------------------------------------------------------------------------------------ pool source
+def pool_names() -> dict[str, Path]:
+    """The pool files shipped in ``include/pools/`` by name (``demo`` -> ``<include>/pools/demo.yaml``)."""
+    from autodl.config import include_dir
+
+    return {p.stem: p for p in sorted((include_dir() / "pools").glob("*.yaml"))}
+
+
+def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | None = None,
+                        strict: bool = True) -> str | None:
+    """The pool source a user named, as :func:`autodl.inventory.read_inventory` takes it.
+
+    ``auto``, a source name (``nvml``) and a URL (``prometheus+http://...``) pass unchanged; a pool name
+    (``demo``, ``gpu_node_2xa100``: a file of ``include/pools/``) becomes that file; a relative path (the DAG
+    Param, where the tasks' working folder means nothing to the user) is looked for under the deployment's
+    include folder (:func:`autodl.config.include_dir`) as it is, without a leading ``include/``, and under
+    ``pools/`` (``pools/demo.yaml``, ``include/pools/demo.yaml``, ``demo.yaml`` all name the demo pool); an
+    absolute path must exist. Empty or None: None (the default source).
+
+    :param field: what the value was given as, for the message (``--pool``, the ``pool`` Param).
+    :param cwd: the CLI's folder: a relative path is the user's own file there (a missing one is returned as
+        given, for the pool reader to refuse naming where the examples are); only a pool name is looked up.
+    :param strict: False: a path found nowhere is returned as given (the pool reader refuses it itself).
+    :raises SpecError: (``strict``) when no such pool file exists, naming the field, where it looked and the fix.
+    """
+    from autodl.config import include_dir
+    from autodl.inputs import clip
+    from autodl.inventory import SCHEMES, SOURCES
+
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    if text == "auto" or text in SOURCES or "://" in text or text.split("://")[0] in SCHEMES:
+        return text
+    names = pool_names()
+    path = Path(text).expanduser()
+    if cwd is not None:  # the CLI: a path is the user's own (relative to where they are), else a pool name
+        here = path if path.is_absolute() else cwd / path
+        try:
+            if here.is_file():
+                return str(here)
+        except OSError:
+            pass
+        return str(names[text]) if text in names else text
+    if text in names:
+        return str(names[text])
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        inc = include_dir()
+        rel = Path(*path.parts[1:]) if len(path.parts) > 1 and path.parts[0] == "include" else path
+        candidates = list(dict.fromkeys([inc / path, inc / rel, inc / "pools" / rel]))
+    for candidate in candidates:
+        try:
+            if candidate.is_file():
+                return str(candidate)
+        except OSError:  # a name too long, a loop: not a pool file
+            continue
+    if not strict:
+        return text
+    looked = ", ".join(clip(str(c), 160) for c in candidates)
+    raise SpecError(f"{field} {clip(text, 120)!r}: no such pool file (looked at {looked}). Choose auto, nvml, a pool "
+                    f"name ({', '.join(names) or 'none shipped'}), or the path of a pool YAML file, absolute or relative "
+                    f"to autodl's include folder {clip(str(include_dir()), 160)} (e.g. pools/demo.yaml).")
 
 
 # ------------------------------------------------------------------------------------ overrides
@@ -679,7 +746,7 @@ class CollectLimits:
 
 class CollectStopped(TrainingFailed):
     """The training was stopped before it ended by itself: ``status`` says why (``lease_lost``,
-    ``timed_out``, ``unschedulable``)."""
+    ``timed_out``, ``unschedulable``, ``stopped``: by hand, ``autodl leases --release``)."""
 
     def __init__(self, status: str, message: str):
         super().__init__(message)
@@ -710,6 +777,10 @@ class CollectGuard:
                 Ledger().heartbeat(self.ctx.run_key, self.lease_id)
                 self._last_beat = now
             except LeaseLost as exc:
+                stopped = Ledger().stop_mark(self.lease_id)
+                if stopped is not None:
+                    return CollectStopped("stopped", f"training {self.ctx.run_key} was {stopped.describe()}; its "
+                                                     "lease was freed")
                 return CollectStopped("lease_lost", f"{exc} The training was stopped: its devices may be booked by another run.")
         ran = now - self.handle.started_at.timestamp()
         if limits.max_run_time_s is not None and ran > limits.max_run_time_s:
@@ -769,6 +840,10 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
         f"{metrics.samples} {metrics.source} samples"
         + (f", {metrics.steps} steps at {metrics.step_time_s:.4g} s/step" if metrics.steps and metrics.step_time_s else ""))
     if metrics.exit_code != 0:
+        stopped = Ledger().stop_mark(handle.lease_id)
+        if stopped is not None:
+            raise CollectStopped("stopped", f"training {ctx.run_key} was {stopped.describe()}; it exited with "
+                                            f"{metrics.exit_code} on the stop signal. Its log: {handle.log_path}")
         why = f" ({metrics.oom['explanation']})" if metrics.oom else ""
         raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; "
                              f"its log: {handle.log_path}")
@@ -935,37 +1010,74 @@ def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] 
         return None
 
 
+def _running(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None) -> bool | None:
+    """Whether the training behind ``handle_json`` still runs: None when that cannot be told from here (a
+    local training on another host, a launcher that does not answer)."""
+    handle = LaunchHandle.model_validate(handle_json)
+    try:
+        launcher = get_launcher(handle.launcher, **(launcher_kwargs or {}))
+        if launcher.name == "local":
+            require_here(None if handle.on_cpu else handle.host, "stop the training", handle.run_key)
+        return launcher.poll(handle) is None
+    except AutoDLError:
+        return None
+
+
 def release_by_hand(run_key: str, *, user: str | None = None, force: bool = False,
-                    log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Free a lease left behind by a run whose Airflow process died: stop its training, release, record.
+                    log: Callable[[str], None] = print, how: str = "autodl leases --release") -> dict[str, Any]:
+    """Free a run's lease by hand (``autodl leases --release``): stop its training, release, record.
 
     Only the lease's owner may do this; anyone else (or anyone, when the owner is unknown) needs ``force``.
+    A training still running is marked as stopped by hand (:meth:`Ledger.mark_stopped`) *before* it is
+    signalled, so the collect step following it and the run's record say "stopped by autodl leases --release
+    (by U at T)" with outcome ``stopped``, not an exit code 143/137 that reads like a crash or an OOM kill.
 
     :param user: who asks (default :func:`autodl.config.current_user`).
-    :raises LeaseError: when ``run_key`` holds no lease.
+    :param how: what released it, for the mark and the record (the GPU page passes its button).
+    :returns: ``{"run_key", "lease_id", "device_ids", "owner", "released_by", "forced", "training", "stopped",
+        "outcome", "lease_released", ...}``; ``training`` is ``stopped``, ``not running`` (it had ended),
+        ``not launched`` or ``unknown: <why>`` (it could not be asked; the lease is freed all the same).
+    :raises LeaseError: when ``run_key`` holds no lease (nothing is released).
     :raises NotOwner: when the lease is someone else's and ``force`` is not given (the message says whose).
     """
     from autodl.config import current_user
+    from autodl.inputs import clip, short
 
     user = user or current_user()
     lease = Ledger().get(run_key)
     if lease is None:
-        raise LeaseError(f"run key {run_key!r} holds no lease; `autodl leases` lists the live ones.")
+        raise LeaseError(f"no lease is held by run {short(run_key)}: nothing released. `autodl leases` lists the "
+                         "live leases and their run keys.")
     mine = lease.owner.user is not None and lease.owner.user == user
-    whose = f"booked {lease.created_at.isoformat()} by {lease.owner.describe()}"
+    whose = f"booked {lease.created_at.isoformat(timespec='seconds')} by {lease.owner.describe()}"
     if not mine and not force:
-        raise NotOwner(f"the lease of {run_key} is not yours ({user}): it was {whose}. Releasing it stops its "
-                       "training; pass --force to do it anyway.")
-    how = "released by hand (autodl leases --release)" + (f" by {user} with --force; it was {whose}" if not mine else f" by its owner {user}")
-    log(how)
+        raise NotOwner(f"the lease of run {short(run_key)} is not yours ({clip(user, 80)}): it was {whose}. Releasing it "
+                       "stops its training; pass --force to do it anyway.")
+    devices = ", ".join(lease.device_ids) or "no devices"
+    log(f"releasing lease {lease.lease_id} of run {run_key} on {devices} ({whose}) by "
+        + (f"its owner {user}" if mine else f"{user} with --force"))
     handle = _left_behind_handle(lease)
-    if handle is not None:
-        _stop(handle, log=log, why="is stopped by a manual release")
-    note_failure(run_key, "release", how)
+    mark = None
+    if handle is None:
+        training = "not launched"
+    else:
+        running = _running(handle)
+        if running:  # the mark first: whoever sees the training end must know it was stopped by hand
+            mark = Ledger().mark_stopped(lease, by=user, how=how, forced=not mine)
+        training = _stop(handle, log=log, why=f"is being {mark.describe()}" if mark else "is being stopped")
+        if running is False:
+            training = "not running"
+    if mark is None:  # nothing was stopped: the record still says who freed the lease (a stop says it itself)
+        note_failure(run_key, "release", f"lease {lease.lease_id} released by hand ({how}) by "
+                                         + (f"its owner {user}" if mine else f"{user} with --force; it was {whose}")
+                                         + f"; its training {'was not launched' if handle is None else training}")
     ctx = RunContext(run_key=run_key, dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, user=lease.owner.user)
-    return step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
-                                   handle_json=handle, metrics_json=None, log=log, lease_id=lease.lease_id,
-                                   force_release=True)
+    result = step_release_and_record(ctx, script=None, spec_path=None, profile_out=None, selection=None,
+                                     handle_json=handle, metrics_json=None, log=log, lease_id=lease.lease_id,
+                                     force_release=True, stopped=mark)
+    return {**result, "lease_id": lease.lease_id, "device_ids": list(lease.device_ids), "owner": lease.owner.to_json(),
+            "released_by": user, "forced": not mine, "training": training,
+            "stopped": mark.to_json() if mark else None}
 
 
 def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | None = None,
@@ -1009,7 +1121,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                             handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
                             launcher_kwargs: dict[str, Any] | None = None,
                             log: Callable[[str], None] = print, lease_id: str | None = None,
-                            force_release: bool = False) -> dict[str, Any]:
+                            force_release: bool = False, stopped: StopMark | None = None) -> dict[str, Any]:
     """Step 6: stop a training still running, free the lease (idempotent), leave the queue, write the run record.
 
     Runs whatever happened upstream; any input may be None. A training that ended by itself before it was
@@ -1017,6 +1129,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     booked devices hold none of the run's processes (``force_release``: free it anyway).
 
     :param lease_id: free only this lease (a reaper or a manual release), not a newer one of the run.
+    :param stopped: the manual stop of this run (``autodl leases --release``); default: the one the store
+        holds for the run's lease, if any. A training stopped by hand that did not end by itself with exit 0
+        is recorded with outcome ``stopped`` and who stopped it (``stopped``), never as a failure.
     :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
     """
     from autodl.queue import AdmissionQueue
@@ -1048,9 +1163,16 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
 
             clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder, log=log)
     AdmissionQueue().leave(ctx.run_key)
+    if stopped is None:
+        stopped = Ledger().stop_mark(lease_id or ((selection or {}).get("lease") or {}).get("lease_id")
+                                     or (handle.lease_id if handle is not None else None))
     if clear or force_release:
         released = Ledger().release(ctx.run_key, lease_id)
-        log(f"lease {'released: ' + released.lease_id if released else 'none held'} for {ctx.run_key}")
+        if released:
+            log(f"released lease {released.lease_id} of run {ctx.run_key} on {', '.join(released.device_ids)}")
+        else:
+            log(f"run {ctx.run_key} held no lease any more (already released"
+                + (f": {stopped.describe()})" if stopped else ")") + "; nothing to free")
     else:
         released = None
         note_failure(ctx.run_key, "release", "lease kept: the run's processes still hold its devices after the stop; "
@@ -1068,13 +1190,21 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         outcome = "not_started"
     elif exit_code == 0:
         outcome = "succeeded"
+    elif stopped is not None:
+        outcome = "stopped"
     else:
         outcome = "failed"
+    if outcome != "stopped":
+        stopped = None
     profile = profile_out.get("profile") if profile_out else None
     placement = selection.get("placement") if selection else (released.placement if released else None)
     declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
+    if stopped is not None:  # what the collect step said of the same stop is not said twice
+        failures = {k: v for k, v in failures.items() if stopped.describe() not in v}
+        failures = {"stopped": stopped.describe() + (f" (the training exited with {exit_code} on the stop signal)"
+                                                     if exit_code is not None else ""), **failures}
     error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
-    oom = (metrics_json or {}).get("oom")
+    oom = (metrics_json or {}).get("oom") if outcome == "failed" else None
     if outcome == "failed" and oom:
         error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
     if outcome == "failed" and not error and exit_code is not None:
@@ -1090,7 +1220,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
         allocated_peak_bytes=(metrics_json or {}).get("allocated_peak_bytes"),
         reserved_peak_bytes=(metrics_json or {}).get("reserved_peak_bytes"), oom=oom,
-        device_model=(placement or {}).get("model"), error=error, report=report, decision=decision,
+        device_model=(placement or {}).get("model"), error=error, report=report, decision=decision, stopped=stopped,
     )
     store = RecordStore()
     previous = store.get(ctx.run_key)
@@ -1100,6 +1230,11 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                                               "estimated_peak_bytes", "actual_peak_bytes", "device_model")
             if getattr(record, k) is None and getattr(previous, k) is not None
         })
+        if (previous.stopped is not None and record.outcome == "failed" and record.lease_id
+                and previous.stopped.lease_id == record.lease_id):  # the stop of this very lease, recorded first
+            record = record.model_copy(update={"outcome": "stopped", "stopped": previous.stopped,
+                                               "error": previous.error, "oom": None})
+            outcome = "stopped"
     store.write(record)
     if previous is None:  # a retried release must not teach the policy the same run twice
         try:

@@ -30,6 +30,10 @@ def check_output_path(out: str | Path) -> Path:
     :raises OutputPathError: when it is a folder, or its folder does not exist or is not writable.
     """
     path = Path(out)
+    try:
+        path.is_dir() and path.parent.is_dir()
+    except OSError as exc:  # a name too long, a loop: refused, never a traceback
+        raise OutputPathError(f"{str(path)[:120]}: {exc.strerror or exc}; choose another --out") from None
     if path.is_dir():
         raise OutputPathError(f"{path} is a folder; give a file name, e.g. {path / PNG_NAME}")
     parent = path.parent

@@ -281,6 +281,23 @@ class Lease(_Frozen):
         return self.expires_at is not None and self.expires_at < (now or utcnow())
 
 
+class StopMark(_Frozen):
+    """A training stopped by hand (``autodl leases --release``): who, when, how. Written before the stop
+    signal, so whoever sees the training end (exit 143 after SIGTERM, 137 after SIGKILL) can tell a manual
+    stop from a crash or an out-of-memory kill."""
+
+    lease_id: str
+    run_key: str
+    by: str | None = Field(None, description="The user who released it; None when unknown.")
+    at: datetime = Field(default_factory=utcnow)
+    how: str = "autodl leases --release"
+    forced: bool = Field(False, description="Released with --force (the lease was another user's).")
+
+    def describe(self) -> str:
+        """``stopped by autodl leases --release (by alice at 2026-12-01T04:00:00+00:00)``."""
+        return f"stopped by {self.how} (by {self.by or '(unknown user)'} at {self.at.isoformat(timespec='seconds')})"
+
+
 class QueueEntry(_Frozen):
     """A run waiting in the admission queue for devices, with its request.
 
@@ -377,7 +394,8 @@ class RunRecord(_Frozen):
     run_id: str | None = None
     script: str
     spec_path: str | None = None
-    outcome: Literal["succeeded", "failed", "not_started"]
+    outcome: Literal["succeeded", "failed", "not_started", "stopped"] = Field(
+        description="``stopped``: stopped by hand (``autodl leases --release``) before it ended; see ``stopped``.")
     declared_pool: bool
     profile: dict[str, Any] | None = None
     placement: dict[str, Any] | None = None
@@ -397,6 +415,8 @@ class RunRecord(_Frozen):
     report: dict[str, Any] | None = Field(
         None, description="What the training said about itself in AUTODL_REPORT_FILE (e.g. the checkpoint and "
                           "epoch it resumed from); None when it wrote nothing.")
+    stopped: StopMark | None = Field(
+        None, description="Who stopped the training by hand and when (outcome ``stopped``); None otherwise.")
     recorded_at: datetime = Field(default_factory=utcnow)
 
     @field_validator("error")

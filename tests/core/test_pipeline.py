@@ -211,11 +211,12 @@ def test_release_by_hand_stops_the_training_and_records_it(tmp_path):
     assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) is None
     result = pipeline.release_by_hand(ctx().run_key, user="bob", force=True, log=lambda _l: None)
     assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
-    assert Ledger().leases() == [] and result["outcome"] == "failed"
+    assert Ledger().leases() == [] and result["outcome"] == "stopped" and result["training"] == "stopped"
     rec = RecordStore().get(ctx().run_key)
-    assert "released by hand" in rec.error and "by bob with --force" in rec.error and "user alice" in rec.error
+    assert rec.outcome == "stopped" and "stopped by autodl leases --release (by bob at " in rec.error
+    assert rec.stopped.by == "bob" and rec.stopped.forced and rec.stopped.lease_id == sel["lease"]["lease_id"]
     assert rec.launch["pid"] == handle["pid"]
-    with pytest.raises(LeaseError, match="holds no lease"):
+    with pytest.raises(LeaseError, match="no lease is held by run .*: nothing released"):
         pipeline.release_by_hand(ctx().run_key)
 
 

@@ -29,6 +29,14 @@ from autodl.errors import (
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
 
+def _pool(value: str | None) -> str | None:
+    """The operator's (rendered) pool as a source: ``pool`` names, relative paths resolved against the include
+    folder (:func:`autodl.pipeline.resolve_pool_source`); "", "None" and None: the default source."""
+    if value in ("", "None", None):
+        return None
+    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's pool=)")
+
+
 PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
 
@@ -112,7 +120,7 @@ class _AutoDLStep(BaseOperator):
             pipeline.note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
-                raise AirflowFailException(str(exc)) from exc
+                raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
             raise
         except TaskDeferred:  # waiting (in the triggerer) is not failing
             raise
@@ -151,7 +159,7 @@ class AutoDLProfileOperator(_AutoDLStep):
     def run_step(self, ctx, context):
         self._check_conf(context)
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
-        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=self._none(self.pool_source),
+        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
 
 
@@ -187,11 +195,11 @@ class _Waiting:
             pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
                                                        "(scheduler.timeout)")
             self.log.error("%s", exc)
-            raise AirflowSensorTimeout(str(exc)) from exc
+            raise AirflowSensorTimeout(str(exc)) from None
         except PERMANENT_ERRORS as exc:
             pipeline.note_failure(ctx.run_key, "wait", str(exc))
             self.log.error("%s", exc)
-            raise AirflowFailException(str(exc)) from exc
+            raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
 
     def _defer_to_queue(self, context, method_name: str = "execute_complete") -> None:
         from autodl.triggers.pool import PoolTrigger
@@ -253,7 +261,7 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
     _ctx = _AutoDLStep._ctx
 
     def _src(self) -> str | None:
-        return None if self.pool_source in ("", "None", None) else self.pool_source
+        return _pool(self.pool_source)
 
     def execute(self, context) -> Any:
         self.timeout, self.poke_interval = self._scheduler(context)
@@ -293,7 +301,7 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
         self.wait_timeout_s = wait_timeout_s
 
     def _src(self) -> str | None:
-        return self._none(self.pool_source)
+        return _pool(self.pool_source)
 
     def run_step(self, ctx, context):
         try:
@@ -429,7 +437,7 @@ class AutoDLCollectOperator(_AutoDLStep):
             pipeline.note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
-                raise AirflowFailException(str(exc)) from exc
+                raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
             raise
         message = (event or {}).get("message") or f"following the training ended without its exit: {event}"
         pipeline.note_failure(ctx.run_key, self.step, message)

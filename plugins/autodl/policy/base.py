@@ -126,14 +126,17 @@ def policy_names() -> list[str]:
 def get_policy(name: str) -> Policy:
     """A fresh policy object by registry name.
 
-    :raises AutoDLError: naming the unknown policy and the known ones.
+    :raises SpecError: naming the unknown policy (cut to a line) and the known ones.
     """
+    from autodl.errors import SpecError
+    from autodl.inputs import short
+
     _ensure_builtin()
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise AutoDLError(
-            f"placement algorithm {name!r} is unknown (scheduler.algorithm or --policies); "
+        raise SpecError(
+            f"placement algorithm {short(name)} is unknown (scheduler.algorithm or --policies); "
             f"use one of: {', '.join(sorted(_REGISTRY))}."
         ) from None
 

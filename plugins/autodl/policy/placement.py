@@ -626,7 +626,8 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     from autodl.policy.rl_state import BanditArmRow
     from autodl.store import session_factory
 
-    if record.outcome == "not_started" or not record.device_model or not record.placement:
+    if record.outcome in ("not_started", "stopped") or not record.device_model or not record.placement:
+        # a run stopped by hand (autodl leases --release) says nothing of how the device did
         return False
     placement = record.placement or {}
     chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself

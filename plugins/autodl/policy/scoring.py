@@ -8,21 +8,22 @@ from autodl.policy.base import Need, Option, PolicyContext, Scored
 
 DEFAULT_WEIGHTS: dict[str, float] = {
     "speed": 1.0,
-    "cost": 0.2,
-    "balance": 0.1,
-    "best_fit": 8.0,
+    "cost": 0.05,
+    "balance": 0.025,
+    "best_fit": 0.25,
     "preferred": 1.0,
-    "nvlink": 0.2,
+    "nvlink": 0.05,
 }
-"""Weight of each rule term. ``best_fit`` was tuned with ``benchmarks/scheduling.py --tune`` on Philly
-slices 0, 2 and 7 only (never on the reported slices; grid 0.3, 1, 2, 8; loads x1 and x2): at 8 a run
-takes the smallest device that holds it and speed breaks ties between devices of similar memory --
-keeping big devices and whole hosts for the runs that need them lowered the mean JCT there by 10%
-against the previous 0.3 (5.82 h vs 6.49 h), most of it under load and for gangs. On the reported
-slices, which are less loaded, 0.3 did better at x1 (9%) and x2 (5%): see the benchmark's table.
-``preferred`` (the spec's ``preferred_devices``) weighs as much as speed, as before; between devices of
-very different memory best fit now outweighs it (8 x the difference in needed / device memory), as it
-does tag priorities of 1-2. Cost, balance and NVLink break near-ties."""
+"""Weight of each rule term. Chosen with ``benchmarks/scheduling.py`` on Philly slices 0, 2 and 7 only
+(never on the reported slices), loads x1, x2 and x4, with the estimator's measured errors of 2026-12-01
+(``include/data/estimate-errors.csv``): speed first, best fit a quarter of it (a run takes the fastest
+device; between devices of similar speed, the smallest that holds it). Mean JCT there 5.33 / 8.39 /
+12.82 h against 5.72 / 8.42 / 13.99 h for the previous best-fit-first weights (best_fit 8, chosen
+when the estimates were off by -97%..+6338% and keeping big devices free paid for the misses), and
+5.46 / 8.41 / 13.39 h for best_fit 1. Cost, balance and NVLink (a quarter of their earlier 0.2, 0.1,
+0.2, scaled with best fit) break near-ties. ``preferred`` (the spec's ``preferred_devices``) weighs
+as much as speed, as before; tag priorities of 1-2 outweigh best fit. Placement moves the mean JCT by
+a few percent at most once the pool is saturated: see the README's scheduling results."""
 
 
 def rule_terms(need: Need, options: Sequence[Option], ctx: PolicyContext) -> list[Scored]:

@@ -4,29 +4,67 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from autodl.errors import AutoDLError
+from autodl.inputs import short
 
 
 def _count(minimum: int):
     """argparse type: an integer >= ``minimum``."""
 
     def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {short(text, 60)}")
         return value
 
+    parse.__name__ = "integer"
     return parse
 
 
 def _fraction(text: str) -> float:
     """argparse type: a relative error in [0, 1)."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {short(text, 60)}")
     return value
+
+
+def _positive(text: str) -> float:
+    """argparse type: a finite number > 0 (a multiplier: 1 = as the trace and the pool file are)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (1 = as the trace and the pool file are), "
+                                         f"got {short(text, 60)}")
+    return value
+
+
+def _path(text: str) -> str:
+    """argparse type: a path that is not empty (an empty one would silently mean the default file), nor longer
+    than a path can be (:func:`autodl.cli._path_arg`)."""
+    from autodl.cli import _path_arg
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty; pass a file's path, or leave the option out for the default")
+    return _path_arg("file")(text)
+
+
+def _policies(text: str) -> str:
+    """argparse type: a comma-separated list of at least one policy name."""
+    if not [p for p in text.split(",") if p.strip()]:
+        raise argparse.ArgumentTypeError("no policy named; pass comma-separated policy names, e.g. fifo_first_fit,rule_based")
+    return text
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -43,23 +81,23 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Trace-driven simulation: Philly jobs (include/data/philly-jobs.csv) on a heterogeneous pool, "
         "speeds from gpu-relative-throughput.csv (Sia/Pollux artifacts).",
     )
-    p.add_argument("--trace", default=None, help="job CSV (default include/data/philly-jobs.csv)")
-    p.add_argument("--pool", default=None, help="simulated pool YAML (default include/pools/sim-pai-hetero.yaml)")
-    p.add_argument("--throughput", default=None, help="heterogeneity matrix CSV")
+    p.add_argument("--trace", type=_path, default=None, help="job CSV (default include/data/philly-jobs.csv)")
+    p.add_argument("--pool", type=_path, default=None, help="simulated pool YAML (default include/pools/sim-pai-hetero.yaml)")
+    p.add_argument("--throughput", type=_path, default=None, help="heterogeneity matrix CSV")
     p.add_argument("--start", type=_count(0), default=0, help="first job of the slice after sorting by submit time")
     p.add_argument("--jobs", type=_count(1), default=None, help="number of jobs in the slice (default: to the end)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error", type=_fraction, default=None,
                    help="a uniform relative error of memory estimates (0.15 = +-15%%); default: the estimator's "
                         "measured errors (include/data/estimate-errors.csv)")
-    p.add_argument("--errors", default=None, help="measured error table (default include/data/estimate-errors.csv)")
-    p.add_argument("--load", type=float, default=1.0, help="arrival-rate multiplier (2 = twice the trace's jobs per hour)")
-    p.add_argument("--pool-scale", type=float, default=1.0, help="hosts per device model x this (0.5 = pool halved)")
+    p.add_argument("--errors", type=_path, default=None, help="measured error table (default include/data/estimate-errors.csv)")
+    p.add_argument("--load", type=_positive, default=1.0, help="arrival-rate multiplier (2 = twice the trace's jobs per hour)")
+    p.add_argument("--pool-scale", type=_positive, default=1.0, help="hosts per device model x this (0.5 = pool halved)")
     p.add_argument("--queue", choices=("autodl", "own"), default="autodl",
                    help="autodl: every policy behind autodl's admission queue (default); own: each policy's classic "
                         "queue (fifo_first_fit strict FIFO, the others first come, first served with greedy backfill)")
-    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
-    p.add_argument("--plot", default=None, help="write a PNG of JCT CDFs and utilization over time here")
+    p.add_argument("--policies", type=_policies, default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
+    p.add_argument("--plot", type=_path, default=None, help="write a PNG of JCT CDFs and utilization over time here")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of the table")
     p.set_defaults(func=run)
     return p
@@ -87,13 +125,17 @@ def run(args: argparse.Namespace) -> int:
             policies=policies, options=SimOptions(seed=args.seed, own_queue=args.queue == "own"),
         )
     except AutoDLError as exc:
-        print(f"autodl: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        from autodl.cli import error_text  # redacted, long arguments cut, bounded
+
+        print(f"autodl: error: {error_text(exc)}", file=sys.stderr)
+        # the simulator's input errors (trace, pool, tables) are plain AutoDLErrors; they are the user's input,
+        # not a bug in autodl (exit 1)
+        return 2 if type(exc) is AutoDLError else exc.exit_code
     if args.plot:
         try:
             write_plot(results, args.plot, f"slice start={args.start} jobs={args.jobs} seed={args.seed} load x{args.load:g}")
         except ImportError:
-            print("autodl: error: --plot needs matplotlib; pip install -r requirements.txt.", file=sys.stderr)
+            print("autodl: error: --plot needs matplotlib (a dependency of autodl that this environment lacks): pip install matplotlib.", file=sys.stderr)
             return 2
     if args.json:
         print(json.dumps({"sources": SOURCES, "results": [r.summary() for r in results]}, indent=2))

@@ -90,6 +90,9 @@ class SimOptions:
     :ivar prefilter, fast_reservation: the simulator's shortcuts (hand ``decide`` only the runs that
         could fit, search reservations incrementally); off = the plain calls, same decisions, slower.
     :ivar seen_speeds: ``{device model: speed}`` the policy sees (default: truth averaged over classes).
+    :ivar seen_by_class: the policy sees each job's own speed on each device model instead (its model
+        class's row of the true matrix): what Gavel's throughput matrix assumes, and what autodl's run
+        records give once a run of that model has been measured there. Overrides ``seen_speeds``.
     :ivar weights: rule_based weights (default :data:`autodl.policy.scoring.DEFAULT_WEIGHTS`).
     :ivar checkpoint_s, las_threshold_gpu_s, las_promote_knob: the ``tiresias_las`` baseline.
     :ivar steady: (lo, hi) fractions of the slice's submits bounding the steady-state window.
@@ -111,6 +114,7 @@ class SimOptions:
     preferred_devices: tuple[str, ...] = ()
     tag_priorities: dict[str, float] = field(default_factory=dict)
     seen_speeds: dict[str, float] | None = None
+    seen_by_class: bool = False
     weights: dict[str, float] | None = None
     checkpoint_s: float = CHECKPOINT_S
     las_threshold_gpu_s: float = LAS_THRESHOLD_GPU_S
@@ -276,6 +280,8 @@ class _Sim:
             self.seen_ref = min(ref.peak_tflops("fp32") / base.peak_tflops("fp32"),
                                 ref.memory_bandwidth_gbps / base.memory_bandwidth_gbps)
         self.seen_ref = self.seen_ref or 1.0
+        # what the policy sees per (model class, device model)
+        self.seen_cls = {c: (dict(speeds[c]) if opt.seen_by_class else self.seen) for c in speeds}
         self.ctx = PolicyContext(
             preferred_devices=list(opt.preferred_devices), tag_priorities=dict(opt.tag_priorities),
             memory_threshold=self.threshold, rng=random.Random(opt.seed), bandit=self.bandit, weights=opt.weights,
@@ -343,7 +349,8 @@ class _Sim:
 
     def make_qrun(self, jid: int, enqueued_at: float) -> QueuedRun:
         j = self.jobs[jid]
-        speeds = {self.groups[t].model: self.seen[self.groups[t].model] for t in self.feasible[jid]}
+        seen = self.seen_cls[j.model_class]
+        speeds = {self.groups[t].model: seen[self.groups[t].model] for t in self.feasible[jid]}
         key = str(jid)
         self.key_of[key] = jid
         return QueuedRun(key, j.num_gpus, self.est[jid], enqueued_at, j.owner, j.est_duration_s, speeds)
@@ -387,7 +394,7 @@ class _Sim:
                 g = self.groups[t]
                 opts.append(Option(
                     devices=(t,), model=g.model, vendor=g.vendor, host=g.model, num_devices=n,
-                    memory_total_bytes=g.memory_bytes, step_time_s=rt / self.seen[g.model],
+                    memory_total_bytes=g.memory_bytes, step_time_s=rt / self.seen_cls[j.model_class][g.model],
                     cost_per_hour_usd=g.cost_per_hour_usd, load=1.0 - self.free_by_type[t] / g.gpus,
                     tags=g.tags, order=t,
                 ))
@@ -495,7 +502,7 @@ class _Sim:
                 self.tick_seq[jid] = self.seq - 1
         exp_end = None
         if j.est_duration_s:
-            exp_end = t_now + overhead + j.est_duration_s / self.seen[g.model]
+            exp_end = t_now + overhead + j.est_duration_s / self.seen_cls[j.model_class][g.model]
         self.running[jid] = RunningRun(str(jid), devices, exp_end, j.owner)
         self.busy += n
         self.used_mem += min(j.peak_bytes, g.memory_bytes) * n

@@ -27,6 +27,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from autodl.errors import AutoDLError
+from autodl.inputs import short
 from autodl.ui import data, plots
 from autodl.ui.urls import APP_PREFIX
 
@@ -82,7 +83,7 @@ def _render(name: str, request: Request, **context: Any) -> HTMLResponse:
 def _record_or_404(run_key: str) -> Any:
     rec = data.get_record(run_key)
     if rec is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {run_key!r}; /api/runs lists the recorded runs")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}; /api/runs lists the recorded runs")
     return rec
 
 
@@ -124,7 +125,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
     def run_page(run_key: str, request: Request) -> HTMLResponse:
         detail = data.run_detail(run_key, base(request))
         if detail is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {run_key!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}")
         return _render("run.html", request, row=detail.row, record=detail.record, ranking=detail.ranking,
                        timeline=detail.timeline, timeline_note=detail.timeline_note,
                        record_json=json.dumps(detail.record, indent=2))
@@ -151,7 +152,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
     def api_run(run_key: str, request: Request) -> JSONResponse:
         detail = data.run_detail(run_key, base(request))
         if detail is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {run_key!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}")
         return JSONResponse(detail.to_json())
 
     @app.post("/api/leases/{run_key:path}/release")
@@ -168,7 +169,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         try:
             # an admin may release anyone's lease (the owner check of `autodl leases --release` is --force here)
             result = release_by_hand(run_key, user=getattr(user, "get_name", lambda: None)(), force=True,
-                                     log=lines.append)
+                                     log=lines.append, how="the GPU page's release button")
         except LeaseError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         return JSONResponse({**result, "log": lines, "released_by": getattr(user, "get_name", lambda: None)()})
