@@ -167,5 +167,5 @@ def test_autodl_metrics_reach_prometheus(prometheus):
     devices = _get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query?query=autodl_leased_devices")["data"]["result"]
     assert devices and devices[0]["metric"]["model"] == "A100-SXM4-40GB" and devices[0]["value"][1] == "1"
     runs = _get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query?query=autodl_runs_total")["data"]["result"]
-    assert {r["metric"]["outcome"] for r in runs} == {"succeeded", "failed", "not_started"}
+    assert {r["metric"]["outcome"] for r in runs} == {"succeeded", "failed", "not_started", "stopped"}  # every outcome, also at 0
     assert _get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query?query=autodl_waiting_runs")["data"]["result"]

@@ -36,7 +36,10 @@ def test_interrupting_profile_kills_the_probe(tmp_path, sig, code):
     cli = subprocess.Popen([sys.executable, "-m", "autodl.cli", "profile", "--spec", str(spec), "--probe"],
                            env={**os.environ, "PYTHONPATH": str(REPO / "plugins"),
                                 "AUTODL_TEST_MARKER": str(tmp_path / "marker")},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           # a CI started as a background job inherits SIGINT ignored, and Python then keeps it
+                           # ignored: the CLI gets the default disposition, as in a terminal
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     mine: list[psutil.Process] = []
     while not mine:
