@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autodl.profile.probe import REPORT_MAX_BYTES, _report_text
+from autodl.profile.probe import REPORT_MAX_BYTES, _report_text, report_object
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, read_output, run_sandboxed
 from autodl.types import Finding, PhasePeak
 
@@ -511,15 +511,7 @@ def dryrun_report(text: str) -> dict[str, Any]:
     :returns: the report with only the fields :func:`summarize` reads.
     :raises ValueError: saying what is wrong (the caller falls back as for any dry run that could not measure).
     """
-    def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a number")
-
-    try:
-        data = json.loads(text, parse_constant=no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"not JSON: {_report_text(str(exc))}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    data = report_object(text)
     out: dict[str, Any] = {
         "steps": [_record(r, "a step") for r in _list(data.get("steps"), "steps")],
         "evals": [_record(r, "an eval call", True) for r in _list(data.get("evals"), "evals")],

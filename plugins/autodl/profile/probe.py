@@ -178,6 +178,23 @@ def _report_count(value: Any, what: str) -> int:
     return value
 
 
+def report_object(text: str) -> dict[str, Any]:
+    """A report written by a sandboxed child, parsed strictly: a JSON object with no NaN/Infinity.
+
+    :raises ValueError: saying what is wrong (not JSON, too deeply nested, a non-finite number, not an object).
+    """
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a number")
+
+    try:
+        data = json.loads(text, parse_constant=no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON: {_report_text(str(exc))}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
 def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
     """The probe child's report (the JSON after ``AUTODL_PROBE``), checked field by field.
 
@@ -191,15 +208,7 @@ def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
     :returns: the report with only those fields.
     :raises ValueError: saying what is wrong (the caller keeps the static estimate).
     """
-    def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a number")
-
-    try:
-        data = json.loads(text, parse_constant=no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"not JSON: {_report_text(str(exc))}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    data = report_object(text)
     out: dict[str, Any] = {"ok": data.get("ok") is True}
     for key in ("error", "stage", "input_desc"):
         out[key] = _report_text(data.get(key))
