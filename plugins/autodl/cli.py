@@ -72,7 +72,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     t = Table(title=f"profile of {profile.script} ({profile.method})")
     t.add_column("term")
     t.add_column("value", justify="right")
-    for name, value in [("parameters", f"{profile.params:,}"), ("batch size / device", str(profile.batch_size)),
+    for name, value in [("parameters", f"{profile.params:,}" if profile.params is not None else "unknown (see the cold-start warning)"), ("batch size / device", str(profile.batch_size)),
                         ("devices", str(profile.num_gpus)), ("weights GiB", _gib(b.weights_bytes)),
                         ("gradients GiB", _gib(b.gradients_bytes)), ("optimizer state GiB", _gib(b.optimizer_state_bytes)),
                         ("activations GiB", _gib(b.activations_bytes)), ("workspace GiB", _gib(b.workspace_bytes)),

@@ -95,7 +95,7 @@ class ResourceProfile(_Frozen):
 
     script: str
     model_name: str | None = None
-    params: int
+    params: int | None  # None: unknown (the model was not found; a cold-start finding says so), never 0
     trainable_params: int | None = None
     peak_memory_bytes: int
     breakdown: MemoryBreakdown

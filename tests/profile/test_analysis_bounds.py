@@ -176,3 +176,14 @@ def test_real_scripts_stay_far_below_the_bounds():
     for s in scripts:
         p = profile_script(s, probe=False)
         assert "analysis-bounded" not in codes(p), s
+
+
+def test_a_model_autodl_cannot_find_has_unknown_params_not_zero():
+    """Seen (esttest F7): a script whose model autodl could not find reported ``params: 0`` next to a rough
+    cold-start estimate. An unknown is not a default: the count is null, the warning says it is unknown, and
+    the CLI's table says "unknown" instead of 0."""
+    p = analyse(CASES / "s_bigpow.py")  # no model in it: nothing can count its parameters
+    assert p.method == "cold_start"
+    assert p.params is None and p.trainable_params is None
+    assert "parameters are unknown" in codes(p)["cold-start"]
+    assert p.peak_memory_bytes > 0  # the rough estimate still goes on, flagged

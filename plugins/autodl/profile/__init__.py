@@ -448,8 +448,9 @@ def profile_script(
         script=str(path.resolve()),
         model_name=(task.model_name if task and task.model_name else None) or facts.model_name
         or ((dr.raw.get("model") or [None])[0] if dr is not None else None),
-        params=int(params or 0),
-        trainable_params=int(trainable or 0),
+        # a model autodl could not find has an unknown parameter count: null, never 0 (the cold-start warning says so)
+        params=int(params) if params or method != "cold_start" else None,
+        trainable_params=int(trainable or 0) if params or method != "cold_start" else None,
         peak_memory_bytes=bd.total_bytes,
         breakdown=bd,
         activation_bytes_per_sample=per_sample_scaled,

@@ -14,9 +14,10 @@ def _variant(p: ResourceProfile, amp: str | None = None, recompute: bool = False
     new = E.AMP_ACTIVATION_FACTOR.get(amp, 1.0) * (E.RECOMPUTE_FACTOR if recompute else 1.0)
     act_fp32 = b.activations_bytes / cur
     per_fp32 = p.activation_bytes_per_sample / cur
-    w, g, o = E.model_states(p.params, p.trainable_params or p.params, p.optimizer, amp)
-    if p.amp == amp:
+    if p.params is None or p.amp == amp:  # unknown parameters: the model states stay as estimated
         w, g, o = b.weights_bytes, b.gradients_bytes, b.optimizer_state_bytes
+    else:
+        w, g, o = E.model_states(p.params, p.trainable_params or p.params, p.optimizer, amp)
     bd = b.model_copy(update={"weights_bytes": w, "gradients_bytes": g, "optimizer_state_bytes": o,
                               "activations_bytes": int(act_fp32 * new)})
     return p.model_copy(update={"breakdown": bd, "peak_memory_bytes": bd.total_bytes, "amp": amp,
