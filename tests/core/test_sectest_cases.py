@@ -12,36 +12,12 @@ are in tests/cases/bad-input/st_*; the ones that depend on this machine's paths 
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 from pathlib import Path
 
 import pytest
 
-from autodl.cli import main
-
-CASES = Path(__file__).resolve().parents[1] / "cases" / "bad-input"
-
-
-@pytest.fixture
-def cases(tmp_path, monkeypatch):
-    folder = tmp_path / "cases"
-    shutil.copytree(CASES, folder)
-    monkeypatch.chdir(folder)
-    monkeypatch.delenv("AUTODL_DEBUG", raising=False)
-    return folder
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err and "internal error" not in err, err
-    return code, out, err
-
-
-def plan(capsys, spec: str, *extra: str) -> tuple[int, str, str]:
-    return run(capsys, "plan", spec, "--pool", "pool4.yaml", "--no-probe", *extra)
-
+from tests.core.test_bad_input import CASES, cases, plan, run  # noqa: F401 - the same case folder, fixture and CLI runner
 
 SPEC_CASES = [
     pytest.param("st_spec_network_host.yaml", ["launcher.network", "host"], id="network-host-was-accepted"),

@@ -472,6 +472,27 @@ def decide(
         q = d.quotas.get(run.owner, d.quotas.get("*"))
         return None if q is None else q - d.held[run.owner]
 
+    def before_reserved(pos: int, run: QueuedRun, free, stage: str) -> tuple[tuple | None, float | None, bool]:
+        """Backfill ``run`` on ``free()`` when it is expected to end before the start reserved for the head.
+
+        :returns: (devices, expected runtime s, queued): devices None when it was not tried or does not fit
+            there; queued (in this round's window) when it is expected to end in time.
+        """
+        rt0 = run.expected_runtime_s
+        if rt0 is None or not math.isfinite(d.shadow) or not (
+                now + rt0 <= d.shadow or (run.speed_by_type and d.could_end_by(run, d.shadow))):
+            return None, None, False
+        devs = d.try_place(run, free(), stage)
+        if devs is None:
+            return None, None, False
+        rt = d.runtime_on(run, devs)
+        if rt is not None and now + rt <= d.shadow:
+            window.append((pos, run, devs, True,
+                           f"backfill: expected to end ({rt:.0f} s) before the start reserved for {d.head.run_key}",
+                           "before"))
+            return devs, rt, True
+        return devs, rt, False
+
     while d.left:
         window: list[tuple[int, QueuedRun, tuple, bool, str]] = []
         i = start
@@ -521,37 +542,21 @@ def decide(
                 continue
             # behind the head: into the reservation's hole when it ends before the reserved start
             # (leaving the other devices to runs that cannot), else off the reservation
-            rt0 = run.expected_runtime_s
-            if rt0 is not None and math.isfinite(d.shadow) and (
-                    now + rt0 <= d.shadow or (run.speed_by_type and d.could_end_by(run, d.shadow))):
-                devs = d.try_place(run, d.fhole(), "hole")
-                if devs is not None:
-                    rt = d.runtime_on(run, devs)
-                    if rt is not None and now + rt <= d.shadow:
-                        window.append((pos, run, devs, True,
-                                       f"backfill: expected to end ({rt:.0f} s) before the start reserved for {d.head.run_key}",
-                                       "before"))
-                        continue
+            if before_reserved(pos, run, d.fhole, "hole")[2]:
+                continue
             devs = d.try_place(run, d.foff(), "off")
             if devs is not None:
                 window.append((pos, run, devs, True, f"backfill off the devices reserved for {d.head.run_key}", "off"))
                 continue
-            rt0 = run.expected_runtime_s
-            if rt0 is not None and math.isfinite(d.shadow) and (
-                    now + rt0 <= d.shadow or (run.speed_by_type and d.could_end_by(run, d.shadow))):
-                devs = d.try_place(run, d.fleft(), "all")
-                if devs is not None:
-                    rt = d.runtime_on(run, devs)
-                    if rt is not None and now + rt <= d.shadow:
-                        window.append((pos, run, devs, True,
-                                       f"backfill: expected to end ({rt:.0f} s) before the start reserved for {d.head.run_key}",
-                                       "before"))
-                        continue
-                    done.add(pos)
-                    if explain:
-                        reasons[run.run_key] = (f"would delay the start reserved for {d.head.run_key} "
-                                                f"(expected runtime {'unknown' if rt is None else f'{rt:.0f} s'})")
-                    continue
+            devs, rt, queued = before_reserved(pos, run, d.fleft, "all")
+            if queued:
+                continue
+            if devs is not None:
+                done.add(pos)
+                if explain:
+                    reasons[run.run_key] = (f"would delay the start reserved for {d.head.run_key} "
+                                            f"(expected runtime {'unknown' if rt is None else f'{rt:.0f} s'})")
+                continue
             done.add(pos)
             if explain:
                 reasons[run.run_key] = (f"does not fit off the devices reserved for {d.head.run_key}, and is not "
