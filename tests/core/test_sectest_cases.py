@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.test_bad_input import CASES, cases, plan, run  # noqa: F401 - the same case folder, fixture and CLI runner
+from tests.core.test_bad_input import cases, plan, run  # noqa: F401 - the same case folder (fixture) and CLI runner
 
 SPEC_CASES = [
     pytest.param("st_spec_network_host.yaml", ["launcher.network", "host"], id="network-host-was-accepted"),
