@@ -160,7 +160,7 @@ def main() -> None:
         ref = truth.get("fwd_flops_per_sample")
         if ref is None and truth.get("fwd_flops_per_call") and truth.get("input"):
             ref = truth["fwd_flops_per_call"] / max(1, truth["input"][0][0])
-        est_fwd = prof.flops_per_step / 3 / max(1, prof.batch_size)
+        est_fwd = prof.flops_per_step / 3 / max(1, prof.batch_size) if prof.flops_per_step is not None else None
         rows.append({
             "name": name, "params": truth.get("params"), "autodl_params": prof.params, "truth": peak,
             "train_truth": truth["peak"], "eval_truth": truth.get("eval_peak"),

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from autodl.policy.admission import AGING_S, CA_WINDOW  # noqa: E402
+from autodl.policy.admission import AGING_S, BOUND_S, CA_WINDOW, WAIT_MARGIN  # noqa: E402
 from autodl.simulate import run_all  # noqa: E402
 from autodl.simulate.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
 from autodl.simulate.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
@@ -69,6 +69,8 @@ ABLATIONS = {
     "autodl + comp. advantage": ("rule_based", {"window": 4}),
     "rule_based, best_fit 8": ("rule_based", {"window": 1, "weights": BEST_FIT_FIRST}),
     "rl_based": ("rl_based", {}),
+    "autodl + wait for faster": ("rule_based", {"wait_margin": WAIT_MARGIN}),
+    "autodl + gang wait bound": ("rule_based", {"bound_s": BOUND_S}),
 }
 """autodl's own variants: shown, not targets."""
 CLASSIC = {
@@ -121,7 +123,7 @@ def _ratio(base: list[float], ours: list[float]) -> tuple[float, float, float]:
 # ------------------------------------------------------------------------------------------ tables
 def main_tables(res: dict, reps: list[tuple[int, int]], settings, schedulers, out) -> dict:
     """Print per-setting tables; returns the target verdicts."""
-    verdicts: dict = {"jct": [], "gang": [], "oom": []}
+    verdicts: dict = {"jct": [], "gang": [], "gang_ablation": [], "oom": []}
     for sname, _load, _scale in settings:
         rows = {s: [res[(sname, s, i)] for i in range(len(reps))] for s in schedulers}
         ours = [r["avg_jct_s"] for r in rows["autodl"]]
@@ -144,13 +146,15 @@ def main_tables(res: dict, reps: list[tuple[int, int]], settings, schedulers, ou
                 verdicts["jct"].append((sname, s, m, lo, hi))
         verdicts["oom"].append((sname, statistics.fmean(r["oom_failures"] for r in rows["autodl"])))
         if "fifo_first_fit (strict)" in rows:
-            for g in (8, 16):
-                a = [r["by_gang"].get(g, {}).get("p99_queue_s") for r in rows["autodl"]]
-                f = [r["by_gang"].get(g, {}).get("p99_queue_s") for r in rows["fifo_first_fit (strict)"]]
-                pairs = [(x, y) for x, y in zip(a, f) if x is not None and y]
-                if pairs:
-                    verdicts["gang"].append((sname, g, statistics.fmean(x for x, _ in pairs) / 3600,
-                                             statistics.fmean(y for _, y in pairs) / 3600))
+            for who in [w for w in ("autodl", *ABLATIONS) if w in rows]:
+                for g in (8, 16):
+                    a = [r["by_gang"].get(g, {}).get("p99_queue_s") for r in rows[who]]
+                    f = [r["by_gang"].get(g, {}).get("p99_queue_s") for r in rows["fifo_first_fit (strict)"]]
+                    pairs = [(x, y) for x, y in zip(a, f) if x is not None and y]
+                    if pairs:
+                        verdicts["gang" if who == "autodl" else "gang_ablation"].append(
+                            (sname, g, statistics.fmean(x for x, _ in pairs) / 3600,
+                             statistics.fmean(y for _, y in pairs) / 3600, who))
     return verdicts
 
 
@@ -252,6 +256,12 @@ and x4 (see :data:`autodl.policy.scoring.DEFAULT_WEIGHTS`); a window of 4 with p
 again worse there (x1 5.86 vs 5.71 h, x2 8.50 vs 8.31 h)."""
 
 
+WAIT_GRID = (0.0, 0.1, 0.25)
+"""Margins of the queue's wait-for-a-faster-device rule that ``--tune`` tries (at the default weights)."""
+BOUND_GRID_H = (72, 96, 144)
+"""Wait bounds (hours) for gangs of 8+ devices that ``--tune`` tries (at the default weights)."""
+
+
 def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
     """Grid of the queue constants and the rule's best-fit weight on the tuning slices only
     (:data:`TUNE_SLICES`, seed = slice number, loads x1 and x2); objective: mean average JCT, subject to
@@ -270,6 +280,11 @@ def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
             for a, bf, w in grid:
                 over = {"aging_s": a, "window": w, "weights": {**DEFAULT_WEIGHTS, "best_fit": bf}}
                 tasks.append(((a, bf, w, sd, load), "rule_based", over, start, jobs, sd, load, 1.0, {}))
+            for wm in WAIT_GRID:
+                tasks.append((("wait", wm, sd, load), "rule_based", {"wait_margin": wm}, start, jobs, sd, load, 1.0, {}))
+            for bh in BOUND_GRID_H:
+                tasks.append((("bound", bh, sd, load), "rule_based", {"bound_s": bh * 3600.0}, start, jobs, sd, load, 1.0,
+                              {}))
             for th in las:
                 tasks.append((("las", th, sd, load), "tiresias_las", {"las_threshold_gpu_s": th}, start, jobs, sd, load,
                               1.0, {}))
@@ -300,6 +315,22 @@ def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
         f"best mean {top:.2f} h, the lowest gang ratio: "
         f"aging {best[2] / 3600:.0f} h, best_fit {best[3]:g}, window {best[4]} "
         f"(in the code: AGING_S {AGING_S / 3600:.0f} h, best_fit {DEFAULT_WEIGHTS['best_fit']:g}, CA_WINDOW {CA_WINDOW})")
+    def gang_ratio(key) -> float:
+        worst = 0.0
+        for sd in seeds:
+            for load in loads:
+                for g in (8, 16):
+                    ours = res[(*key, sd, load)]["by_gang"].get(g, {}).get("p99_queue_s")
+                    ff = res[("fifo", sd, load)]["by_gang"].get(g, {}).get("p99_queue_s")
+                    if ours is not None and ff:
+                        worst = max(worst, ours / ff)
+        return worst
+
+    for key, what in [(("wait", wm), f"wait for a faster device, margin {wm:g}") for wm in WAIT_GRID] + [
+            (("bound", bh), f"wait bound {bh} h for gangs of 8+") for bh in BOUND_GRID_H]:
+        by_load = [statistics.fmean(res[(*key, sd, load)]["avg_jct_s"] for sd in seeds) / 3600 for load in loads]
+        out(f"{what}: JCT x1 {by_load[0]:.2f} h, x2 {by_load[1]:.2f} h, gang p99/FIFO {gang_ratio(key):.2f} "
+            f"(in the code, both off by default: WAIT_MARGIN {WAIT_MARGIN:g}, BOUND_S {BOUND_S / 3600:.0f} h)")
     for th in las:
         j = statistics.fmean(res[("las", th, sd, load)]["avg_jct_s"] for sd in seeds for load in loads) / 3600
         out(f"tiresias_las threshold {th / 3600:.0f} GPU-h: mean avg JCT {j:.2f} h (in the code: "
@@ -362,6 +393,7 @@ def main() -> int:
     verdicts = main_tables(res, reps, settings, schedulers, out)
     for sname in [s for s, _, _ in settings][:2]:
         gang_table(res, reps, sname, ["autodl", "gavel_max_throughput", "best_fit_memory", "rule_based, best_fit 8",
+                                      "autodl + wait for faster", "autodl + gang wait bound",
                                       "fifo_first_fit (strict)", "gavel fcfs+greedy", "tiresias_las"], out)
 
     out("\n## headroom: autodl planning within 0.85 of device memory vs 1.0 (OOM = attempts killed by an OOM)")
@@ -404,9 +436,15 @@ def main() -> int:
         ok = lo > 1.0 and m >= need
         out(f"{'MET ' if ok else 'NOT '} {sname:7s} autodl vs {s:26s} ratio {m:.2f} [{lo:.2f}, {hi:.2f}] "
             f"(needs CI above 1.0{' and >= 1.10' if need > 1 else ''})")
-    for sname, g, ours, ff in verdicts["gang"]:
+    for sname, g, ours, ff, _who in verdicts["gang"]:
         out(f"{'MET ' if ours <= 2 * ff else 'NOT '} {sname:7s} p99 queueing of {g}-GPU jobs: autodl {ours:.1f} h vs "
             f"FIFO {ff:.1f} h (needs <= 2x)")
+    out("ablations (not the default; the same check): p99 queueing of 8-/16-GPU jobs / FIFO's")
+    abl: dict = {}
+    for sname, g, ours, ff, who in verdicts["gang_ablation"]:
+        abl.setdefault(who, []).append(f"{sname} {g}: {ours / ff:.2f}{'' if ours <= 2 * ff else ' (over 2x)'}")
+    for who, cells in abl.items():
+        out(f"  {who:26s} " + ", ".join(cells))
     for sname, o in verdicts["oom"]:
         out(f"{'MET ' if o == 0 else 'NOT '} {sname:7s} OOM placements of autodl: {o:.1f} per replica (needs 0)")
     ff1 = [res[("x1", "fifo_first_fit (strict)", i)] for i in range(len(reps))]

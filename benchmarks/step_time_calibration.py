@@ -35,7 +35,7 @@ def measured() -> dict[str, dict[str, float]]:
 
 def step(p, g, e, k, additive=True):
     b = p.breakdown
-    comp = p.flops_per_step / (g.peak_tflops("fp32") * 1e12 * e)
+    comp = (p.flops_per_step or 0.0) / (g.peak_tflops("fp32") * 1e12 * e)   # its profiles all have FLOPs
     mem = (3 * (b.weights_bytes + b.gradients_bytes) + 2 * b.optimizer_state_bytes + k * b.activations_bytes) / (g.memory_bandwidth_gbps * 1e9)
     return comp + mem if additive else max(comp, mem)
 

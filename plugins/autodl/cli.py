@@ -77,7 +77,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
                         ("gradients GiB", _gib(b.gradients_bytes)), ("optimizer state GiB", _gib(b.optimizer_state_bytes)),
                         ("activations GiB", _gib(b.activations_bytes)), ("workspace GiB", _gib(b.workspace_bytes)),
                         ("peak memory GiB / device", _gib(profile.peak_memory_bytes)),
-                        ("training FLOPs / step", f"{profile.flops_per_step:.3g}")]:
+                        ("training FLOPs / step", f"{profile.flops_per_step:.3g}" if profile.flops_per_step is not None
+                         else "unknown (see the cold-start warning)")]:
         t.add_row(name, value)
     for ph in profile.phases:
         t.add_row(f"{ph.name} phase tensor peak GiB (batch {ph.batch_size})",

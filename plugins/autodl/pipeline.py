@@ -417,8 +417,9 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
         log(f"override: {section}.{key} = {value} (the spec says {getattr(getattr(spec, section), key)})")
     spec = apply_overrides(spec, checked)
     n_params = f"{profile.params:,}" if profile.params is not None else "an unknown number of"
+    flops = f"{profile.flops_per_step:.3g}" if profile.flops_per_step is not None else "unknown"
     log(f"profile ({profile.method}): {n_params} params, peak {profile.peak_memory_bytes / GiB:.3f} GiB per device, "
-        f"{profile.flops_per_step:.3g} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
+        f"{flops} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
     for line in format_profile(profile, spec.resource_policy.memory_threshold):
         log(line)
     inventory = read_inventory(pool, catalog=catalog)

@@ -100,7 +100,9 @@ class ResourceProfile(_Frozen):
     peak_memory_bytes: int
     breakdown: MemoryBreakdown
     activation_bytes_per_sample: int = 0
-    flops_per_step: float = Field(description="Training FLOPs of one step on one device (fwd+bwd).")
+    flops_per_step: float | None = Field(
+        description="Training FLOPs of one step on one device (fwd+bwd); null when unknown (a model autodl "
+                    "could not find: the cold-start warning says so).")
     batch_size: int
     sequence_length: int | None = None
     input_shape: list[int] | None = Field(None, description="Per-sample input shape, e.g. [3, 32, 32].")

@@ -227,3 +227,125 @@ def test_random_decisions_are_consistent(seed):
                     if g.backfilled and set(g.devices) & adm.reservation.devices:
                         rt = size[g.run_key].expected_runtime_s
                         assert rt is not None and adm.reservation.start_by is not None and rt <= adm.reservation.start_by
+
+
+# ------------------------------------------------------------------ wait for a faster device (off by default)
+def _fastest_first(speed):
+    """Placement that takes the fastest free devices of one type (device ids 'type:host:slot')."""
+    def place(run, free):
+        by_type = {}
+        for d in free:
+            by_type.setdefault(d.split(":")[0], []).append(d)
+        for t in sorted(by_type, key=lambda t: -speed[t]):
+            if len(by_type[t]) >= run.num_gpus:
+                return sorted(by_type[t])[: run.num_gpus]
+        return None
+    return place
+
+
+SPEED = {"a100": 2.0, "t4": 0.5}
+WAIT_KW = dict(device_type=lambda d: d.split(":")[0], host_of=lambda d: d.rsplit(":", 1)[0])
+
+
+def _run(key, n, rt, t=0.0):
+    return QueuedRun(key, n, 1, t, expected_runtime_s=rt, speed_by_type=SPEED)
+
+
+def test_long_run_waits_for_a_faster_device_that_frees_soon():
+    """A 10-hour run (V100 units) offered a T4 (20 h there) while an A100 frees in 1 h (then 5 h): it
+    waits, and says for what; a 10-minute run behind it takes the T4 (40 min there beats 1 h + 5 min).
+    Without wait_margin the long run takes the T4."""
+    running = [RunningRun("busy", ("a100:h1:0",), expected_end=3_600.0)]
+    free = frozenset({"t4:h2:0"})
+    waiting = [_run("long", 1, 36_000.0), _run("short", 1, 600.0, t=1.0)]
+    # the short run ranks first by SJF: keep it out to see the long run's own choice
+    adm = decide([waiting[0]], free, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, **WAIT_KW)
+    assert adm.grants == ()
+    assert "waits for a100" in adm.waiting_reasons["long"] and "t=3600" in adm.waiting_reasons["long"]
+    adm = decide(waiting, free, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, **WAIT_KW)
+    assert [(g.run_key, g.devices) for g in adm.grants] == [("short", ("t4:h2:0",))]
+    # off (the default): the long run takes the slow device
+    adm = decide([waiting[0]], free, running, 0.0, _fastest_first(SPEED), **WAIT_KW)
+    assert [g.run_key for g in adm.grants] == ["long"]
+
+
+def test_no_wait_when_the_faster_device_frees_too_late_or_its_end_is_unknown():
+    """Waiting 20 h for the A100 (then 5 h) is worse than 20 h on the T4 now; a holder past its expected
+    end, or with none, is never waited for (it may hold on indefinitely)."""
+    free = frozenset({"t4:h2:0"})
+    run = _run("long", 1, 36_000.0)
+    place = _fastest_first(SPEED)
+    for running, now in (([RunningRun("busy", ("a100:h1:0",), expected_end=72_000.0)], 0.0),
+                         ([RunningRun("busy", ("a100:h1:0",), expected_end=None)], 0.0),
+                         ([RunningRun("busy", ("a100:h1:0",), expected_end=100.0)], 200.0)):
+        adm = decide([run], free, running, now, place, wait_margin=0.25, **WAIT_KW)
+        assert [g.run_key for g in adm.grants] == ["long"], running
+    # the margin: 1 h + 5 h = 6 h against 20 h passes 0.25; against 7 h on a faster 'slow' type it does not
+    speed = {"a100": 2.0, "v100": 36_000.0 / 25_200.0}
+    slow = QueuedRun("long", 1, 1, 0.0, expected_runtime_s=36_000.0, speed_by_type=speed)
+    adm = decide([slow], frozenset({"v100:h2:0"}), [RunningRun("busy", ("a100:h1:0",), expected_end=3_600.0)], 0.0,
+                 _fastest_first(speed), wait_margin=0.25, **WAIT_KW)
+    assert [g.run_key for g in adm.grants] == ["long"]      # 6 h is not 25% below 7 h
+    adm = decide([slow], frozenset({"v100:h2:0"}), [RunningRun("busy", ("a100:h1:0",), expected_end=3_600.0)], 0.0,
+                 _fastest_first(speed), wait_margin=0.1, **WAIT_KW)
+    assert adm.grants == ()                                   # but it is 10% below
+
+
+def test_two_runs_do_not_count_on_the_same_faster_device():
+    """One A100 frees in 1 h and the first long run in order counts on it; the next two find no other
+    A100 expected free and take the T4s, instead of all three waiting for one device."""
+    running = [RunningRun("busy", ("a100:h1:0",), expected_end=3_600.0)]
+    free = frozenset({"t4:h2:0", "t4:h2:1"})
+    runs = [_run(f"long{i}", 1, 36_000.0 + i) for i in range(3)]
+    adm = decide(runs, free, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, **WAIT_KW)
+    assert [g.run_key for g in adm.grants] == ["long1", "long2"]
+    assert "waits for a100" in adm.waiting_reasons["long0"]
+
+
+def test_a_gang_counts_only_devices_on_one_host():
+    """A gang of 4 offered four T4s of one host: four A100s free in 1 h, but two on each of two 4-device
+    hosts whose other two devices are held with no known end. Counted per host they never hold the
+    gang, so it takes the T4s; counted together (no host_of) it would wait."""
+    running = [RunningRun("b1", ("a100:h1:0", "a100:h1:1"), expected_end=3_600.0),
+               RunningRun("b2", ("a100:h3:0", "a100:h3:1"), expected_end=3_600.0),
+               RunningRun("forever", ("a100:h1:2", "a100:h1:3", "a100:h3:2", "a100:h3:3"), expected_end=None)]
+    free = frozenset(f"t4:h2:{i}" for i in range(4))
+    gang = _run("gang", 4, 36_000.0)
+    adm = decide([gang], free, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, **WAIT_KW)
+    assert [g.run_key for g in adm.grants] == ["gang"]
+    adm = decide([gang], free, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, device_type=WAIT_KW["device_type"])
+    assert adm.grants == () and "waits for a100" in adm.waiting_reasons["gang"]
+    # four on one host: it waits, host-aware too; a gang of 8 counts two whole hosts
+    running = [RunningRun("b1", tuple(f"a100:h1:{i}" for i in range(4)), expected_end=3_600.0),
+               RunningRun("b3", tuple(f"a100:h3:{i}" for i in range(4)), expected_end=7_200.0)]
+    adm = decide([gang], free, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, **WAIT_KW)
+    assert adm.grants == () and "t=3600" in adm.waiting_reasons["gang"]
+    free8 = frozenset(f"t4:h2:{i}" for i in range(4)) | frozenset(f"t4:h4:{i}" for i in range(4))
+    adm = decide([_run("gang8", 8, 36_000.0)], free8, running, 0.0, _fastest_first(SPEED), wait_margin=0.25, **WAIT_KW)
+    assert adm.grants == () and "t=7200" in adm.waiting_reasons["gang8"]
+
+
+# ------------------------------------------------------------------ the gangs' wait bound (off by default)
+def test_a_gang_past_the_wait_bound_goes_first_and_reserves():
+    """An 8-device gang (160 GPU-hours) that has waited past bound_s goes ahead of a short run and, not
+    fitting, becomes the head with the reservation; the short run may only backfill off it. A single
+    run as old is not moved; without bound_s the order is shortest first."""
+    from autodl.policy.admission import BOUND_MIN_GPUS, BOUND_S
+
+    assert BOUND_MIN_GPUS == 8
+    now = BOUND_S + 10.0
+    gang = QueuedRun("gang", 8, 1, 0.0, expected_runtime_s=20 * 3600.0)
+    old_single = QueuedRun("old1", 1, 1, 0.0, expected_runtime_s=100 * 3600.0)
+    short = QueuedRun("short", 1, 1, now - 5.0, expected_runtime_s=600.0)
+    free = frozenset(range(4))
+    running = [RunningRun("r", tuple(range(4, 8)), expected_end=now + 3600.0)]
+    adm = decide([short, gang, old_single], free, running, now, _first_n, bound_s=BOUND_S)
+    assert adm.reservation.run_key == "gang" and adm.reservation.devices == frozenset(range(8))
+    assert [g.run_key for g in adm.grants] == ["short"]          # ends before the reserved start
+    assert "old1" in adm.waiting_reasons and "reserved" in adm.waiting_reasons["old1"]
+    # off: shortest first; the old single run takes a free device and the gang only then reserves
+    adm = decide([short, gang, old_single], free, running, now, _first_n)
+    assert [g.run_key for g in adm.grants] == ["short", "old1"]
+    # not yet past the bound: not moved
+    adm = decide([short, gang, old_single], free, running, BOUND_S - 10.0, _first_n, bound_s=BOUND_S)
+    assert [g.run_key for g in adm.grants] == ["short", "old1"]

@@ -201,3 +201,19 @@ def test_linucb_prefers_the_rewarding_arm():
         b.update("bad", x, -3.0)
     assert b.ucb("good", x)[0] > 0.5 > b.ucb("bad", x)[0]
     assert b.ucb("fresh", x)[1] > b.ucb("good", x)[1]     # unseen arms carry a larger bonus
+
+
+def test_unknown_flops_leave_the_step_time_unknown_not_zero(catalog):
+    """A cold-start profile whose model was not found has ``flops_per_step`` null: the step time on every
+    device is unknown (None, not a bandwidth-only guess from 0 FLOPs), so no candidate gets a speed
+    advantage from it, and the placement still goes on on memory fit."""
+    from autodl.profile.runtime import estimate_step_time_s
+
+    p = prof(2.0).model_copy(update={"flops_per_step": None, "params": None, "method": "cold_start"})
+    assert estimate_step_time_s(p, catalog.get("A100-SXM4-40GB")) is None
+    assert estimate_step_time_s(prof(2.0), catalog.get("A100-SXM4-40GB")) > 0
+    d = place(p, inv(dev(catalog, 0, "T4"), dev(catalog, 1, "A100-SXM4-40GB")), catalog=catalog,
+              policy=ResourcePolicySection())
+    assert d.fits and d.chosen is not None
+    assert all(c.est_step_time_s is None for c in d.candidates if c.kept)
+    assert all(c.terms.get("speed", 0.0) == 0.0 for c in d.candidates if c.kept)

@@ -187,3 +187,5 @@ def test_a_model_autodl_cannot_find_has_unknown_params_not_zero():
     assert p.params is None and p.trainable_params is None
     assert "parameters are unknown" in codes(p)["cold-start"]
     assert p.peak_memory_bytes > 0  # the rough estimate still goes on, flagged
+    # so are its FLOPs (they came from the parameter count): null, not 0
+    assert p.flops_per_step is None

@@ -186,14 +186,24 @@ def test_seen_by_class_shows_each_job_its_own_speed(catalog):
     assert averaged.placed_on == {"A100-SXM4-40GB": 4}
 
 
-def test_shortcuts_decide_as_the_plain_calls(catalog):
-    """The simulator's prefilter (only runs that could fit are handed to decide) and its incremental
-    reservation search change nothing: same results as the plain calls, on a real slice under load."""
+STRIP = ("wall_s", "decision_us_median")
+
+
+@pytest.mark.parametrize("rules", [{}, {"wait_margin": 0.25}, {"bound_s": 600.0}],
+                         ids=["default", "wait-for-faster", "gang-wait-bound"])
+def test_shortcuts_decide_as_the_plain_calls(catalog, rules):
+    """The simulator's prefilter (only runs that could fit are handed to decide, the gangs past the wait
+    bound put first) and its incremental reservation search change nothing: same results as the plain
+    calls, on a real slice under load, with the queue's optional rules too."""
     kw = dict(start=3000, jobs=700, seed=2, load=3.0, pool_scale=0.25, catalog=catalog)
-    fast = run_all(policies=["rule_based"], **kw)[0]
-    plain = run_all(policies=["rule_based"], options=SimOptions(seed=2, prefilter=False, fast_reservation=False), **kw)[0]
-    strip = lambda r: {k: v for k, v in r.summary().items() if k not in ("wall_s", "decision_us_median")}  # noqa: E731
+    fast = run_all(policies=["rule_based"], options=SimOptions(seed=2, **rules), **kw)[0]
+    plain = run_all(policies=["rule_based"], options=SimOptions(seed=2, prefilter=False, fast_reservation=False,
+                                                                **rules), **kw)[0]
+    strip = lambda r: {k: v for k, v in r.summary().items() if k not in STRIP}  # noqa: E731
     assert fast.oom_failures + fast.completed > 0 and strip(fast) == strip(plain)
+    if rules:                   # the rule changes decisions on this slice
+        default = run_all(policies=["rule_based"], **kw)[0]
+        assert strip(default) != strip(fast)
 
 
 def test_faster_device_shortens_the_run(catalog):
@@ -308,3 +318,21 @@ def test_cli_names_bad_input(capsys):
     register(parser.add_subparsers(dest="command"))
     assert run(parser.parse_args(["simulate", "--jobs", "10", "--policies", "nope"])) != 0
     assert "nope" in capsys.readouterr().err
+
+
+def test_cli_turns_the_queue_rules_on(capsys):
+    """``--wait-margin`` and ``--gang-wait-bound-h`` reach the queue: the same slice gives other results with
+    them than without; bad values are refused naming the flag."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    base = ["simulate", "--start", "3000", "--jobs", "700", "--seed", "2", "--load", "3", "--pool-scale", "0.25",
+            "--policies", "rule_based", "--json"]
+    docs = {}
+    for extra in ([], ["--wait-margin", "0.25"], ["--gang-wait-bound-h", "0.1"]):
+        assert run(parser.parse_args(base + extra)) == 0
+        docs[tuple(extra)] = json.loads(capsys.readouterr().out)["results"][0]["avg_jct_s"]
+    assert len(set(docs.values())) == 3, docs
+    for flag, bad in (("--wait-margin", "1.5"), ("--gang-wait-bound-h", "0")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(base + [flag, bad])
+        assert flag in capsys.readouterr().err

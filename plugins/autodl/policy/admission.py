@@ -33,6 +33,16 @@ with this same function):
    al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads", OSDI 2020,
    applied in absolute seconds).
 
+5. **Wait for a faster device** (``wait_margin``, with ``device_type`` and the runs' ``speed_by_type``;
+   off by default, see :data:`WAIT_MARGIN`): a run offered slow devices waits instead when, from the
+   running runs' expected ends, a faster type is expected free for its gang soon enough that it would
+   still end sooner there (the earliest-finish-time rule of HEFT list scheduling).
+
+6. **A wait bound for big gangs** (``bound_s``; off by default, see :data:`BOUND_S`): the
+   longest-waiting run of :data:`BOUND_MIN_GPUS` or more devices that has waited ``bound_s`` goes
+   first, and so gets the reservation. Ordering by GPU-time ranks such gangs last, and backfill keeps
+   whole hosts from draining for them; the bound shortens their tail at a cost to the mean.
+
 *Where among the devices* a run goes is the placement policy's job (the ``place_on`` callback);
 this module decides which run goes next and whether it may take what ``place_on`` offers.
 """
@@ -59,6 +69,30 @@ CA_WINDOW = 1
 comparative advantage. 1 = the order alone decides (the default: on the tuning slice a window of 4
 raised the mean JCT in 15 of the 16 other settings of the grid, by up to 4%, since it lets longer runs
 overtake shorter ones; see ``--tune``). Pass ``window`` (and ``device_type``) to use it."""
+
+WAIT_MARGIN = 0.25
+"""Margin of the wait-for-a-faster-device rule (part 5): a run waits only when it would end at least
+this fraction sooner on the faster device, wait included. Chosen with ``benchmarks/scheduling.py`` on
+Philly slices 0, 2 and 7 only, at x1, x2, x4 and the pool halved, from 0, 0.1 and 0.25: mean JCT
+ratio (rule alone / with the rule) 1.004, 1.029, 1.077, 1.027 for 0.25 against 0.969, 1.043, 1.094,
+1.026 for 0 (0 loses at x1). It is *not* on by default: it lengthens the p99 queueing delay of 8-GPU
+gangs at x1 (162 -> 190 h there), and on the reported slices it gains a few percent only under load
+(the README's scheduling results). The benchmark shows it as an ablation."""
+
+BOUND_S = 96 * 3600.0
+"""The gangs' wait bound that the benchmark shows (part 6), seconds. Measured with
+``benchmarks/scheduling.py`` on Philly slices 0, 2 and 7 only (72, 96 and 144 h; and every gang past
+the bound first instead of the longest-waiting one, which cost twice as much): at 96 h the p99
+queueing delay of 8-GPU gangs at x1 falls from 162 h to 124 h (FIFO's: 120 h) and of 16-GPU gangs from
+181 h to 120 h (FIFO's: 105 h), while the mean JCT rises 3% at x1, 4% at x2, 3% at x4 and 9% with the
+pool halved, nearly all on slice 0, the most loaded. The default queue already keeps those delays
+within 2x FIFO's on those slices, and the tuning rule (the lowest mean JCT, then the lowest gang delay
+within 2% of it) does not pick the bound, so it is off by default: an operator who owes big gangs a
+bound turns it on."""
+
+BOUND_MIN_GPUS = 8
+"""Gang size from which the wait bound applies: a whole 8-device host, the smallest gang that needs
+a host to drain completely (the simulated pool's hosts, and DGX/HGX nodes, have 8 devices)."""
 
 UNKNOWN_RUNTIME_S = 1144.0
 """Expected runtime, seconds, used to *order* a run whose runtime is unknown (no record, no estimate):
@@ -213,7 +247,7 @@ class _Decider:
     """One call's state (see :func:`decide`)."""
 
     def __init__(self, free, running, now, place_on, *, backfill, reserve_limit, quotas, device_type,
-                 type_counts, monotone, earliest=None):
+                 type_counts, monotone, earliest=None, wait_margin=None, host_of=None):
         self.left = set(free)
         self._fleft: frozenset | None = None
         self._foff: frozenset | None = None
@@ -237,6 +271,11 @@ class _Decider:
         self.reserved: frozenset = frozenset()
         self.shadow = math.inf
         self.reserve_tries = reserve_limit
+        self.wait_margin = wait_margin
+        self._later: dict | None = None     # device type -> ascending expected free times (wait rule)
+        self.claimed: Counter = Counter()    # (type, host) -> how many of its earliest free times waiting runs count on
+        self.host_of = host_of
+        self.host_size: Counter = Counter()   # (type, host) -> devices seen there (wait rule)
         # (num_gpus, needed_bytes) that did not fit, per free-set variant: "all" free devices, "off" the
         # reservation, in its "hole"
         self.blocked: dict[str, list[tuple[int, int]]] = {"all": [], "off": [], "hole": []}
@@ -262,6 +301,7 @@ class _Decider:
     def take(self, devices) -> None:
         self.left.difference_update(devices)
         self._fleft = self._foff = self._fhole = None
+        self._later = None
 
     def _dominated(self, run: QueuedRun, variant: str) -> bool:
         if not self.monotone:
@@ -337,6 +377,106 @@ class _Decider:
             return 0.0
         return rt * (den / num - 1.0 / s)
 
+
+    # ---------------------------------------------------------------- wait for a faster device
+    def _later_frees(self) -> dict:
+        """Per (device type, host), the ascending times its devices are expected free: now for the free
+        ones outside the reservation, the expected end of their holder for the others. Holders past
+        their expected end, or with none, are left out (they may hold on indefinitely), and so are the
+        reserved devices; every device seen counts in :attr:`host_size`. Rebuilt after each grant or
+        reservation."""
+        if self._later is None:
+            dt = self.device_type
+            ho = self.host_of or (lambda dev: None)
+            out: dict[str, dict[Hashable, list[float]]] = {}
+            size: Counter = Counter()
+            reserved = self.reserved
+            for dev in self.left:
+                t, h = dt(dev), ho(dev)
+                size[t, h] += 1
+                if dev not in reserved:
+                    out.setdefault(t, {}).setdefault(h, []).append(self.now)
+            ends = [(r.expected_end, r.devices) for r in self.running]
+            ends.extend(self.granted_ends)
+            for e, devs in ends:
+                known = e is not None and self.now < e < math.inf
+                for dev in devs:
+                    t, h = dt(dev), ho(dev)
+                    size[t, h] += 1
+                    if known and dev not in reserved:
+                        out.setdefault(t, {}).setdefault(h, []).append(e)
+            for hosts in out.values():
+                for v in hosts.values():
+                    v.sort()
+            self._later = out
+            self.host_size = size
+        return self._later
+
+    def _start_on(self, t: str, hosts: dict, n: int) -> tuple[float, list[tuple[Hashable, int]]] | None:
+        """When ``n`` devices of type ``t`` are expected free for a gang, and which (host, count) it takes.
+
+        Without ``host_of`` all devices of a type count together. With it, a gang of up to a host's
+        devices needs them on one host; a bigger one whole hosts (every device of the host expected
+        free), as many as it needs."""
+        claimed = self.claimed
+        size = self.host_size
+        per_host = math.inf if self.host_of is None else max(size[t, h] for h in hosts)
+        if n <= per_host:
+            best = None
+            for h, times in hosts.items():
+                c = claimed[t, h]
+                if len(times) >= c + n and (best is None or times[c + n - 1] < best[0]):
+                    best = (times[c + n - 1], [(h, n)])
+            return best
+        whole = sorted((times[-1], h) for h, times in hosts.items()
+                       if len(times) == size[t, h] and not claimed[t, h])
+        got, chosen = 0, []
+        for end, h in whole:
+            chosen.append((end, h))
+            got += size[t, h]
+            if got >= n:
+                return end, [(hh, size[t, hh]) for _, hh in chosen]
+        return None
+
+    def wait_instead(self, run: QueuedRun, devices) -> tuple[str, float, float] | None:
+        """Whether ``run`` should leave ``devices`` to others and wait for a faster device type.
+
+        It waits when, on some faster type, the wait until its gang is expected free there plus the
+        run's expected runtime there is below ``(1 - wait_margin)`` x its expected runtime on
+        ``devices`` now: the earliest finish time rule of list scheduling on heterogeneous
+        machines (HEFT: Topcuoglu, Hariri and Wu, IEEE TPDS 13(3), 2002). The devices it waits for
+        are then counted as taken, so the next run in order does not count on them too. Off
+        (None) without ``wait_margin``, ``device_type`` or the run's ``speed_by_type``, and for a
+        run whose runtime is unknown.
+
+        :returns: (device type, expected start, expected end) to wait for, or None (take ``devices``).
+        """
+        if self.wait_margin is None or self.device_type is None or not run.speed_by_type:
+            return None
+        rt = run.expected_runtime_s
+        sp = run.speed_by_type
+        here = sp.get(self.device_type(devices[0]))
+        if not _known(rt) or not _known(here) or not here > 0:
+            return None
+        best = (1.0 - self.wait_margin) * rt / here
+        pick = None
+        later = self._later_frees()
+        for t, s in sp.items():
+            if not _known(s) or not s > here or t not in later:
+                continue
+            hit = self._start_on(t, later[t], run.num_gpus)
+            if hit is None or hit[0] <= self.now:
+                continue            # free now: the placement's choice stands
+            finish = (hit[0] - self.now) + rt / s
+            if finish < best:
+                best, pick = finish, (t, hit)
+        if pick is None:
+            return None
+        t, (t_start, taken) = pick
+        for h, k in taken:
+            self.claimed[t, h] += k
+        return t, t_start, self.now + best
+
     # ---------------------------------------------------------------- reservation
     def make_reservation(self, head: QueuedRun) -> bool:
         """Reserve for ``head`` the devices it would get at the earliest expected time; False when none."""
@@ -406,6 +546,7 @@ class _Decider:
         self.shadow = shadow
         self.reservation = Reservation(head.run_key, reserved, shadow if math.isfinite(shadow) else None)
         self._foff = self._fhole = None
+        self._later = None
         return True
 
 
@@ -430,6 +571,10 @@ def decide(
     depth: int | None = None,
     earliest: Earliest | None = None,
     explain: bool = True,
+    wait_margin: float | None = None,
+    host_of: Callable[[Hashable], Hashable] | None = None,
+    bound_s: float | None = None,
+    bound_min_gpus: int = BOUND_MIN_GPUS,
 
 ) -> Admission:
     """The admission decision with its reservation and the reasons runs wait; see :func:`admit`.
@@ -438,6 +583,14 @@ def decide(
     :param earliest: the placement's fast path for the reservation search (:data:`Earliest`).
     :param depth: at most this many waiting runs are examined (like Slurm's ``default_queue_depth``);
         None (default) = all: a limit leaves devices idle that a deeper run could use.
+    :param wait_margin: turn on the wait-for-a-faster-device rule with this margin (e.g.
+        :data:`WAIT_MARGIN`; needs ``device_type`` and the runs' ``speed_by_type``); None = off.
+    :param host_of: device id -> host, so the wait rule counts a gang's devices on one host (up to a
+        host's devices) or on whole hosts; None = devices of a type are counted together.
+    :param bound_s: the gangs' wait bound, seconds (e.g. :data:`BOUND_S`): the longest-waiting run of
+        at least ``bound_min_gpus`` devices that has waited this long goes first, so it becomes the head
+        and gets the reservation (one at a time, as EASY holds one reservation). None = off. With
+        ``presorted`` the caller puts that run first (the simulator does).
     :param reserve_limit: how many blocked runs may be tried as the head before giving up on a
         reservation this call (a run that fits nowhere even when every device is free blocks nobody,
         and the next blocked run is tried).
@@ -454,8 +607,14 @@ def decide(
     else:
         it = None
         runs = queue_order(waiting, now, order=order, aging_s=aging_s, unknown_runtime_s=unknown_runtime_s)
+        if bound_s is not None:
+            old = [r for r in runs if r.num_gpus >= bound_min_gpus and now - r.enqueued_at >= bound_s]
+            if old:
+                first = min(old, key=lambda r: (r.enqueued_at, r.run_key))
+                runs = [first] + [r for r in runs if r is not first]
     d = _Decider(free, running, now, place_on, backfill=backfill, reserve_limit=reserve_limit, quotas=quotas,
-                 device_type=device_type, type_counts=type_counts, monotone=monotone, earliest=earliest)
+                 device_type=device_type, type_counts=type_counts, monotone=monotone, earliest=earliest,
+                 wait_margin=wait_margin, host_of=host_of)
     use_window = max(1, int(window)) if device_type is not None else 1
     grants: list[Grant] = []
     reasons: dict[str, str] = {} if explain else _Discard()
@@ -573,6 +732,13 @@ def decide(
             why = (f"comparative advantage: expected to save {gains[best]:.0f} s on these devices, the most of the "
                    f"next {len(window)} runs that can start") if best != 0 else None
         pos, run, devs, backfilled, bf_why, _variant = pick
+        later = d.wait_instead(run, devs)
+        if later is not None:
+            done.add(pos)
+            if explain:
+                reasons[run.run_key] = (f"waits for {later[0]}: expected free at t={later[1]:.0f} and the run to "
+                                        f"end by t={later[2]:.0f}, sooner than on the devices free now")
+            continue
         d.take(devs)
         done.add(pos)
         reasons.pop(run.run_key, None)
@@ -617,7 +783,7 @@ def admit(waiting: Sequence[QueuedRun], free: frozenset, running: Sequence[Runni
 
 
 __all__ = [
-    "AGING_S", "Admission", "BACKFILLS", "CA_WINDOW", "Earliest", "Grant", "ORDERS", "PlaceOn",
+    "AGING_S", "Admission", "BACKFILLS", "BOUND_MIN_GPUS", "BOUND_S", "CA_WINDOW", "Earliest", "Grant", "ORDERS", "PlaceOn",
     "QueuedRun", "Reservation",
-    "RunningRun", "UNKNOWN_RUNTIME_S", "admit", "decide", "queue_key", "queue_order",
+    "RunningRun", "UNKNOWN_RUNTIME_S", "WAIT_MARGIN", "admit", "decide", "queue_key", "queue_order",
 ]

@@ -254,7 +254,8 @@ def profile_script(
         act_per_sample = int(t * hidden * 4 * COLD_START_FACTOR)
         if params is None:
             params = trainable = 0
-        flops_fwd = 2.0 * (params or 0) * (seq_len or 1)
+        # FLOPs from the parameter count; unknown (null) with it, never 0
+        flops_fwd = 2.0 * params * (seq_len or 1) if params else None
         cold = Finding(
             severity="warning", code="cold-start",
             message=f"static analysis could not pin the model down ({st.why_not}); activations use the cold-start "
@@ -454,7 +455,7 @@ def profile_script(
         peak_memory_bytes=bd.total_bytes,
         breakdown=bd,
         activation_bytes_per_sample=per_sample_scaled,
-        flops_per_step=float(E.TRAINING_FLOPS_FACTOR * (flops_fwd or 0.0) * batch),
+        flops_per_step=float(E.TRAINING_FLOPS_FACTOR * flops_fwd * batch) if flops_fwd is not None else None,
         batch_size=int(batch),
         sequence_length=seq_len,
         input_shape=list(input_shape) if input_shape else None,

@@ -33,8 +33,9 @@ inputs and outputs, gradient writes, cuDNN workspaces, normalisation passes."""
 DEFAULT_EFFICIENCY = COMPUTE_EFFICIENCY  # kept for callers that pass ``efficiency=`` explicitly
 
 
-def estimate_step_time_s(profile: ResourceProfile, gpu: GPUModel, *, efficiency: float | None = None) -> float:
-    """Seconds per training step on one ``gpu`` (see the module docstring for the form and its fit).
+def estimate_step_time_s(profile: ResourceProfile, gpu: GPUModel, *, efficiency: float | None = None) -> float | None:
+    """Seconds per training step on one ``gpu`` (see the module docstring for the form and its fit);
+    None when the profile's FLOPs are unknown (``flops_per_step`` null: the model was not found).
 
     :param profile: the run's profile (FLOPs per step, memory breakdown, AMP).
     :param gpu: the device model (TFLOPS at the run's precision, memory bandwidth in GB/s).
@@ -42,6 +43,8 @@ def estimate_step_time_s(profile: ResourceProfile, gpu: GPUModel, *, efficiency:
         may calibrate it per device model.
     :raises CatalogError: when the device model has no TFLOPS figure at all.
     """
+    if profile.flops_per_step is None:
+        return None
     eff = efficiency or COMPUTE_EFFICIENCY
     precision = "fp16" if profile.amp else "fp32"
     compute = profile.flops_per_step / (gpu.peak_tflops(precision) * 1e12 * eff)

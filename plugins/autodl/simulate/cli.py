@@ -97,6 +97,12 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="autodl: every policy behind autodl's admission queue (default); own: each policy's classic "
                         "queue (fifo_first_fit strict FIFO, the others first come, first served with greedy backfill)")
     p.add_argument("--policies", type=_policies, default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
+    p.add_argument("--wait-margin", type=_fraction, default=None,
+                   help="turn on the queue's wait-for-a-faster-device rule with this margin in [0, 1) (the "
+                        "benchmark's is 0.25; off by default)")
+    p.add_argument("--gang-wait-bound-h", type=_positive, default=None,
+                   help="turn on the queue's wait bound for gangs of 8+ devices, hours (the benchmark's is 96; "
+                        "off by default)")
     p.add_argument("--plot", type=_path, default=None, help="write a PNG of JCT CDFs and utilization over time here")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of the table")
     p.set_defaults(func=run)
@@ -122,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
         results = run_all(
             trace=args.trace, pool=args.pool, throughput=args.throughput, start=args.start, jobs=args.jobs,
             seed=args.seed, error=args.error, errors=args.errors, load=args.load, pool_scale=args.pool_scale,
-            policies=policies, options=SimOptions(seed=args.seed, own_queue=args.queue == "own"),
+            policies=policies, options=SimOptions(
+                seed=args.seed, own_queue=args.queue == "own", wait_margin=args.wait_margin,
+                bound_s=args.gang_wait_bound_h * 3600.0 if args.gang_wait_bound_h is not None else None),
         )
     except AutoDLError as exc:
         from autodl.cli import error_text  # redacted, long arguments cut, bounded

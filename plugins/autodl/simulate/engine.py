@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from autodl.catalog import Catalog
-from autodl.policy.admission import AGING_S, CA_WINDOW, QueuedRun, RunningRun, decide, queue_key
+from autodl.policy.admission import AGING_S, BOUND_MIN_GPUS, CA_WINDOW, QueuedRun, RunningRun, decide, queue_key
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
 from autodl.simulate.pool import SimPool
@@ -82,6 +82,10 @@ class SimOptions:
         the benchmark was made fair.
     :ivar order, backfill, aging_s: the admission queue (:func:`autodl.policy.admission.decide`).
     :ivar window: comparative-advantage window; 1 = off.
+    :ivar wait_margin: the queue's wait-for-a-faster-device rule with this margin
+        (:data:`autodl.policy.admission.WAIT_MARGIN`); None = off (the default).
+    :ivar bound_s: the queue's wait bound for gangs of :data:`autodl.policy.admission.BOUND_MIN_GPUS`
+        or more devices, seconds (:data:`autodl.policy.admission.BOUND_S`); None = off (the default).
     :ivar own_queue: each policy keeps its classic queue (``fifo``: FCFS with no backfill; ``backfill``:
         FCFS with greedy backfill), overriding order/backfill/window.
     :ivar quotas: per-owner device quotas (the trace's virtual cluster is the owner).
@@ -104,6 +108,8 @@ class SimOptions:
     backfill: str = "easy"
     aging_s: float = AGING_S
     window: int = CA_WINDOW
+    wait_margin: float | None = None
+    bound_s: float | None = None
     own_queue: bool = False
     quotas: dict[str, int] | None = None
     depth: int | None = None
@@ -257,6 +263,7 @@ class _Sim:
             self.order, self.backfill, self.window = "fcfs", ("none" if self.pol.queue == "fifo" else "greedy"), 1
         else:
             self.order, self.backfill, self.window = opt.order, opt.backfill, opt.window
+        self.wait_margin = None if (opt.own_queue or self.preemptive) else opt.wait_margin
         self.p = _Pool(pool)
         self.groups = pool.groups
         for g in pool.groups:
@@ -308,6 +315,7 @@ class _Sim:
         # waiting runs (non-preemptive) by bucket (feasible types, gang size), each in queue_key order
         self.buckets: dict[tuple, tuple[list, list]] = {}
         self.nwaiting = 0
+        self.by_enq: list[tuple[float, int]] = []     # waiting runs by enqueue time (the gangs' wait bound)
         # accounting
         self.busy = 0
         self.used_mem = self.alloc_mem = 0.0
@@ -544,6 +552,7 @@ class _Sim:
             keys.insert(i, k)
             runs.insert(i, q)
             self.nwaiting += 1
+            bisect.insort(self.by_enq, (q.enqueued_at, jid))
         return True
 
     # ------------------------------------------------------------------ main loop
@@ -653,10 +662,20 @@ class _Sim:
         t0 = time.perf_counter()
         view = self.waiting_view() if self.opt.prefilter else (
             r for _, r in heapq.merge(*(zip(k, rs) for k, rs in self.buckets.values())))
+        bound = self.opt.bound_s if self.order == "sjf" else None
+        if bound is not None and self.by_enq and self.by_enq[0][0] <= t_now - bound:
+            # the longest-waiting gang past the wait bound first, as decide() orders it when not presorted
+            k = bisect.bisect_right(self.by_enq, (t_now - bound, math.inf))
+            old = next(([self.qrun[jid]] for _, jid in self.by_enq[:k]
+                        if self.jobs[jid].num_gpus >= BOUND_MIN_GPUS), None)
+            if old:
+                keys = {q.run_key for q in old}
+                view = itertools.chain(old, (r for r in view if r.run_key not in keys))
         adm = decide(
             view, frozenset(self.free), list(self.running.values()), t_now, self.place_on,
             order=self.order, backfill=self.backfill, aging_s=self.opt.aging_s, quotas=self.opt.quotas,
-            device_type=self.p.model_of_device.__getitem__ if self.window > 1 else None,
+            device_type=self.p.model_of_device.__getitem__ if (self.window > 1 or self.wait_margin is not None) else None,
+            wait_margin=self.wait_margin, host_of=self.p.host_of.__getitem__,
             type_counts=self.type_counts, window=self.window, presorted=True, monotone=True,
             earliest=self.earliest if self.opt.fast_reservation else None, depth=self.opt.depth, reserve_limit=RESERVE_TRIES, explain=False,
         )
@@ -670,6 +689,8 @@ class _Sim:
             del keys[i]
             del runs[i]
             self.nwaiting -= 1
+            k = bisect.bisect_left(self.by_enq, (self.qrun[jid].enqueued_at, jid))
+            del self.by_enq[k]
 
     # ------------------------------------------------------------------ Tiresias 2D-LAS (preemptive)
     def las_queue(self, jid: int) -> int:
