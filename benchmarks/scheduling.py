@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from autodl.policy.admission import AGING_S, BOUND_S, CA_WINDOW, WAIT_MARGIN  # noqa: E402
+from autodl.policy.admission import AGING_S, GANG_FIRST_S, CA_WINDOW, WAIT_MARGIN  # noqa: E402
 from autodl.simulate import run_all  # noqa: E402
 from autodl.simulate.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
 from autodl.simulate.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
@@ -70,7 +70,7 @@ ABLATIONS = {
     "rule_based, best_fit 8": ("rule_based", {"window": 1, "weights": BEST_FIT_FIRST}),
     "rl_based": ("rl_based", {}),
     "autodl + wait for faster": ("rule_based", {"wait_margin": WAIT_MARGIN}),
-    "autodl + gang wait bound": ("rule_based", {"bound_s": BOUND_S}),
+    "autodl + gangs first after 96 h": ("rule_based", {"gang_first_s": GANG_FIRST_S}),
 }
 """autodl's own variants: shown, not targets."""
 CLASSIC = {
@@ -258,8 +258,8 @@ again worse there (x1 5.86 vs 5.71 h, x2 8.50 vs 8.31 h)."""
 
 WAIT_GRID = (0.0, 0.1, 0.25)
 """Margins of the queue's wait-for-a-faster-device rule that ``--tune`` tries (at the default weights)."""
-BOUND_GRID_H = (72, 96, 144)
-"""Wait bounds (hours) for gangs of 8+ devices that ``--tune`` tries (at the default weights)."""
+GANG_FIRST_GRID_H = (72, 96, 144)
+"""Waits (hours) after which a gang of 8+ devices goes first, that ``--tune`` tries (at the default weights)."""
 
 
 def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
@@ -282,8 +282,8 @@ def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
                 tasks.append(((a, bf, w, sd, load), "rule_based", over, start, jobs, sd, load, 1.0, {}))
             for wm in WAIT_GRID:
                 tasks.append((("wait", wm, sd, load), "rule_based", {"wait_margin": wm}, start, jobs, sd, load, 1.0, {}))
-            for bh in BOUND_GRID_H:
-                tasks.append((("bound", bh, sd, load), "rule_based", {"bound_s": bh * 3600.0}, start, jobs, sd, load, 1.0,
+            for bh in GANG_FIRST_GRID_H:
+                tasks.append((("bound", bh, sd, load), "rule_based", {"gang_first_s": bh * 3600.0}, start, jobs, sd, load, 1.0,
                               {}))
             for th in las:
                 tasks.append((("las", th, sd, load), "tiresias_las", {"las_threshold_gpu_s": th}, start, jobs, sd, load,
@@ -327,10 +327,10 @@ def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
         return worst
 
     for key, what in [(("wait", wm), f"wait for a faster device, margin {wm:g}") for wm in WAIT_GRID] + [
-            (("bound", bh), f"wait bound {bh} h for gangs of 8+") for bh in BOUND_GRID_H]:
+            (("bound", bh), f"gangs of 8+ first after {bh} h") for bh in GANG_FIRST_GRID_H]:
         by_load = [statistics.fmean(res[(*key, sd, load)]["avg_jct_s"] for sd in seeds) / 3600 for load in loads]
         out(f"{what}: JCT x1 {by_load[0]:.2f} h, x2 {by_load[1]:.2f} h, gang p99/FIFO {gang_ratio(key):.2f} "
-            f"(in the code, both off by default: WAIT_MARGIN {WAIT_MARGIN:g}, BOUND_S {BOUND_S / 3600:.0f} h)")
+            f"(in the code, both off by default: WAIT_MARGIN {WAIT_MARGIN:g}, GANG_FIRST_S {GANG_FIRST_S / 3600:.0f} h)")
     for th in las:
         j = statistics.fmean(res[("las", th, sd, load)]["avg_jct_s"] for sd in seeds for load in loads) / 3600
         out(f"tiresias_las threshold {th / 3600:.0f} GPU-h: mean avg JCT {j:.2f} h (in the code: "
@@ -393,7 +393,7 @@ def main() -> int:
     verdicts = main_tables(res, reps, settings, schedulers, out)
     for sname in [s for s, _, _ in settings][:2]:
         gang_table(res, reps, sname, ["autodl", "gavel_max_throughput", "best_fit_memory", "rule_based, best_fit 8",
-                                      "autodl + wait for faster", "autodl + gang wait bound",
+                                      "autodl + wait for faster", "autodl + gangs first after 96 h",
                                       "fifo_first_fit (strict)", "gavel fcfs+greedy", "tiresias_las"], out)
 
     out("\n## headroom: autodl planning within 0.85 of device memory vs 1.0 (OOM = attempts killed by an OOM)")

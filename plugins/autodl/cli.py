@@ -577,12 +577,24 @@ def _terminate(_signum, _frame):
     raise SystemExit(143)
 
 
+def _one_value_each(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) an option that should hold one value but holds a list: argparse turns ``--load=--``
+    into ``[]`` without calling the option's type, which then failed deep inside as an internal error."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    sp = sub.choices.get(getattr(args, "command", None)) if sub is not None else None
+    for a in sp._actions if sp is not None else ():
+        if type(a) is argparse._StoreAction and a.nargs is None and isinstance(getattr(args, a.dest, None), list):
+            name = a.option_strings[0] if a.option_strings else a.dest
+            sp.error(f"argument {name}: expected one value, got '--'; write the value itself, e.g. {name}=1")
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
     parser = build_parser()
     _ARGV[:] = list(argv or [])
     args = parser.parse_args(argv)
+    _one_value_each(parser, args)
     if getattr(args, "force", False) and getattr(args, "release", None) is None:
         parser.error("argument --force: only goes with --release RUN_KEY (it releases another user's lease)")
     signal.signal(signal.SIGTERM, _terminate)

@@ -15,7 +15,7 @@ import pytest
 from autodl import cli
 
 BIG = "x" * 100_000
-VALUES = {"empty": "", "huge": BIG, "unicode": "é漢字🙂", "negative": "-1"}
+VALUES = {"empty": "", "huge": BIG, "unicode": "é漢字🙂", "negative": "-1", "dashdash": "--"}
 BASE = {"plan": ["include/specs/simple_cnn.yaml", "--no-probe"],
         "simulate": ["--jobs", "3", "--policies", "fifo_first_fit"]}
 SKIP = {("simulate", "--jobs"), ("simulate", "--policies")}  # given in BASE (a second one would override it)
@@ -63,3 +63,5 @@ def test_every_argument_refuses_bad_values_clearly(command, flag, value, capsys,
         assert rc != 0 and "x" * 200 not in out and len(out) < 3000, out[:3000]
     if value == "":
         assert rc != 0, f"an empty {flag or 'argument'} was taken: {out[:500]}"
+    if value == "--" and flag:  # fresh user: simulate --load=-- was "internal error ... TypeError" (exit 1)
+        assert rc == 2, out[-1000:]

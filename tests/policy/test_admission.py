@@ -325,27 +325,27 @@ def test_a_gang_counts_only_devices_on_one_host():
     assert adm.grants == () and "t=7200" in adm.waiting_reasons["gang8"]
 
 
-# ------------------------------------------------------------------ the gangs' wait bound (off by default)
-def test_a_gang_past_the_wait_bound_goes_first_and_reserves():
-    """An 8-device gang (160 GPU-hours) that has waited past bound_s goes ahead of a short run and, not
+# ------------------------------------------------------------------ big gangs first after a while (off by default)
+def test_a_gang_waiting_past_gang_first_s_goes_first_and_reserves():
+    """An 8-device gang (160 GPU-hours) that has waited past gang_first_s goes ahead of a short run and, not
     fitting, becomes the head with the reservation; the short run may only backfill off it. A single
-    run as old is not moved; without bound_s the order is shortest first."""
-    from autodl.policy.admission import BOUND_MIN_GPUS, BOUND_S
+    run as old is not moved; without gang_first_s the order is shortest first."""
+    from autodl.policy.admission import GANG_FIRST_MIN_GPUS, GANG_FIRST_S
 
-    assert BOUND_MIN_GPUS == 8
-    now = BOUND_S + 10.0
+    assert GANG_FIRST_MIN_GPUS == 8
+    now = GANG_FIRST_S + 10.0
     gang = QueuedRun("gang", 8, 1, 0.0, expected_runtime_s=20 * 3600.0)
     old_single = QueuedRun("old1", 1, 1, 0.0, expected_runtime_s=100 * 3600.0)
     short = QueuedRun("short", 1, 1, now - 5.0, expected_runtime_s=600.0)
     free = frozenset(range(4))
     running = [RunningRun("r", tuple(range(4, 8)), expected_end=now + 3600.0)]
-    adm = decide([short, gang, old_single], free, running, now, _first_n, bound_s=BOUND_S)
+    adm = decide([short, gang, old_single], free, running, now, _first_n, gang_first_s=GANG_FIRST_S)
     assert adm.reservation.run_key == "gang" and adm.reservation.devices == frozenset(range(8))
     assert [g.run_key for g in adm.grants] == ["short"]          # ends before the reserved start
     assert "old1" in adm.waiting_reasons and "reserved" in adm.waiting_reasons["old1"]
     # off: shortest first; the old single run takes a free device and the gang only then reserves
     adm = decide([short, gang, old_single], free, running, now, _first_n)
     assert [g.run_key for g in adm.grants] == ["short", "old1"]
-    # not yet past the bound: not moved
-    adm = decide([short, gang, old_single], free, running, BOUND_S - 10.0, _first_n, bound_s=BOUND_S)
+    # not yet waited that long: not moved
+    adm = decide([short, gang, old_single], free, running, GANG_FIRST_S - 10.0, _first_n, gang_first_s=GANG_FIRST_S)
     assert [g.run_key for g in adm.grants] == ["short", "old1"]

@@ -217,3 +217,6 @@ def test_unknown_flops_leave_the_step_time_unknown_not_zero(catalog):
     assert d.fits and d.chosen is not None
     assert all(c.est_step_time_s is None for c in d.candidates if c.kept)
     assert all(c.terms.get("speed", 0.0) == 0.0 for c in d.candidates if c.kept)
+    # the reason names the run's unknown FLOPs, not the catalog (fresh-user report: it blamed the catalog)
+    assert all(any("FLOPs are unknown" in r for r in c.reasons) and not any("catalog lacks" in r for r in c.reasons)
+               for c in d.candidates if c.kept)

@@ -46,6 +46,12 @@ def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddl
     (_err("ValueError", "boom", user=False), "tool-failure", "outside"),
     (_err("RuntimeError", "hostile: nothing", last="/u/train.py", code="raise RuntimeError('hostile: ' + x)"),
      "cannot-run", "itself"),
+    # fresh user (2026-12-01): paddle.jit.load of a model saved outside the script's folder was "the script raised
+    # ValueError ... fix the script", though the script runs; Paddle's own "not exists" is a missing file here
+    (_err("ValueError", "The ``path`` (/tmp/fresh3-models/mlp) to load model not exists. Please make sure that "
+                        "*.pdmodel exists or don't using ``skip_forward=True`` to jit.load."), "cannot-run", "file"),
+    (_err("ValueError", "(NotFound) The file /ckpt/model.pdparams does not exist."), "cannot-run", "file"),
+    (_err("KeyError", "'the key does not exist'"), "user-error", "KeyError"),
 ])
 def test_what_the_script_raised_is_classified(err, outcome, word):
     """Only Paddle/Python raising on the user's own code with the user's own inputs is the user's error

@@ -189,11 +189,11 @@ def test_seen_by_class_shows_each_job_its_own_speed(catalog):
 STRIP = ("wall_s", "decision_us_median")
 
 
-@pytest.mark.parametrize("rules", [{}, {"wait_margin": 0.25}, {"bound_s": 600.0}],
-                         ids=["default", "wait-for-faster", "gang-wait-bound"])
+@pytest.mark.parametrize("rules", [{}, {"wait_margin": 0.25}, {"gang_first_s": 600.0}],
+                         ids=["default", "wait-for-faster", "gangs-first"])
 def test_shortcuts_decide_as_the_plain_calls(catalog, rules):
     """The simulator's prefilter (only runs that could fit are handed to decide, the gangs past the wait
-    bound put first) and its incremental reservation search change nothing: same results as the plain
+    longest-waiting big gang put first) and its incremental reservation search change nothing: same results as the plain
     calls, on a real slice under load, with the queue's optional rules too."""
     kw = dict(start=3000, jobs=700, seed=2, load=3.0, pool_scale=0.25, catalog=catalog)
     fast = run_all(policies=["rule_based"], options=SimOptions(seed=2, **rules), **kw)[0]
@@ -321,18 +321,27 @@ def test_cli_names_bad_input(capsys):
 
 
 def test_cli_turns_the_queue_rules_on(capsys):
-    """``--wait-margin`` and ``--gang-wait-bound-h`` reach the queue: the same slice gives other results with
+    """``--wait-margin`` and ``--gang-first-after-h`` reach the queue: the same slice gives other results with
     them than without; bad values are refused naming the flag."""
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
     base = ["simulate", "--start", "3000", "--jobs", "700", "--seed", "2", "--load", "3", "--pool-scale", "0.25",
             "--policies", "rule_based", "--json"]
     docs = {}
-    for extra in ([], ["--wait-margin", "0.25"], ["--gang-wait-bound-h", "0.1"]):
+    for extra in ([], ["--wait-margin", "0.25"], ["--gang-first-after-h", "0.1"]):
         assert run(parser.parse_args(base + extra)) == 0
         docs[tuple(extra)] = json.loads(capsys.readouterr().out)["results"][0]["avg_jct_s"]
     assert len(set(docs.values())) == 3, docs
-    for flag, bad in (("--wait-margin", "1.5"), ("--gang-wait-bound-h", "0")):
+    for flag, bad in (("--wait-margin", "1.5"), ("--gang-first-after-h", "0")):
         with pytest.raises(SystemExit):
             parser.parse_args(base + [flag, bad])
-        assert flag in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert flag in err and ("hours" in err) == (flag == "--gang-first-after-h")
+    # the settings are in the JSON and the queue label (fresh user: saved results could not be told apart)
+    assert run(parser.parse_args(base + ["--wait-margin", "0.25", "--gang-first-after-h", "96"])) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["settings"]["wait_margin"] == 0.25 and doc["settings"]["gang_first_after_h"] == 96.0
+    assert doc["settings"]["load"] == 3.0 and doc["results"][0]["queue"] == "sjf+easy+wait0.25+gangs96h"
+    # classic queues have neither rule: refused, not silently ignored
+    assert run(parser.parse_args(base + ["--queue", "own", "--wait-margin", "0.25"])) == 2
+    assert "--queue own" in capsys.readouterr().err

@@ -38,10 +38,11 @@ with this same function):
    running runs' expected ends, a faster type is expected free for its gang soon enough that it would
    still end sooner there (the earliest-finish-time rule of HEFT list scheduling).
 
-6. **A wait bound for big gangs** (``bound_s``; off by default, see :data:`BOUND_S`): the
-   longest-waiting run of :data:`BOUND_MIN_GPUS` or more devices that has waited ``bound_s`` goes
+6. **Big gangs first after a while** (``gang_first_s``; off by default, see :data:`GANG_FIRST_S`): the
+   longest-waiting run of :data:`GANG_FIRST_MIN_GPUS` or more devices that has waited ``gang_first_s`` goes
    first, and so gets the reservation. Ordering by GPU-time ranks such gangs last, and backfill keeps
-   whole hosts from draining for them; the bound shortens their tail at a cost to the mean.
+   whole hosts from draining for them; this priority shortens their tail at a cost to the mean. It is
+   not a cap on the wait: the gang still waits for its reservation's devices to drain.
 
 *Where among the devices* a run goes is the placement policy's job (the ``place_on`` callback);
 this module decides which run goes next and whether it may take what ``place_on`` offers.
@@ -79,19 +80,20 @@ ratio (rule alone / with the rule) 1.004, 1.029, 1.077, 1.027 for 0.25 against 0
 gangs at x1 (162 -> 190 h there), and on the reported slices it gains a few percent only under load
 (the README's scheduling results). The benchmark shows it as an ablation."""
 
-BOUND_S = 96 * 3600.0
-"""The gangs' wait bound that the benchmark shows (part 6), seconds. Measured with
+GANG_FIRST_S = 96 * 3600.0
+"""After how long a gang of :data:`GANG_FIRST_MIN_GPUS`+ devices goes first (part 6), seconds, as the
+benchmark shows it. Measured with
 ``benchmarks/scheduling.py`` on Philly slices 0, 2 and 7 only (72, 96 and 144 h; and every gang past
-the bound first instead of the longest-waiting one, which cost twice as much): at 96 h the p99
+every such gang first instead of the longest-waiting one, which cost twice as much): at 96 h the p99
 queueing delay of 8-GPU gangs at x1 falls from 162 h to 124 h (FIFO's: 120 h) and of 16-GPU gangs from
 181 h to 120 h (FIFO's: 105 h), while the mean JCT rises 3% at x1, 4% at x2, 3% at x4 and 9% with the
 pool halved, nearly all on slice 0, the most loaded. The default queue already keeps those delays
 within 2x FIFO's on those slices, and the tuning rule (the lowest mean JCT, then the lowest gang delay
-within 2% of it) does not pick the bound, so it is off by default: an operator who owes big gangs a
-bound turns it on."""
+within 2% of it) does not pick it, so it is off by default: an operator who owes big gangs a shorter
+tail turns it on."""
 
-BOUND_MIN_GPUS = 8
-"""Gang size from which the wait bound applies: a whole 8-device host, the smallest gang that needs
+GANG_FIRST_MIN_GPUS = 8
+"""Gang size from which :data:`GANG_FIRST_S` applies: a whole 8-device host, the smallest gang that needs
 a host to drain completely (the simulated pool's hosts, and DGX/HGX nodes, have 8 devices)."""
 
 UNKNOWN_RUNTIME_S = 1144.0
@@ -573,8 +575,8 @@ def decide(
     explain: bool = True,
     wait_margin: float | None = None,
     host_of: Callable[[Hashable], Hashable] | None = None,
-    bound_s: float | None = None,
-    bound_min_gpus: int = BOUND_MIN_GPUS,
+    gang_first_s: float | None = None,
+    gang_first_min_gpus: int = GANG_FIRST_MIN_GPUS,
 
 ) -> Admission:
     """The admission decision with its reservation and the reasons runs wait; see :func:`admit`.
@@ -587,8 +589,8 @@ def decide(
         :data:`WAIT_MARGIN`; needs ``device_type`` and the runs' ``speed_by_type``); None = off.
     :param host_of: device id -> host, so the wait rule counts a gang's devices on one host (up to a
         host's devices) or on whole hosts; None = devices of a type are counted together.
-    :param bound_s: the gangs' wait bound, seconds (e.g. :data:`BOUND_S`): the longest-waiting run of
-        at least ``bound_min_gpus`` devices that has waited this long goes first, so it becomes the head
+    :param gang_first_s: big gangs first after this wait, seconds (e.g. :data:`GANG_FIRST_S`): the longest-waiting run of
+        at least ``gang_first_min_gpus`` devices that has waited this long goes first, so it becomes the head
         and gets the reservation (one at a time, as EASY holds one reservation). None = off. With
         ``presorted`` the caller puts that run first (the simulator does).
     :param reserve_limit: how many blocked runs may be tried as the head before giving up on a
@@ -607,8 +609,8 @@ def decide(
     else:
         it = None
         runs = queue_order(waiting, now, order=order, aging_s=aging_s, unknown_runtime_s=unknown_runtime_s)
-        if bound_s is not None:
-            old = [r for r in runs if r.num_gpus >= bound_min_gpus and now - r.enqueued_at >= bound_s]
+        if gang_first_s is not None:
+            old = [r for r in runs if r.num_gpus >= gang_first_min_gpus and now - r.enqueued_at >= gang_first_s]
             if old:
                 first = min(old, key=lambda r: (r.enqueued_at, r.run_key))
                 runs = [first] + [r for r in runs if r is not first]
@@ -783,7 +785,7 @@ def admit(waiting: Sequence[QueuedRun], free: frozenset, running: Sequence[Runni
 
 
 __all__ = [
-    "AGING_S", "Admission", "BACKFILLS", "BOUND_MIN_GPUS", "BOUND_S", "CA_WINDOW", "Earliest", "Grant", "ORDERS", "PlaceOn",
+    "AGING_S", "Admission", "BACKFILLS", "GANG_FIRST_MIN_GPUS", "GANG_FIRST_S", "CA_WINDOW", "Earliest", "Grant", "ORDERS", "PlaceOn",
     "QueuedRun", "Reservation",
     "RunningRun", "UNKNOWN_RUNTIME_S", "WAIT_MARGIN", "admit", "decide", "queue_key", "queue_order",
 ]

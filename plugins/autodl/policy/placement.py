@@ -181,7 +181,9 @@ def place(
         if o.model in ctx.preferred_devices:
             reasons.append(f"preferred #{ctx.preferred_devices.index(o.model) + 1} in resource_policy.preferred_devices")
         if o.step_time_s is None:
-            reasons.append("step time unknown: the catalog lacks a TFLOPS figure for this model")
+            reasons.append("step time unknown: the run's FLOPs are unknown (see the cold-start warning); speed and "
+                           "cost not scored" if profile.flops_per_step is None else
+                           "step time unknown: the catalog lacks a TFLOPS figure for this model")
         if o.cost_per_hour_usd is None:
             reasons.append("no list price in the catalog: cost not scored")
         if rank == MAX_KEPT_CANDIDATES - 1 and total_ready > MAX_KEPT_CANDIDATES:

@@ -119,6 +119,12 @@ ENV_PATTERNS = [
     (re.compile(r"Network is unreachable|Name or service not known|Temporary failure in name resolution|"
                 r"download", re.I), "it downloads"),
     (re.compile(r"Read-only file system|Errno 30|Errno 13", re.I), "it writes outside its working directory"),
+    # Paddle's own "file not found" is a ValueError (paddle.jit.load, paddle.load, set_state_dict from a path):
+    # the dry run shows the script only its own folder, so a path elsewhere is missing here, not in the run
+    (re.compile(r"\b(path|file|dir|directory|model|checkpoint)\b[^\n]{0,300}?\b(not exists?|does not exist|doesn't "
+                r"exist|not found)\b|No such file or directory", re.I),
+     "a file it reads is not here (the dry run shows the script only its own folder and the existing paths named "
+     "in task.args)"),
 ]
 
 

@@ -50,6 +50,17 @@ def _positive(text: str) -> float:
     return value
 
 
+def _hours(text: str) -> float:
+    """argparse type: a finite number of hours > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of hours > 0, e.g. 96, got {short(text, 60)}")
+    return value
+
+
 def _path(text: str) -> str:
     """argparse type: a path that is not empty (an empty one would silently mean the default file), nor longer
     than a path can be (:func:`autodl.cli._path_arg`)."""
@@ -98,11 +109,13 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "queue (fifo_first_fit strict FIFO, the others first come, first served with greedy backfill)")
     p.add_argument("--policies", type=_policies, default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
     p.add_argument("--wait-margin", type=_fraction, default=None,
-                   help="turn on the queue's wait-for-a-faster-device rule with this margin in [0, 1) (the "
-                        "benchmark's is 0.25; off by default)")
-    p.add_argument("--gang-wait-bound-h", type=_positive, default=None,
-                   help="turn on the queue's wait bound for gangs of 8+ devices, hours (the benchmark's is 96; "
-                        "off by default)")
+                   help="autodl's queue only: a run offered slow devices waits for a faster type when it would end "
+                        "at least this fraction sooner there, wait included; in [0, 1) (the benchmark's: 0.25; off "
+                        "by default)")
+    p.add_argument("--gang-first-after-h", type=_hours, default=None,
+                   help="autodl's queue only: once a gang of 8+ devices has waited this many hours, the "
+                        "longest-waiting one goes first and takes the reservation (a priority, not a cap: it still "
+                        "waits for those devices to drain); the benchmark's: 96; off by default")
     p.add_argument("--plot", type=_path, default=None, help="write a PNG of JCT CDFs and utilization over time here")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of the table")
     p.set_defaults(func=run)
@@ -121,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.error is not None and not 0 <= args.error < 1:
             raise AutoDLError(f"--error {args.error}: must be in [0, 1), e.g. 0.15 for +-15%.")
+        if args.queue == "own" and (args.wait_margin is not None or args.gang_first_after_h is not None):
+            raise AutoDLError("--wait-margin and --gang-first-after-h are rules of autodl's queue; with --queue own "
+                              "each policy keeps its classic queue, which has neither: drop them or --queue own.")
         if not args.load > 0 or not args.pool_scale > 0:
             raise AutoDLError("--load and --pool-scale must be > 0 (1 = as the trace and the pool file are).")
         from autodl.simulate.engine import SimOptions
@@ -130,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed, error=args.error, errors=args.errors, load=args.load, pool_scale=args.pool_scale,
             policies=policies, options=SimOptions(
                 seed=args.seed, own_queue=args.queue == "own", wait_margin=args.wait_margin,
-                bound_s=args.gang_wait_bound_h * 3600.0 if args.gang_wait_bound_h is not None else None),
+                gang_first_s=args.gang_first_after_h * 3600.0 if args.gang_first_after_h is not None else None),
         )
     except AutoDLError as exc:
         from autodl.cli import error_text  # redacted, long arguments cut, bounded
@@ -146,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
             print("autodl: error: --plot needs matplotlib (a dependency of autodl that this environment lacks): pip install matplotlib.", file=sys.stderr)
             return 2
     if args.json:
-        print(json.dumps({"sources": SOURCES, "results": [r.summary() for r in results]}, indent=2))
+        settings = {k: getattr(args, k) for k in ("start", "jobs", "seed", "error", "load", "pool_scale", "queue",
+                                                  "wait_margin", "gang_first_after_h")}
+        print(json.dumps({"sources": SOURCES, "settings": settings, "results": [r.summary() for r in results]}, indent=2))
     else:
         print(format_table(results))
     return 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from autodl.catalog import Catalog
-from autodl.policy.admission import AGING_S, BOUND_MIN_GPUS, CA_WINDOW, QueuedRun, RunningRun, decide, queue_key
+from autodl.policy.admission import AGING_S, GANG_FIRST_MIN_GPUS, CA_WINDOW, QueuedRun, RunningRun, decide, queue_key
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
 from autodl.simulate.pool import SimPool
@@ -84,8 +84,8 @@ class SimOptions:
     :ivar window: comparative-advantage window; 1 = off.
     :ivar wait_margin: the queue's wait-for-a-faster-device rule with this margin
         (:data:`autodl.policy.admission.WAIT_MARGIN`); None = off (the default).
-    :ivar bound_s: the queue's wait bound for gangs of :data:`autodl.policy.admission.BOUND_MIN_GPUS`
-        or more devices, seconds (:data:`autodl.policy.admission.BOUND_S`); None = off (the default).
+    :ivar gang_first_s: after this wait, seconds, the queue serves first the longest-waiting gang of :data:`autodl.policy.admission.GANG_FIRST_MIN_GPUS`
+        or more devices, seconds (:data:`autodl.policy.admission.GANG_FIRST_S`); None = off (the default).
     :ivar own_queue: each policy keeps its classic queue (``fifo``: FCFS with no backfill; ``backfill``:
         FCFS with greedy backfill), overriding order/backfill/window.
     :ivar quotas: per-owner device quotas (the trace's virtual cluster is the owner).
@@ -109,7 +109,7 @@ class SimOptions:
     aging_s: float = AGING_S
     window: int = CA_WINDOW
     wait_margin: float | None = None
-    bound_s: float | None = None
+    gang_first_s: float | None = None
     own_queue: bool = False
     quotas: dict[str, int] | None = None
     depth: int | None = None
@@ -315,7 +315,7 @@ class _Sim:
         # waiting runs (non-preemptive) by bucket (feasible types, gang size), each in queue_key order
         self.buckets: dict[tuple, tuple[list, list]] = {}
         self.nwaiting = 0
-        self.by_enq: list[tuple[float, int]] = []     # waiting runs by enqueue time (the gangs' wait bound)
+        self.by_enq: list[tuple[float, int]] = []     # waiting runs by enqueue time (gangs first after a while)
         # accounting
         self.busy = 0
         self.used_mem = self.alloc_mem = 0.0
@@ -662,12 +662,12 @@ class _Sim:
         t0 = time.perf_counter()
         view = self.waiting_view() if self.opt.prefilter else (
             r for _, r in heapq.merge(*(zip(k, rs) for k, rs in self.buckets.values())))
-        bound = self.opt.bound_s if self.order == "sjf" else None
+        bound = self.opt.gang_first_s if self.order == "sjf" else None
         if bound is not None and self.by_enq and self.by_enq[0][0] <= t_now - bound:
-            # the longest-waiting gang past the wait bound first, as decide() orders it when not presorted
+            # the longest-waiting gang past gang_first_s first, as decide() orders it when not presorted
             k = bisect.bisect_right(self.by_enq, (t_now - bound, math.inf))
             old = next(([self.qrun[jid]] for _, jid in self.by_enq[:k]
-                        if self.jobs[jid].num_gpus >= BOUND_MIN_GPUS), None)
+                        if self.jobs[jid].num_gpus >= GANG_FIRST_MIN_GPUS), None)
             if old:
                 keys = {q.run_key for q in old}
                 view = itertools.chain(old, (r for r in view if r.run_key not in keys))
@@ -824,7 +824,9 @@ class _Sim:
         lat = sorted(self.latencies)
         queue = "tiresias 2D-LAS, preemptive" if self.preemptive else (
             f"{self.order}+{self.backfill}" + (f"+CA{self.window}" if self.window > 1 else "")
-            )
+            + (f"+wait{self.wait_margin:g}" if self.wait_margin is not None else "")
+            + (f"+gangs{self.opt.gang_first_s / 3600:g}h" if self.opt.gang_first_s is not None and self.order == "sjf"
+               else ""))
         return SimResult(
             policy=self.policy_name, queue=queue, headroom=self.threshold, jobs=n, completed=len(done),
             rejected=self.rejected, failed=self.failed,
