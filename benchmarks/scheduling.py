@@ -70,7 +70,7 @@ ABLATIONS = {
     "rule_based, best_fit 8": ("rule_based", {"window": 1, "weights": BEST_FIT_FIRST}),
     "rl_based": ("rl_based", {}),
     "autodl + wait for faster": ("rule_based", {"wait_margin": WAIT_MARGIN}),
-    "autodl + gangs first after 96 h": ("rule_based", {"gang_first_s": GANG_FIRST_S}),
+    "autodl + gangs first 96h": ("rule_based", {"gang_first_s": GANG_FIRST_S}),
 }
 """autodl's own variants: shown, not targets."""
 CLASSIC = {
@@ -393,7 +393,7 @@ def main() -> int:
     verdicts = main_tables(res, reps, settings, schedulers, out)
     for sname in [s for s, _, _ in settings][:2]:
         gang_table(res, reps, sname, ["autodl", "gavel_max_throughput", "best_fit_memory", "rule_based, best_fit 8",
-                                      "autodl + wait for faster", "autodl + gangs first after 96 h",
+                                      "autodl + wait for faster", "autodl + gangs first 96h",
                                       "fifo_first_fit (strict)", "gavel fcfs+greedy", "tiresias_las"], out)
 
     out("\n## headroom: autodl planning within 0.85 of device memory vs 1.0 (OOM = attempts killed by an OOM)")
