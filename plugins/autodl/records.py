@@ -159,4 +159,5 @@ def _raised(profile, floor: int, note, threshold: float | None):
         threshold = DEFAULT_MEMORY_THRESHOLD
     by_device = {name: (raised.max_batch_size(models[name].memory_bytes, threshold) if name in models else n)
                  for name, n in profile.max_batch_size_by_device.items()}
+    by_device = {name: b for name, b in by_device.items() if b is not None}
     return raised.model_copy(update={"max_batch_size_by_device": by_device})

@@ -147,8 +147,12 @@ class ResourceProfile(_Frozen):
         fixed, per_sample = self._split()
         return int(fixed + batch_size * per_sample)
 
-    def max_batch_size(self, memory_bytes: int, threshold: float) -> int:
-        """Largest per-device batch whose peak stays within ``threshold * memory_bytes`` (0 if none)."""
+    def max_batch_size(self, memory_bytes: int, threshold: float) -> int | None:
+        """Largest per-device batch whose peak stays within ``threshold * memory_bytes`` (0 if none); None when
+        the parameter count is unknown (a model autodl could not find: its weights, gradients and optimizer
+        state are unknown, and any batch figure would assume a weightless model)."""
+        if self.params is None:
+            return None
         budget = threshold * memory_bytes
         fixed, per_sample = self._split()
         if fixed > budget:

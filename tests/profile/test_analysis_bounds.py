@@ -189,3 +189,11 @@ def test_a_model_autodl_cannot_find_has_unknown_params_not_zero():
     assert p.peak_memory_bytes > 0  # the rough estimate still goes on, flagged
     # so are its FLOPs (they came from the parameter count): null, not 0
     assert p.flops_per_step is None
+    # and the largest batch per device: a figure would assume a weightless model (fresh user: "A100: 15232")
+    assert p.max_batch_size(40 * 2**30, 0.85) is None and p.max_batch_size_by_device == {}
+    from autodl.profile.advice import advice
+    from autodl.catalog import load_catalog
+
+    big = p.model_copy(update={"peak_memory_bytes": 200 * 2**30})   # fits no card: the advice names the batch
+    lines = [line for line in advice(big, list(load_catalog().models.values()), 0.85) if "largest batch" in line]
+    assert lines and all("largest batch that fits: unknown" in line for line in lines)

@@ -54,12 +54,13 @@ def effective_model(device: Device, catalog: Catalog) -> GPUModel | None:
     return base.model_copy(update=update)
 
 
-def effective_max_batch(profile: ResourceProfile, devices: list[Device], threshold: float) -> dict[str, int]:
+def effective_max_batch(profile: ResourceProfile, devices: list[Device], threshold: float) -> dict[str, int | None]:
     """Largest per-device batch under ``threshold`` of each distinct device kind's own memory.
 
-    :returns: ``{"<model> (<memory> GiB)": batch}``, 0 where even batch 1 does not fit.
+    :returns: ``{"<model> (<memory> GiB)": batch}``, 0 where even batch 1 does not fit, None (JSON null) when
+        the profile's parameter count is unknown.
     """
-    out: dict[str, int] = {}
+    out: dict[str, int | None] = {}
     for d in devices:
         if not d.memory_total_bytes:
             continue

@@ -128,7 +128,8 @@ def _bound_script_values(facts: ScriptFacts) -> None:
 
 
 def _max_batches(profile: ResourceProfile, catalog: Catalog, threshold: float) -> dict[str, int]:
-    return {name: profile.max_batch_size(m.memory_bytes, threshold) for name, m in catalog.models.items()}
+    out = {name: profile.max_batch_size(m.memory_bytes, threshold) for name, m in catalog.models.items()}
+    return {name: b for name, b in out.items() if b is not None}   # none when the model states are unknown
 
 
 def profile_script(

@@ -38,27 +38,23 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> float:
-    """argparse type: a finite number > 0 (a multiplier: 1 = as the trace and the pool file are)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (1 = as the trace and the pool file are), "
-                                         f"got {short(text, 60)}")
-    return value
+def _finite_positive(what: str):
+    """argparse type: a finite number > 0; ``what`` says what it is in the error."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0 ({what}), got {short(text, 60)}")
+        return value
+
+    return parse
 
 
-def _hours(text: str) -> float:
-    """argparse type: a finite number of hours > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of hours > 0, e.g. 96, got {short(text, 60)}")
-    return value
+_positive = _finite_positive("a multiplier: 1 = as the trace and the pool file are")
+_hours = _finite_positive("hours, e.g. 96")
 
 
 def _path(text: str) -> str:
