@@ -34,7 +34,7 @@ with this same function):
    applied in absolute seconds).
 
 5. **Wait for a faster device** (``wait_margin``, with ``device_type`` and the runs' ``speed_by_type``;
-   off by default, see :data:`WAIT_MARGIN`): a run offered slow devices waits instead when, from the
+   off unless asked, see :data:`WAIT_MARGIN`; the simulator asks for autodl's own policies): a run offered slow devices waits instead when, from the
    running runs' expected ends, a faster type is expected free for its gang soon enough that it would
    still end sooner there (the earliest-finish-time rule of HEFT list scheduling).
 
@@ -56,14 +56,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, Hashable, Mapping, Sequence
 
-AGING_S = 96 * 3600.0
+AGING_S = 192 * 3600.0
 """Aging of the ``sjf`` order, seconds: every ``AGING_S`` seconds of waiting divide a run's effective
-size by e (a run waiting 4 days ranks with a run e times shorter that just arrived), so every run
-eventually overtakes every newer one. Tuned with ``benchmarks/scheduling.py --tune`` on Philly slices
-0, 2 and 7 only, never on the slices the benchmark reports (grid 48/96/192 h, and 24 h in a first
-tuning on slice 0): the mean JCT falls as aging weakens (pure shortest-first is best for the mean)
-while the p99 queueing delay of 8- and 16-GPU jobs rises; 96 h is the best mean (5.82 h) with the
-lowest gang delay. On the reported slices that delay stays within 1.3x FIFO's."""
+size by e (a run waiting 8 days ranks with a run e times shorter that just arrived), so every run
+eventually overtakes every newer one. Picked by ``benchmarks/scheduling.py --tune`` on Philly slices
+0, 2 and 7 only (never on the reported slices), with the rule ``tune`` prints, together with the
+rule weights and the wait rule (``benchmarks/results/scheduling-tune.txt``): 192 h, best fit 2 and
+the wait rule on give a mean JCT of 6.54 h there against 7.08 h for the previous 96 h, best fit 0.25
+and no wait. Weaker aging is better for the mean (shortest-first); stronger aging (48 h, earlier
+grids) never came within 2% of the best mean."""
 
 CA_WINDOW = 1
 """How many of the next runs in order (that can start now) compete for the freed devices by
@@ -76,9 +77,9 @@ WAIT_MARGIN = 0.25
 this fraction sooner on the faster device, wait included. Chosen with ``benchmarks/scheduling.py`` on
 Philly slices 0, 2 and 7 only, at x1, x2, x4 and the pool halved, from 0, 0.1 and 0.25: mean JCT
 ratio (rule alone / with the rule) 1.004, 1.029, 1.077, 1.027 for 0.25 against 0.969, 1.043, 1.094,
-1.026 for 0 (0 loses at x1). It is *not* on by default: it lengthens the p99 queueing delay of 8-GPU
-gangs at x1 (162 -> 190 h there), and on the reported slices it gains a few percent only under load
-(the README's scheduling results). The benchmark shows it as an ablation."""
+1.026 for 0 (0 loses at x1). ``--tune`` then picked the rule on (with this margin) for autodl's
+placement. ``decide`` keeps it off unless asked (it needs each run's speed per device type, which the
+product's queue entries do not carry yet); the simulator turns it on for autodl's own policies."""
 
 GANG_FIRST_S = 96 * 3600.0
 """After how long a gang of :data:`GANG_FIRST_MIN_GPUS`+ devices goes first (part 6), seconds, as the

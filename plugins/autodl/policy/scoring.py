@@ -10,20 +10,22 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "speed": 1.0,
     "cost": 0.05,
     "balance": 0.025,
-    "best_fit": 0.25,
+    "best_fit": 2.0,
     "preferred": 1.0,
     "nvlink": 0.05,
 }
-"""Weight of each rule term. Chosen with ``benchmarks/scheduling.py`` on Philly slices 0, 2 and 7 only
-(never on the reported slices), loads x1, x2 and x4, with the estimator's measured errors of 2026-12-01
-(``include/data/estimate-errors.csv``): speed first, best fit a quarter of it (a run takes the fastest
-device; between devices of similar speed, the smallest that holds it). Mean JCT there 5.33 / 8.39 /
-12.82 h against 5.72 / 8.42 / 13.99 h for the previous best-fit-first weights (best_fit 8, chosen
-when the estimates were off by -97%..+6338% and keeping big devices free paid for the misses), and
-5.46 / 8.41 / 13.39 h for best_fit 1. Cost, balance and NVLink (a quarter of their earlier 0.2, 0.1,
-0.2, scaled with best fit) break near-ties. ``preferred`` (the spec's ``preferred_devices``) weighs
-as much as speed, as before; tag priorities of 1-2 outweigh best fit. Placement moves the mean JCT by
-a few percent at most once the pool is saturated: see the README's scheduling results."""
+"""Weight of each rule term. ``best_fit`` 2 against speed 1: picked by ``benchmarks/scheduling.py --tune``
+on Philly slices 0, 2 and 7 only (never on the reported slices), with the estimator's measured errors
+of 2026-12-01, together with the queue's aging (192 h) and the wait-for-a-faster-device rule (on), by
+the rule ``tune`` prints (the lowest mean JCT at x1 and x2 with the 8- and 16-GPU gangs' p99 queueing
+within 2x FIFO's on every slice; no setting met that there, so: within 2% of the best mean, the lowest
+gang ratio). Mean JCT there 6.54 h (gang ratio 4.41) against 7.08 h (5.55) for the previous best_fit
+0.25 with 96 h aging and no wait, and 6.70 h (5.43) for best_fit 0.25 with 192 h and the wait rule
+(``benchmarks/results/scheduling-tune.txt``). A run still takes a fast device first; best fit keeps
+the big-memory devices for runs that need them, which the gangs' tail pays for least. Cost, balance
+and NVLink (0.05, 0.025, 0.05) break near-ties. ``preferred`` (the spec's ``preferred_devices``) weighs
+as much as speed; tag priorities of 1-2 weigh about as much as best fit. Placement moves the mean JCT
+by a few percent at most once the pool is saturated: see the README's scheduling results."""
 
 
 def rule_terms(need: Need, options: Sequence[Option], ctx: PolicyContext) -> list[Scored]:

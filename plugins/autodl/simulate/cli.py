@@ -38,6 +38,11 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _margin(text: str) -> float | str:
+    """argparse type: ``off`` or a fraction in [0, 1)."""
+    return "off" if text.strip().lower() == "off" else _fraction(text)
+
+
 def _finite_positive(what: str):
     """argparse type: a finite number > 0; ``what`` says what it is in the error."""
 
@@ -104,10 +109,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="autodl: every policy behind autodl's admission queue (default); own: each policy's classic "
                         "queue (fifo_first_fit strict FIFO, the others first come, first served with greedy backfill)")
     p.add_argument("--policies", type=_policies, default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
-    p.add_argument("--wait-margin", type=_fraction, default=None,
+    p.add_argument("--wait-margin", type=_margin, default=None,
                    help="autodl's queue only: a run offered slow devices waits for a faster type when it would end "
-                        "at least this fraction sooner there, wait included; in [0, 1) (the benchmark's: 0.25; off "
-                        "by default)")
+                        "at least this fraction sooner there, wait included; in [0, 1) for every policy, or 'off'; "
+                        "default: 0.25 for autodl's own policies (rule_based, rl_based), off for the baselines")
     p.add_argument("--gang-first-after-h", type=_hours, default=None,
                    help="autodl's queue only: once a gang of 8+ devices has waited this many hours, the "
                         "longest-waiting one goes first and takes the reservation (a priority, not a cap: it still "
@@ -141,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
             trace=args.trace, pool=args.pool, throughput=args.throughput, start=args.start, jobs=args.jobs,
             seed=args.seed, error=args.error, errors=args.errors, load=args.load, pool_scale=args.pool_scale,
             policies=policies, options=SimOptions(
-                seed=args.seed, own_queue=args.queue == "own", wait_margin=args.wait_margin,
+                seed=args.seed, own_queue=args.queue == "own",
+                wait_margin={None: "policy", "off": None}.get(args.wait_margin, args.wait_margin),
                 gang_first_s=args.gang_first_after_h * 3600.0 if args.gang_first_after_h is not None else None),
         )
     except AutoDLError as exc:

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from autodl.catalog import Catalog
-from autodl.policy.admission import AGING_S, GANG_FIRST_MIN_GPUS, CA_WINDOW, QueuedRun, RunningRun, decide, queue_key
+from autodl.policy.admission import (
+    AGING_S, CA_WINDOW, GANG_FIRST_MIN_GPUS, WAIT_MARGIN, QueuedRun, RunningRun, decide, queue_key,
+)
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
 from autodl.simulate.pool import SimPool
@@ -82,8 +84,9 @@ class SimOptions:
         the benchmark was made fair.
     :ivar order, backfill, aging_s: the admission queue (:func:`autodl.policy.admission.decide`).
     :ivar window: comparative-advantage window; 1 = off.
-    :ivar wait_margin: the queue's wait-for-a-faster-device rule with this margin
-        (:data:`autodl.policy.admission.WAIT_MARGIN`); None = off (the default).
+    :ivar wait_margin: the queue's wait-for-a-faster-device rule with this margin; None = off; ``"policy"``
+        (the default) = autodl's own policies (``rule_based``, ``rl_based``) use
+        :data:`autodl.policy.admission.WAIT_MARGIN`, the baselines place on what is free now.
     :ivar gang_first_s: after this wait, seconds, the queue serves first the longest-waiting gang of :data:`autodl.policy.admission.GANG_FIRST_MIN_GPUS`
         or more devices, seconds (:data:`autodl.policy.admission.GANG_FIRST_S`); None = off (the default).
     :ivar own_queue: each policy keeps its classic queue (``fifo``: FCFS with no backfill; ``backfill``:
@@ -108,7 +111,7 @@ class SimOptions:
     backfill: str = "easy"
     aging_s: float = AGING_S
     window: int = CA_WINDOW
-    wait_margin: float | None = None
+    wait_margin: float | None | str = "policy"
     gang_first_s: float | None = None
     own_queue: bool = False
     quotas: dict[str, int] | None = None
@@ -129,6 +132,10 @@ class SimOptions:
     timeline_points: int = 200
     steady: tuple[float, float] = (0.2, 0.8)
 
+
+AUTODL_POLICIES = ("rule_based", "rl_based")
+"""autodl's own placement policies: the wait-for-a-faster-device rule is part of them (a choice of device
+type that accepts a wait), not of the queue discipline every policy shares."""
 
 GANG_BUCKETS = (1, 2, 4, 8, 16, 32)
 """Gang-size rows of the per-size table; the last collects 32 and more."""
@@ -263,7 +270,10 @@ class _Sim:
             self.order, self.backfill, self.window = "fcfs", ("none" if self.pol.queue == "fifo" else "greedy"), 1
         else:
             self.order, self.backfill, self.window = opt.order, opt.backfill, opt.window
-        self.wait_margin = None if (opt.own_queue or self.preemptive) else opt.wait_margin
+        wm = opt.wait_margin
+        if wm == "policy":
+            wm = WAIT_MARGIN if policy_name in AUTODL_POLICIES else None
+        self.wait_margin = None if (opt.own_queue or self.preemptive) else wm
         self.p = _Pool(pool)
         self.groups = pool.groups
         for g in pool.groups:
