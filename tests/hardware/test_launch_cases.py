@@ -168,7 +168,9 @@ def test_stopping_a_multi_rank_run_ends_every_rank(tmp_path):
     for r in ranks:
         assert not r.is_running() or r.status() == psutil.STATUS_ZOMBIE
     assert launcher.processes(handle) == [] and rank_processes(script) == []
-    assert launcher.poll(handle) == 128 + signal.SIGKILL  # SIGTERM was ignored: the grace period ended in SIGKILL
+    # the ranks ignored SIGTERM, so the grace period ended in SIGKILL; paddle.distributed.launch itself may have
+    # exited on the SIGTERM first, with its own code (seen in CI: 15): either way the run ended by autodl's stop
+    assert launcher.poll(handle) in (128 + signal.SIGKILL, signal.SIGTERM, 128 + signal.SIGTERM)
 
 
 def test_a_killed_wrapper_does_not_end_the_run_while_ranks_live(tmp_path):
