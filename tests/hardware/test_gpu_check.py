@@ -1,0 +1,157 @@
+"""The GPU check of issue 22 (scripts/gpu_check.sh -> benchmarks/gpu_check.py) run here against the fake NVML, so it
+cannot rot before a session with a device runs it: its JSON says what ran, what could not (and why), what failed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.hardware.conftest import FAKE_NVML, MiB
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu_check.sh"
+UUID = "GPU-0a1b2c3d-h200-0000-0000-000000000000"
+H200 = {"name": "NVIDIA H200", "uuid": UUID, "bus": "00000000:18:00.0", "total": 143771 * MiB, "used_v1": 575 * MiB,
+        "used_v2": 4 * MiB, "reserved": 571 * MiB, "util": 0, "temp": 31, "power_mw": 75000, "procs": []}
+"""An idle H200 as NVML reports it (143771 MiB total, as nvidia-smi shows an H200 SXM)."""
+
+FAKE_SMI = r'''#!{python}
+"""nvidia-smi --query-gpu=... --format=csv,noheader,nounits from the fake NVML's scenario (memory.total + $SMI_TOTAL_OFFSET_MIB)."""
+import json, os, sys
+assert sys.argv[1].startswith("--query-gpu=") and sys.argv[2] == "--format=csv,noheader,nounits", sys.argv
+fields = sys.argv[1].split("=", 1)[1].split(",")
+for i, d in enumerate(json.load(open(os.environ["FAKE_NVML_CONFIG"]))["devices"]):
+    row = {{"index": i, "uuid": d["uuid"], "name": d["name"],
+           "memory.total": d["total"] // 2**20 + int(os.environ.get("SMI_TOTAL_OFFSET_MIB", "0")),
+           "memory.used": d["used_v2"] // 2**20, "mig.mode.current": "[N/A]", "utilization.gpu": d["util"],
+           "temperature.gpu": d["temp"], "power.draw": "%.2f" % (d["power_mw"] / 1000), "driver_version": "570.86.15"}}
+    print(", ".join(str(row[f]) for f in fields))
+'''
+
+
+def run_check(tmp_path: Path, devices: list[dict], *, smi_offset_mib: int | None = None) -> tuple[int, dict, str]:
+    """Runs the one command with the fake NVML (and a fake nvidia-smi when ``smi_offset_mib`` is given); (rc, JSON, text)."""
+    scenario = tmp_path / "nvml.json"
+    scenario.write_text(json.dumps({"devices": devices}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if smi_offset_mib is not None:
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(FAKE_SMI.format(python=sys.executable))
+        smi.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "FAKE_NVML_CONFIG": str(scenario),
+           "FAKE_NVML_LOG": str(tmp_path / "nvml.log"), "PYTHONPATH": str(FAKE_NVML.parent),
+           "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+           "SMI_TOTAL_OFFSET_MIB": str(smi_offset_mib or 0)}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert (out / "gpu_check.json").is_file(), done.stdout + done.stderr
+    return done.returncode, json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.txt").read_text()
+
+
+def by_number(result: dict) -> dict[str, dict]:
+    """Steps by their item number and run ('2 plan + book (train)' -> '2 train'); checks by name inside each."""
+    out = {}
+    for s in result["steps"]:
+        number, _, rest = s["name"].partition(" ")
+        key = f"{number} {rest.rsplit('(', 1)[1].rstrip(')')}" if number in ("2", "7") else number
+        out[key] = {**s, "by_check": {c["name"]: c for c in s["checks"]}}
+    return out
+
+
+def test_without_torch_or_nvidia_smi_every_step_that_can_runs_and_the_others_say_why(tmp_path):
+    """Here (no torch, no nvidia-smi): inventory, booking, the UUID-pinned launch, NVML collection, the timeline and
+    the release run against the fake H200; the comparison with nvidia-smi, the torch-side checks, the CUDA context and
+    the OOM say 'not run' with the reason, and the check passes."""
+    rc, result, text = run_check(tmp_path, [H200])
+    steps = by_number(result)
+    assert rc == 0 and result["ok"] is True
+    inv = steps["1"]
+    assert inv["status"] == "ok" and inv["figures"]["devices"][0]["model"] == "H200-SXM-141GB"
+    assert inv["by_check"]["nvidia-smi comparison"] == {"name": "nvidia-smi comparison", "ok": None,
+                                                         "detail": "not run: nvidia-smi is not on PATH"}
+    assert inv["by_check"][f"{UUID}: memory info v2"]["ok"] is True
+    assert steps["2 train"]["status"] == "ok" and steps["2 train"]["figures"]["booked"] == [UUID]
+    launch = steps["3"]
+    assert launch["status"] == "ok" and launch["by_check"]["CUDA_VISIBLE_DEVICES in the child"]["ok"] is True
+    assert launch["figures"]["child"]["cuda_visible_devices"] == UUID
+    assert launch["by_check"]["visible devices (torch)"]["ok"] is None
+    assert launch["by_check"]["visible devices (torch)"]["detail"].startswith("not run: ")
+    collect = steps["4"]
+    assert collect["status"] == "ok" and collect["figures"]["source"] == "nvml" and collect["figures"]["samples"] >= 1
+    assert collect["figures"]["device_used_peak_bytes"] == 4 * MiB and collect["figures"]["process_peak_bytes"] == 0
+    assert Path(collect["figures"]["timeline_png"]).stat().st_size > 0
+    assert steps["5"]["status"] == "not run" and steps["5"]["figures"]["assumed_cuda_context_bytes"] == 512 * MiB
+    assert steps["6"]["status"] == "not run" and steps["6"]["why"]
+    release = steps["7 train"]
+    assert release["status"] == "ok" and release["figures"]["outcome"] == "succeeded"
+    assert release["by_check"]["no process of the run on the device"]["ok"] is True
+    assert steps["8"]["status"] == "ok"
+    assert "NOT RUN  5 CUDA context" in text and "OK       7 release (train)" in text
+
+
+@pytest.mark.parametrize("offset_mib, agrees", [(0, True), (1024, False)])
+def test_every_inventory_figure_is_compared_with_nvidia_smi_and_a_disagreement_fails(tmp_path, offset_mib, agrees):
+    """A (fake) nvidia-smi that reads the same driver figures agrees on model, MIG mode, memory, utilization,
+    temperature and power; one whose memory total is 1 GiB off fails the inventory step and the check (exit 1),
+    and every later step still runs."""
+    rc, result, text = run_check(tmp_path, [H200], smi_offset_mib=offset_mib)
+    steps = by_number(result)
+    checks = steps["1"]["by_check"]
+    compared = {name.split(": ", 1)[1]: c["ok"] for name, c in checks.items() if name.startswith(f"{UUID}: ")}
+    assert set(compared) >= {"model", "mig_mode", "memory_total_bytes", "memory_used_bytes", "utilization_pct",
+                             "temperature_c", "power_w"}
+    assert compared["memory_total_bytes"] is agrees
+    assert all(ok is True for name, ok in compared.items() if name != "memory_total_bytes")
+    assert (rc, result["ok"], steps["1"]["status"]) == ((0, True, "ok") if agrees else (1, False, "failed"))
+    assert steps["7 train"]["status"] == "ok" and steps["8"]["status"] == "ok"
+    if not agrees:
+        assert "FAILED   1 inventory" in text
+        assert f"nvidia-smi {(143771 + 1024) * MiB:g}" in checks[f"{UUID}: memory_total_bytes"]["detail"]
+
+
+def test_a_host_whose_only_gpu_is_lost_fails_at_the_inventory_with_the_reason(tmp_path):
+    """No healthy GPU with a UUID: the check says so in step 1 and books, launches and changes nothing."""
+    rc, result, _text = run_check(tmp_path, [{**H200, "lost": True}])
+    assert rc == 1 and [s["name"] for s in result["steps"]] == ["1 inventory (NVML vs nvidia-smi)"]
+    step = result["steps"][0]
+    assert step["status"] == "failed" and step["why"].startswith("a healthy GPU with a UUID: 1 device(s), 0 usable")
+    assert step["figures"]["devices"][0]["healthy"] is False
+
+
+def load_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_check", module)  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(sys.modules["gpu_check"])
+    return sys.modules["gpu_check"]
+
+
+def test_a_figure_nvidia_smi_does_not_report_is_unknown_not_a_disagreement(catalog):
+    """nvidia-smi prints '[N/A]' for power on some boards and '[Not Supported]' elsewhere: the comparison is
+    unknown (None), neither passed nor failed; a figure NVML could not read is unknown the same way."""
+    check = load_check()
+    device = {"device_id": UUID, "uuid": UUID, "model": "H200-SXM-141GB", "memory_total_bytes": 143771 * MiB,
+              "memory_used_bytes": 4 * MiB, "utilization_pct": None, "temperature_c": 31.0, "power_w": 75.0}
+    row = {"name": "NVIDIA H200", "memory.total": "143771", "memory.used": "4", "mig.mode.current": "Disabled",
+           "utilization.gpu": "0", "temperature.gpu": "31", "power.draw": "[N/A]"}
+    result = {c.name: c.ok for c in check.compare_smi(device, row, catalog, [device])}
+    assert result == {"model": True, "mig_mode": True, "memory_total_bytes": True, "memory_used_bytes": True,
+                      "utilization_pct": None, "temperature_c": True, "power_w": None}
+    mig_on = {c.name: c.ok for c in check.compare_smi(device, {**row, "mig.mode.current": "Enabled"}, catalog, [device])}
+    assert mig_on["mig_mode"] is False   # nvidia-smi says MIG, autodl lists the whole GPU
+
+
+def test_the_check_sets_nothing_on_the_card():
+    """Item 8: no NVML setter, no reset, no MIG, clock or power change anywhere in the check or its command."""
+    text = (REPO / "benchmarks" / "gpu_check.py").read_text() + (REPO / "scripts" / "gpu_check.sh").read_text()
+    for forbidden in ("nvmlDeviceSet", "nvmlDeviceReset", "nvmlDeviceClear", "nvmlGpuInstanceCreate", "--gpu-reset",
+                      "-r ", "-mig", "mig -cgi", "-lgc", "--lock-gpu-clocks", "-pl ", "--power-limit", "-ac ",
+                      "--applications-clocks", "-pm ", "--persistence-mode", "-c ", "--compute-mode"):
+        assert forbidden not in text, forbidden
