@@ -176,9 +176,13 @@ def child(mode: str) -> int:
 # ------------------------------------------------------------------------------------------------ helpers
 def probe_torch(python: str) -> dict[str, Any]:
     """torch's version and whether CUDA works, asked in a subprocess (this process never creates a CUDA context)."""
-    code = ("import json\ntry:\n import torch\nexcept ImportError as e:\n print(json.dumps({'why': f'torch is not installed ({e})'}))\n"
-            "else:\n ok = torch.cuda.is_available()\n print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda,"
-            " 'cuda_available': ok, 'why': None if ok else 'torch.cuda.is_available() is False'}))\n")
+    code = (
+        "import json\n"
+        "try:\n    import torch\n"
+        "except ImportError as e:\n    print(json.dumps({'why': f'torch is not installed ({e})'}))\n"
+        "else:\n    ok = torch.cuda.is_available()\n"
+        "    print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'cuda_available': ok,\n"
+        "                      'why': None if ok else 'torch.cuda.is_available() is False'}))\n")
     try:
         done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -195,7 +199,8 @@ def read_smi() -> tuple[list[dict[str, str]] | None, str]:
                           capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         return None, f"nvidia-smi exited {done.returncode}: {(done.stderr or done.stdout).strip()[:300]}"
-    rows = [dict(zip(SMI_FIELDS, (v.strip() for v in line.split(",")))) for line in done.stdout.splitlines() if line.strip()]
+    rows = [dict(zip(SMI_FIELDS, (v.strip() for v in line.split(","))))
+            for line in done.stdout.splitlines() if line.strip()]
     return rows, f"{smi} ({len(rows)} GPU(s))"
 
 
@@ -207,18 +212,25 @@ def smi_number(text: str | None) -> float | None:
         return None
 
 
-def compare_smi(device: dict[str, Any], row: dict[str, str], catalog: Any, inventory: list[dict[str, Any]]) -> list[Check]:
-    """Each inventory figure of ``device`` beside nvidia-smi's (:data:`TOLERANCE`); unknown on either side stays unknown."""
+def compare_smi(device: dict[str, Any], row: dict[str, str], catalog: Any,
+                inventory: list[dict[str, Any]]) -> list[Check]:
+    """Each inventory figure of ``device`` beside nvidia-smi's (:data:`TOLERANCE`); unknown on either side stays unknown.
+
+    :param row: one line of :func:`read_smi`.
+    :param inventory: every device autodl listed (to see whether ``device`` is split into MIG instances).
+    :returns: one :class:`Check` per figure; ``ok`` None where either side does not report it.
+    """
     entry = catalog.find(row.get("name", ""))
     checks = [Check("model", entry is not None and entry.name == device["model"],
                     f"autodl {device['model']!r}, nvidia-smi {row.get('name')!r} -> catalog "
                     f"{entry.name if entry else None!r}")]
     smi_mig = (row.get("mig.mode.current") or "").strip("[]")
     ours_mig = any((d.get("labels") or {}).get("mig_parent") == device.get("uuid") for d in inventory)
-    checks.append(Check("mig_mode", (smi_mig == "Enabled") == ours_mig if smi_mig in ("Enabled", "Disabled") else not ours_mig,
-                        f"autodl {'MIG instances' if ours_mig else 'whole GPU'}, nvidia-smi {smi_mig!r}"))
+    agrees = (smi_mig == "Enabled") == ours_mig if smi_mig in ("Enabled", "Disabled") else not ours_mig  # N/A: no MIG
+    checks.append(Check("mig_mode", agrees, f"autodl {'MIG instances' if ours_mig else 'whole GPU'}, nvidia-smi {smi_mig!r}"))
     pairs = {"memory_total_bytes": ("memory.total", MiB), "memory_used_bytes": ("memory.used", MiB),
-             "utilization_pct": ("utilization.gpu", 1), "temperature_c": ("temperature.gpu", 1), "power_w": ("power.draw", 1)}
+             "utilization_pct": ("utilization.gpu", 1), "temperature_c": ("temperature.gpu", 1),
+             "power_w": ("power.draw", 1)}
     for key, (smi_key, unit) in pairs.items():
         ours, theirs = device.get(key), smi_number(row.get(smi_key))
         if ours is None or theirs is None:
@@ -226,7 +238,8 @@ def compare_smi(device: dict[str, Any], row: dict[str, str], catalog: Any, inven
             continue
         theirs *= unit
         allowed = max(TOLERANCE[key], 0.1 * theirs) if key == "power_w" else TOLERANCE[key]
-        checks.append(Check(key, abs(ours - theirs) <= allowed, f"autodl {ours:g}, nvidia-smi {theirs:g} (within {allowed:g})"))
+        checks.append(Check(key, abs(ours - theirs) <= allowed,
+                            f"autodl {ours:g}, nvidia-smi {theirs:g} (within {allowed:g})"))
     return checks
 
 
@@ -234,8 +247,10 @@ def settings_snapshot(uuids: list[str]) -> dict[str, dict[str, str]]:
     """What a check must never change, per device, as text (an unreadable setting is its NVML error's text)."""
     import pynvml as nv
 
-    reads = {"mig_mode": lambda h: nv.nvmlDeviceGetMigMode(h), "power_limit_mw": lambda h: nv.nvmlDeviceGetPowerManagementLimit(h),
-             "compute_mode": lambda h: nv.nvmlDeviceGetComputeMode(h), "persistence_mode": lambda h: nv.nvmlDeviceGetPersistenceMode(h),
+    reads = {"mig_mode": lambda h: nv.nvmlDeviceGetMigMode(h),
+             "power_limit_mw": lambda h: nv.nvmlDeviceGetPowerManagementLimit(h),
+             "compute_mode": lambda h: nv.nvmlDeviceGetComputeMode(h),
+             "persistence_mode": lambda h: nv.nvmlDeviceGetPersistenceMode(h),
              "applications_clock_mhz": lambda h: nv.nvmlDeviceGetApplicationsClock(h, 0)}  # 0 = NVML_CLOCK_GRAPHICS
     out: dict[str, dict[str, str]] = {}
     nv.nvmlInit()
@@ -373,7 +388,8 @@ def check_launch(run: dict[str, Any], uuid: str, torch_info: dict[str, Any]) -> 
     step = Step("3 launch pinned by UUID")
     handle, report = run.get("handle") or {}, run["report"]
     step.figures.update(pid=handle.get("pid"), log=handle.get("log_path"), child=report)
-    if step.check("launched", bool(handle), f"pid {handle.get('pid')}" if handle else run["error"] or "no handle") is False:
+    said = f"pid {handle.get('pid')}" if handle else run["error"] or "no handle"
+    if step.check("launched", bool(handle), said) is False:
         return step
     step.check("handle's devices", handle.get("device_ids") == [uuid], f"{handle.get('device_ids')} vs booked {uuid}")
     step.check("CUDA_VISIBLE_DEVICES in the child", report.get("cuda_visible_devices") == uuid,
@@ -392,7 +408,8 @@ def check_collect(run: dict[str, Any], torch_info: dict[str, Any]) -> Step:
     """4: NVML per-process memory of the run's own processes, utilization samples, the timeline PNG, peak vs torch."""
     step = Step("4 collect")
     metrics, report = run.get("metrics") or {}, run["report"]
-    if step.check("metrics", bool(metrics), f"exit code {metrics.get('exit_code')}" if metrics else run["error"] or "no metrics") is False:
+    said = f"exit code {metrics.get('exit_code')}" if metrics else run["error"] or "no metrics"
+    if step.check("metrics", bool(metrics), said) is False:
         return step
     samples_path = Path(run["folder"]) / "samples.jsonl"
     samples = [json.loads(line) for line in samples_path.read_text().splitlines()] if samples_path.exists() else []
@@ -417,7 +434,8 @@ def check_collect(run: dict[str, Any], torch_info: dict[str, Any]) -> Step:
     peak = metrics.get("process_peak_bytes")
     step.figures.update(torch_max_memory_reserved_bytes=report["max_memory_reserved_bytes"],
                         torch_max_memory_allocated_bytes=report.get("max_memory_allocated_bytes"), expected_bytes=expected)
-    step.check("peak vs max_memory_reserved + context", None if peak is None else abs(peak - expected) <= PEAK_TOLERANCE_BYTES,
+    close = None if peak is None else abs(peak - expected) <= PEAK_TOLERANCE_BYTES
+    step.check("peak vs max_memory_reserved + context", close,
                f"NVML process peak {peak}, torch reserved + context {expected} (within {PEAK_TOLERANCE_BYTES})")
     return step
 
@@ -468,8 +486,9 @@ def release(ctx: Any, profile_out: dict[str, Any], selection: dict[str, Any], ru
     from autodl.metrics import read_baseline, run_processes_on_devices
 
     step = Step(f"7 release ({ctx.run_id})")
-    done = pipeline.step_release_and_record(ctx, script=None, spec_path=None, profile_out=profile_out, selection=selection,
-                                            handle_json=run.get("handle"), metrics_json=run.get("metrics"), log=log)
+    done = pipeline.step_release_and_record(ctx, script=None, spec_path=None, profile_out=profile_out,
+                                            selection=selection, handle_json=run.get("handle"),
+                                            metrics_json=run.get("metrics"), log=log)
     step.figures.update(outcome=done.get("outcome"), lease_released=done.get("lease_released"))
     step.check("lease freed", Ledger().get(ctx.run_key) is None, f"step said {done}")
     uuids = [d["device_id"] for d in selection["devices"]]
@@ -538,7 +557,8 @@ def run_check(out: Path) -> dict[str, Any]:
     steps += done[:1]
     if run is not None:
         steps += [safe("3 launch pinned by UUID", check_launch, run, run["booked"], torch_info),
-                  safe("4 collect", check_collect, run, torch_info), safe("5 CUDA context + first allocation", check_context, run, torch_info)]
+                  safe("4 collect", check_collect, run, torch_info),
+                  safe("5 CUDA context + first allocation", check_context, run, torch_info)]
     steps += done[1:]
     if torch_info.get("cuda_available") and run is not None:
         oom_done, oom_run, _ = training(work, "oom", log)
@@ -546,7 +566,8 @@ def run_check(out: Path) -> dict[str, Any]:
     else:
         steps.append(check_oom(None, torch_info))
     after = safe("8 card settings unchanged", settings_snapshot, [device["uuid"]])
-    steps.append(before if isinstance(before, Step) else after if isinstance(after, Step) else check_settings(before, after))
+    unread = next((s for s in (before, after) if isinstance(s, Step)), None)  # NVML could not be read for it
+    steps.append(unread or check_settings(before, after))
     log_file.close()
     return result(torch_info, steps, book)
 
@@ -590,7 +611,8 @@ def text_report(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_check_out", help="report folder (default $OUT or ./gpu_check_out)")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_check_out",
+                        help="report folder (default $OUT or ./gpu_check_out)")
     parser.add_argument("--child", choices=("train", "oom"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
