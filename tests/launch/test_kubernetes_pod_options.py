@@ -173,6 +173,15 @@ def test_kueue_pod_keeps_its_queue_and_gate_under_kubernetes_pod_operator(catalo
     assert printed["spec"]["scheduling_gates"] == [{"name": KUEUE_ADMISSION_GATE}]
 
 
+def test_render_shows_requests_priority_and_queue_for_plan(catalog):
+    shown = KubernetesLauncher(catalog=catalog).render(request_for(catalog, options={"kueue_queue": "team-a",
+                                                                                     "priority_class": "high"}))
+    assert shown["kueue_queue"] == "team-a" and shown["priority_class"] == "high"
+    assert shown["requests"]["cpu"] == "1000m" and shown["requests"]["nvidia.com/gpu"] == "1"
+    plain = KubernetesLauncher(catalog=catalog).render(request_for(catalog))
+    assert plain["kueue_queue"] is None and plain["priority_class"] is None
+
+
 def test_without_kueue_no_gate_and_the_pod_is_pinned(catalog):
     pod = render(catalog)
     assert "schedulingGates" not in pod["spec"] and KUEUE_QUEUE_LABEL not in pod["metadata"]["labels"]

@@ -500,8 +500,10 @@ class KubernetesLauncher:
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
         """The pod for ``autodl plan --json`` and logs: its manifest (camelCase, as ``kubectl`` takes
-        it), namespace, name, argv and the device resource requested."""
+        it), namespace, name, argv, limits and requests, priority class and Kueue queue (None outside the Kueue mode)."""
         from kubernetes.client import ApiClient
+
+        from autodl.spec import KUEUE_QUEUE_LABEL
 
         pod = self.build_pod(request)
         manifest = ApiClient().sanitize_for_serialization(pod)
@@ -514,7 +516,10 @@ class KubernetesLauncher:
             "command": container["command"],
             "env": redact_env({e["name"]: e.get("value", "") for e in container.get("env", [])}),
             "limits": (container.get("resources") or {}).get("limits", {}),
+            "requests": (container.get("resources") or {}).get("requests", {}),
             "node_selector": manifest["spec"].get("nodeSelector", {}),
+            "priority_class": manifest["spec"].get("priorityClassName"),
+            "kueue_queue": (manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL),
             "pod": redact_obj(manifest),
         }
 
