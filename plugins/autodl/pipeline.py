@@ -36,6 +36,7 @@ from autodl.errors import (
 from autodl.hosts import booked_host, require_here, this_host
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
+from autodl.launch.base import host_requests
 from autodl.launch.local import run_folder
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
@@ -517,6 +518,9 @@ def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None 
     if not everywhere.fits:
         queue.leave(ctx.run_key)
         raise no_fit_error(profile, everywhere, inventory, spec.resource_policy.memory_threshold)
+    if spec.launcher.type == "kubernetes" and spec.launcher.kueue_queue:
+        queue.leave(ctx.run_key)
+        return _book_for_kueue(ctx, profile, spec, inventory, ledger, log)
     ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
     entry = queue.join(
         ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes,
@@ -570,6 +574,39 @@ def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None 
     selection = _selection(lease, [by_id[i] for i in lease.device_ids], inventory,
                            decision.algorithm if decision else spec.scheduler.algorithm,
                            chosen.to_json() if chosen else None, lines)
+    (state_dir(ctx.run_key) / "selection.json").write_text(json.dumps(selection))
+    return selection
+
+
+def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory, ledger: Ledger,
+                    log: Callable[[str], None]) -> dict[str, Any] | None:
+    """The Kueue mode's wait: no entry in autodl's admission queue (Kueue's ClusterQueue orders and admits the
+    pod, created behind Kueue's scheduling gate); the best fitting devices no other autodl run holds are booked
+    at once, so the launch knows the device model and count to request. None while every fitting device is
+    held by another autodl run."""
+    leased = frozenset(d for le in ledger.leases() for d in le.device_ids)
+    decision = plan(profile, spec, inventory=inventory, catalog=load_catalog(), leased=leased)
+    log(f"Kueue mode (LocalQueue {spec.launcher.kueue_queue}): autodl's admission queue steps aside; the pod is "
+        "created gated and Kueue admits it")
+    if decision.chosen is None:
+        log("every fitting device is held by another autodl run; polling again (no place in autodl's queue is kept)")
+        return None
+    by_id = {d.device_id: d for d in inventory.devices}
+    first = by_id[decision.chosen.devices[0]]
+    try:
+        lease = ledger.book(ctx.run_key, list(decision.chosen.devices), host=first.host, model=first.model,
+                            owner=owner_of(ctx), launcher=spec.launcher.type, placement=decision.chosen.to_json())
+    except LeaseError as exc:
+        log(f"lost a booking race ({exc}); polling again")
+        return None
+    keep_decision(ctx.run_key, decision)
+    lines = format_candidates(decision)
+    for line in lines:
+        log(line)
+    log(f"booked lease {lease.lease_id}: {lease.model} {lease.device_ids} for the pod's device request; TTL "
+        f"{lease.ttl_s:g} s")
+    selection = _selection(lease, [by_id[i] for i in lease.device_ids], inventory, decision.algorithm,
+                           decision.chosen.to_json(), lines)
     (state_dir(ctx.run_key) / "selection.json").write_text(json.dumps(selection))
     return selection
 
@@ -657,6 +694,9 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
     output_dir.mkdir(parents=True, exist_ok=True)
     env[OUTPUT_DIR_ENV] = str(output_dir)
     env[REPORT_FILE_ENV] = str(state_dir(ctx.run_key) / "report.json")
+    distributed = profile.num_gpus > 1 and len(devices) > 1
+    shm_bytes = DEFAULT_SHM_BYTES if profile.num_workers is None or profile.num_workers > 0 else None
+    cpu_request, memory_request = host_requests(profile, len(devices) if distributed else 1, shm_bytes)
     request = LaunchRequest(
         run_key=ctx.run_key,
         script=profile_out["script"],
@@ -665,8 +705,10 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
         devices=devices,
         vendor=vendor,
         on_cpu=bool(selection.get("declared_pool")),
-        distributed=profile.num_gpus > 1 and len(devices) > 1,
-        shm_bytes=DEFAULT_SHM_BYTES if profile.num_workers is None or profile.num_workers > 0 else None,
+        distributed=distributed,
+        shm_bytes=shm_bytes,
+        cpu_request=cpu_request,
+        memory_request_bytes=memory_request,
         labels=ctx.labels(lease_id),
         options=options,
         log_dir=str(state_dir(ctx.run_key)),

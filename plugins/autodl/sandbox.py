@@ -250,8 +250,26 @@ def _bwrap_check() -> tuple[str | None, str]:
         why = (r.stderr or "").strip().splitlines()
         return None, (f"bwrap ({exe}) cannot make the sandbox here ({why[-1] if why else f'exit {r.returncode}'}); "
                       "it needs bubblewrap 0.8 or later and user namespaces (sysctl user.max_user_namespaces > 0, "
-                      "kernel.unprivileged_userns_clone=1, or a container runtime that permits them)")
+                      "kernel.unprivileged_userns_clone=1, or a container runtime that permits them)"
+                      + (CONTAINER_SANDBOX_HINT if in_container() else ""))
     return exe, ""
+
+
+CONTAINER_SANDBOX_HINT = (
+    ". This process runs in a container: Docker's default seccomp profile refuses the user namespace and its masked "
+    "/proc paths refuse a fresh /proc (bubblewrap#284, #505). Run this worker with security_opt "
+    "seccomp=unconfined and systempaths=unconfined (docker run --security-opt; in the compose stack "
+    "docker/compose.sandbox.yaml, see docs/compose.md), or profile where bubblewrap works")
+"""The fix named when the sandbox fails inside a container. Both options were needed, and enough, for
+``bwrap --unshare-user --unshare-pid --proc /proc`` as uid 50000 under Docker 20.10 (each alone fails:
+"No permissions to create new namespace" / "Can't mount proc on /newroot/proc")."""
+
+
+def in_container() -> bool:
+    """True when this process runs in a container: Docker's ``/.dockerenv``, Podman's ``/run/.containerenv``,
+    or a Kubernetes service host in the environment."""
+    return (Path("/.dockerenv").exists() or Path("/run/.containerenv").exists()
+            or "KUBERNETES_SERVICE_HOST" in os.environ)
 
 
 # ----------------------------------------------------------------------------------------------------

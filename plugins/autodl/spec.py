@@ -434,6 +434,34 @@ def parse_container_user(value: str) -> tuple[int, int | None]:
     return uid, gid
 
 
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""The label that hands a pod or Job to Kueue's LocalQueue of that name
+(https://kueue.sigs.k8s.io/docs/tasks/run/plain_pods/)."""
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_RESERVED_PREFIXES = ("kubernetes.io", "k8s.io")
+AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+"""The fields of a Kubernetes ``Affinity`` (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#scheduling)."""
+
+
+def check_metadata_key(key: str) -> str:
+    """Refuse a label or annotation key that is not ``[prefix/]name`` (a DNS subdomain and a 63-character name,
+    https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set), that uses
+    autodl's own ``autodl/`` prefix (its launches find their pods by it) or a prefix Kubernetes reserves for itself."""
+    prefix, slash, name = key.rpartition("/")
+    if not _LABEL_NAME.fullmatch(name) or (slash and not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        raise ValueError(f"{short(key, 60)} is not a Kubernetes key ([prefix/]name: name of at most 63 letters, "
+                         "digits, '-', '_', '.', prefix a DNS subdomain)")
+    if prefix == "autodl":
+        raise ValueError(f"{short(key, 60)}: the autodl/ prefix is autodl's own (its launches find their pods by it); "
+                         "use a prefix of your own, e.g. example.com/team")
+    if any(prefix == p or prefix.endswith("." + p) for p in _RESERVED_PREFIXES):
+        raise ValueError(f"{short(key, 60)}: the kubernetes.io/ and k8s.io/ prefixes are reserved for Kubernetes' core "
+                         "components; use a prefix of your own")
+    return key
+
+
 class LauncherSection(_Section):
     """How the training is started. ``launcher: docker`` is shorthand for ``{type: docker}``.
 
@@ -474,8 +502,19 @@ class LauncherSection(_Section):
     code_pvc: str | None = Field(
         None, description="PersistentVolumeClaim holding the code, mounted read-only at code_dir; default: code in the image."
     )
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels (Kubernetes).")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations (Kubernetes).")
+    priority_class: str | None = Field(None, description="The pod's PriorityClass name (priorityClassName).")
+    affinity: dict[str, Any] | None = Field(
+        None, description="The pod's affinity, as in a manifest (nodeAffinity, podAffinity, podAntiAffinity).")
+    cpu_request: Cpus | None = Field(None, description="CPU request in cores; default: from the estimate.")
+    memory_request: int | None = Field(None, description="Memory request, bytes (e.g. '16g'); default: from the estimate.")
+    pod_template_file: str | None = Field(
+        None, description="Pod YAML merged under autodl's pod, as KubernetesPodOperator's pod_template_file.")
+    kueue_queue: str | None = Field(
+        None, description="Kueue LocalQueue: the pod is created gated and Kueue admits it; autodl does not queue it.")
 
-    @field_validator("shm_size", "memory_limit", mode="before")
+    @field_validator("shm_size", "memory_limit", "memory_request", mode="before")
     @classmethod
     def _size(cls, value: Any) -> int | None:
         return parse_size(value)
@@ -568,6 +607,67 @@ class LauncherSection(_Section):
         if value is not None and not value:
             raise ValueError("an empty command runs nothing; remove the key or give argv")
         return value
+
+    @field_validator("labels", "annotations")
+    @classmethod
+    def _metadata(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for key, val in value.items():
+            check_metadata_key(key)
+            if info.field_name == "labels" and not (len(val) <= 63 and _LABEL_VALUE.fullmatch(val)):
+                raise ValueError(f"the value of {short(key, 60)}, {short(val, 40)}, is not a label value (at most 63 "
+                                 "letters, digits, '-', '_', '.', starting and ending alphanumeric); put free text in "
+                                 "launcher.annotations")
+        if info.field_name == "annotations" and sum(len(k) + len(v) for k, v in value.items()) > 256 * 1024:
+            raise ValueError("annotations hold more than 256 KiB in all (Kubernetes' limit); keep large data elsewhere")
+        return value
+
+    @field_validator("priority_class", "kueue_queue")
+    @classmethod
+    def _object_name(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
+            raise ValueError(f"{short(value, 40)} is not a Kubernetes object name (lower-case letters, digits, '-' "
+                             "and '.', at most 253)")
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            wrong = sorted(set(value) - set(AFFINITY_KEYS))
+            if wrong or not all(isinstance(v, dict) for v in value.values()):
+                raise ValueError(f"{short(', '.join(wrong) or 'a value', 60)}: an affinity holds only mappings under "
+                                 f"{', '.join(AFFINITY_KEYS)} (the manifest's camelCase form)")
+        return value
+
+    @field_validator("pod_template_file")
+    @classmethod
+    def _template_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "\x00" in value):
+            raise ValueError(f"{short(value, 60)} must be an absolute path of a pod YAML file on the launching host")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _queue_from_label(cls, data: Any) -> Any:
+        # a user following Kueue's docs writes the label; either spelling is the Kueue mode
+        if isinstance(data, dict) and isinstance(data.get("labels"), dict) and KUEUE_QUEUE_LABEL in data["labels"]:
+            labels = dict(data["labels"])
+            named = labels.pop(KUEUE_QUEUE_LABEL)
+            if data.get("kueue_queue") not in (None, named):
+                raise ValueError(f"launcher.kueue_queue ({data['kueue_queue']}) and the label {KUEUE_QUEUE_LABEL} "
+                                 f"({named}) name different queues; keep one")
+            data = {**data, "labels": labels, "kueue_queue": named}
+        return data
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> "LauncherSection":
+        if self.memory_request and self.memory_limit and self.memory_request > self.memory_limit:
+            raise ValueError("memory_request is above memory_limit (Kubernetes refuses such a pod); lower the request "
+                             "or raise the limit")
+        if self.cpu_request and self.cpus and self.cpu_request > self.cpus:
+            raise ValueError("cpu_request is above cpus, the CPU limit (Kubernetes refuses such a pod); lower the "
+                             "request or raise the limit")
+        return self
 
     @model_validator(mode="after")
     def _shm_or_ipc(self) -> "LauncherSection":

@@ -136,6 +136,8 @@ def test_every_airflow_process_shares_secrets_and_the_execution_api():
         volumes = services[name]["volumes"]
         assert "airflow-logs:/opt/airflow/logs" in volumes and "autodl-home:/opt/airflow/autodl" in volumes
         assert env["AUTODL_HOME"] == "/opt/airflow/autodl"
+        # issue 17: the example DAGs' scripts lay in the image's site-packages, a folder the engine cannot mount
+        assert env["AUTODL_INCLUDE"] == "${AUTODL_PROJECT_DIR}/include", name
         project = [v for v in volumes if v.startswith("${AUTODL_PROJECT_DIR")]
         assert project and project[0].split(":")[0] == project[0].split(":")[1], "code mounted at its host path"
 
@@ -184,9 +186,14 @@ def test_health_checks_and_the_inventory_services():
         if name != "airflow-init":
             assert svc.get("healthcheck", {}).get("test"), f"{name} has no health check"
     prometheus = yaml.safe_load((REPO / "docker/prometheus/prometheus.yml").read_text())
-    targets = [t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
+    (job,) = prometheus["scrape_configs"]
+    (files,) = [f for c in job["file_sd_configs"] for f in c["files"]]
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in services["prometheus"]["volumes"] if v.startswith("./")}
+    targets = [t for group in yaml.safe_load((REPO / mounted[files]).read_text()) for t in group["targets"]]
     assert "dcgm-exporter:9400" in targets
-    assert services["dcgm-exporter"]["environment"]["NODE_NAME"] == services["dcgm-exporter"]["hostname"]
+    assert f"{env_example()['GPU_HOST_2']}:9400" in targets, "the second GPU host's exporter is scraped too"
+    for name in ("dcgm-exporter", "dcgm-exporter-2"):
+        assert services[name]["environment"]["NODE_NAME"] == services[name]["hostname"], name
 
 
 def test_env_example_names_every_required_variable():
@@ -231,3 +238,109 @@ def test_hadolint_passes_every_dockerfile(path):
     tool = _tool("hadolint")
     out = subprocess.run([tool, "--failure-threshold", "info", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------------------- issue 17: the stack as documented
+DOCS = REPO / "docs/compose.md"
+HOST_2_ENV = REPO / "docker/gpu-host-2.env.example"
+SANDBOX_OVERRIDE = REPO / "docker/compose.sandbox.yaml"
+
+
+def _config(tool: str, env_file: Path, *files: Path) -> dict:
+    args = [tool, "--env-file", str(env_file)]
+    for f in (COMPOSE, *files):
+        args += ["-f", str(f)]
+    env = {k: v for k, v in os.environ.items() if k != "COMPOSE_PROFILES"}
+    out = subprocess.run([*args, "config"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+def host_2_recipe() -> list[str]:
+    """The command docs/compose.md gives for the second GPU host, as argv."""
+    lines = [l.strip() for l in DOCS.read_text().splitlines() if l.strip().startswith("docker compose --env-file")]
+    (line,) = [l for l in lines if "--no-deps" in l]
+    return line.split()
+
+
+def test_redis_requires_a_password_and_every_client_gives_it():
+    services = compose()["services"]
+    redis = services["redis"]
+    assert "--requirepass" in " ".join(redis["command"]) and redis["environment"]["REDIS_PASSWORD"] == "${REDIS_PASSWORD}"
+    assert redis["environment"]["REDISCLI_AUTH"] == "${REDIS_PASSWORD}", "the health check's redis-cli authenticates"
+    for name in AIRFLOW_SERVICES:
+        url = services[name]["environment"]["AIRFLOW__CELERY__BROKER_URL"]
+        assert url.startswith("redis://:${REDIS_PASSWORD:?"), (name, url)
+
+
+def test_the_login_is_written_for_simple_auth_manager():
+    services = compose()["services"]
+    init = services["airflow-init"]
+    path = init["environment"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+    script = init["command"][1]
+    assert path in script and 'os.environ["AIRFLOW_ADMIN_PASSWORD"]' in script
+    assert init["environment"]["AIRFLOW_ADMIN_PASSWORD"].startswith("${AIRFLOW_ADMIN_PASSWORD:?")
+    users = services["airflow-apiserver"]["environment"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
+    assert users.startswith("${AIRFLOW_ADMIN_USER:-admin}:")
+    assert "AIRFLOW_ADMIN_PASSWORD" in DOCS.read_text() and "http://localhost:8080" in DOCS.read_text()
+
+
+def test_multi_host_recipe_starts_only_the_gpu_hosts_services_pointed_at_the_control_plane(tmp_path):
+    """Issue 17: host 2 started the control plane again (no --no-deps), its GPUs were labelled as host 1's,
+    its DCGM never reached the control plane's Prometheus and Redis had no password."""
+    tool = _tool("docker-compose")
+    argv = host_2_recipe()
+    assert argv[argv.index("up") + 1:argv.index("up") + 3] == ["-d", "--no-deps"]
+    started = argv[argv.index("--no-deps") + 1:]
+    assert sorted(started) == ["airflow-worker-gpu-2", "dcgm-exporter-2"]
+    host_env = tmp_path / ".env.gpu-host-2"  # the recipe: cat .env docker/gpu-host-2.env > .env.gpu-host-2
+    host_env.write_text(ENV_EXAMPLE.read_text() + "\n" + HOST_2_ENV.read_text())
+    overrides = dict(l.split("=", 1) for l in HOST_2_ENV.read_text().splitlines() if l and not l.startswith("#"))
+    services = _config(tool, host_env)["services"]
+    assert set(started) <= set(services), "the recipe's profiles enable what it starts"
+    control = overrides["POSTGRES_HOST"]
+    example = env_example()
+    worker = services["airflow-worker-gpu-2"]
+    env = worker["environment"]
+    assert env["AUTODL_HOST"] == example["GPU_HOST_2"] and example["GPU_HOST_2"] in str(worker["command"])
+    assert f"@{control}/" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] and f"@{control}/" in env["AIRFLOW__AUTODL__STORE_URL"]
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == f"redis://:{example['REDIS_PASSWORD']}@{overrides['REDIS_HOST']}:6379/0"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"{overrides['AIRFLOW_API_URL']}/execution/"
+    dcgm = services["dcgm-exporter-2"]
+    assert dcgm["hostname"] == dcgm["environment"]["NODE_NAME"] == example["GPU_HOST_2"], "host 2's GPUs carry its name"
+    (port,) = dcgm["ports"]
+    published = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port['published']}:{port['target']}"
+    assert published.startswith("0.0.0.0:9400:9400"), "published for the control plane's Prometheus"
+    targets = [t for g in yaml.safe_load((REPO / "docker/prometheus/dcgm-targets.yml").read_text()) for t in g["targets"]]
+    assert f"{example['GPU_HOST_2']}:9400" in targets
+    # the GPU host's worker mounts the checkout at the same path, so its engine can mount the code
+    assert env["AUTODL_INCLUDE"] == f"{example['AUTODL_PROJECT_DIR']}/include"
+
+
+def test_the_sandbox_override_lets_the_profiling_containers_make_bubblewrap(tmp_path):
+    tool = _tool("docker-compose")
+    for profiles in ("celery,gpu-host-2", "local"):
+        env_file = tmp_path / f"{profiles}.env"
+        env_file.write_text(ENV_EXAMPLE.read_text() + f"\nCOMPOSE_PROFILES={profiles}\n")
+        services = _config(tool, env_file, SANDBOX_OVERRIDE)["services"]
+        for name in ("airflow-worker", "airflow-worker-gpu-1", "airflow-worker-gpu-2", "airflow-scheduler-local"):
+            if name in services:
+                assert {"seccomp=unconfined", "systempaths=unconfined"} <= set(services[name]["security_opt"]), name
+        assert "security_opt" not in services.get("airflow-apiserver", {}), "only where scripts are profiled"
+
+
+def test_a_failed_sandbox_in_a_container_names_the_compose_fix(monkeypatch):
+    from autodl import sandbox
+
+    sandbox._bwrap_check.cache_clear()
+    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: "/bin/false")
+    monkeypatch.setattr(sandbox, "in_container", lambda: True)
+    try:
+        why = sandbox.unavailable_reason()
+        assert why and "seccomp=unconfined" in why and "systempaths=unconfined" in why
+        assert "docker/compose.sandbox.yaml" in why
+        monkeypatch.setattr(sandbox, "in_container", lambda: False)
+        sandbox._bwrap_check.cache_clear()
+        assert "compose.sandbox.yaml" not in sandbox.unavailable_reason()
+    finally:
+        sandbox._bwrap_check.cache_clear()

@@ -94,7 +94,7 @@ def test_gpu_limits_requests_selector_toleration(catalog):
     (container,) = pod["spec"]["containers"]
     assert container["name"] == CONTAINER_NAME
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
-    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"  # extended resources: request == limit
     assert pod_resource_total(pod, "nvidia.com/gpu") == 2
     assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]

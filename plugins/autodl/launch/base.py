@@ -37,6 +37,10 @@ class LaunchRequest(BaseModel):
     distributed: bool = Field(False, description="Launch with python -m paddle.distributed.launch.")
     shm_bytes: int | None = Field(None, description="Shared memory the run needs (/dev/shm), bytes.")
     memory_limit_bytes: int | None = None
+    memory_request_bytes: int | None = Field(
+        None, description="Host memory the run is estimated to need, bytes (:func:`host_requests`); a pod's request.")
+    cpu_request: float | None = Field(
+        None, description="CPU cores the run is estimated to keep busy (:func:`host_requests`); a pod's request.")
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict, description="dag_id, run_id, task_id, try_number, lease_id.")
     options: dict[str, Any] = Field(default_factory=dict, description="The spec's launcher section.")
@@ -46,6 +50,32 @@ class LaunchRequest(BaseModel):
     @property
     def script_path(self) -> Path:
         return Path(self.script)
+
+
+RANK_HOST_MEMORY_FLOOR_BYTES = 512 << 20
+"""Host memory of one training process before its model, bytes: 297 MiB peak RSS measured for a Paddle 3.3.1 CPU
+process training a 64x64 Linear with Adam (``resource.getrusage``, this project's CI machine), rounded up. A GPU
+process also maps the CUDA libraries; that part is not measured here, so set ``launcher.memory_request`` for it."""
+
+
+def host_requests(profile: Any, ranks: int, shm_bytes: int | None) -> tuple[float, int]:
+    """CPU cores and host memory (bytes) a run keeps busy, for a pod's ``requests`` (QoS Burstable, never BestEffort).
+
+    Per rank (one process per device, or one on CPU): one core for the training process plus one per DataLoader
+    worker (each worker is a process, Paddle's ``DataLoader(num_workers=...)``; an unknown count is taken as one);
+    and :data:`RANK_HOST_MEMORY_FLOOR_BYTES` plus the weights (a checkpoint and the initial parameters pass through
+    host memory before they move to the device). ``/dev/shm`` as a memory ``emptyDir`` counts against the pod's
+    memory (https://kubernetes.io/docs/concepts/storage/volumes/#emptydir), so it is added once.
+
+    :param profile: the :class:`~autodl.types.ResourceProfile` of the run.
+    :param ranks: training processes (booked devices under data parallelism, else 1).
+    :returns: ``(cores, bytes)``.
+    """
+    workers = profile.num_workers if profile.num_workers is not None else 1
+    ranks = max(1, ranks)
+    cores = float(ranks * (1 + workers))
+    memory = ranks * (RANK_HOST_MEMORY_FLOOR_BYTES + int(profile.breakdown.weights_bytes or 0)) + int(shm_bytes or 0)
+    return cores, memory
 
 
 def visible_devices_value(devices: list[Device]) -> str:

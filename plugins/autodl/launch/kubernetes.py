@@ -21,6 +21,8 @@ import re
 from functools import cached_property
 from typing import Any
 
+import yaml
+
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
@@ -207,6 +209,96 @@ def pod_resource_total(pod: dict[str, Any], resource: str) -> int:
     return max(app, init)
 
 
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue holds a plain pod behind until its Workload is admitted, then removes
+(https://kueue.sigs.k8s.io/docs/tasks/run/plain_pods/; Kubernetes' pod scheduling readiness:
+https://kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness/)."""
+
+
+def cpu_quantity(cores: float) -> str:
+    """``cores`` as a Kubernetes CPU quantity in millicores (``1.5`` -> ``1500m``)."""
+    return f"{max(1, round(cores * 1000))}m"
+
+
+def pod_requests(request: LaunchRequest, opts: Any) -> dict[str, str]:
+    """The pod's CPU and memory ``requests``: the spec's ``cpu_request`` / ``memory_request``, else the estimate's
+    (:func:`autodl.launch.base.host_requests`, carried on the request), else one rank's floor; never above the
+    spec's limits. With a CPU and memory request a pod's QoS class is Burstable, not BestEffort (evicted first:
+    https://kubernetes.io/docs/concepts/workloads/pods/pod-qos/)."""
+    from autodl.launch.base import RANK_HOST_MEMORY_FLOOR_BYTES
+
+    cpu = opts.cpu_request or request.cpu_request or 1.0
+    memory = opts.memory_request or request.memory_request_bytes or (
+        RANK_HOST_MEMORY_FLOOR_BYTES + int(opts.shm_size or request.shm_bytes or 0))
+    if opts.cpus and cpu > opts.cpus:
+        log.info("run %s: the estimated %.1f CPU cores exceed launcher.cpus; requesting the limit", request.run_key, cpu)
+        cpu = opts.cpus
+    limit = opts.memory_limit or request.memory_limit_bytes
+    if limit and memory > limit:
+        log.warning("run %s: the estimated host memory (%d bytes) exceeds the memory limit (%d bytes); requesting "
+                    "the limit, and the training may be OOM-killed: raise launcher.memory_limit", request.run_key,
+                    memory, limit)
+        memory = limit
+    return {"cpu": cpu_quantity(cpu), "memory": quantity(int(memory))}
+
+
+def pod_metadata(request: LaunchRequest, opts: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """The pod's labels and annotations: the spec's, then the run's identity (labels sanitised, annotations
+    verbatim), :data:`RUN_KEY_HASH_LABEL`, ``app.kubernetes.io/managed-by`` and, in the Kueue mode, the
+    :data:`~autodl.spec.KUEUE_QUEUE_LABEL` naming the LocalQueue."""
+    from autodl.spec import KUEUE_QUEUE_LABEL
+
+    identity = run_labels(request)
+    labels = {**opts.labels, **{f"{LABEL_PREFIX}{k.replace('_', '-')}": safe_label_value(v) for k, v in identity.items()}}
+    labels[RUN_KEY_HASH_LABEL] = run_key_hash(request.run_key)
+    labels["app.kubernetes.io/managed-by"] = "autodl"
+    if opts.kueue_queue:
+        labels[KUEUE_QUEUE_LABEL] = opts.kueue_queue
+    annotations = {**opts.annotations, **{f"{LABEL_PREFIX}{k.replace('_', '-')}": v for k, v in identity.items()}}
+    return labels, annotations
+
+
+def affinity_model(affinity: dict[str, Any] | None) -> Any:
+    """The spec's affinity (manifest form, camelCase) as a ``V1Affinity``, or None."""
+    if not affinity:
+        return None
+    from kubernetes.client import ApiClient, Configuration
+
+    # the client's own deserializer (private; cncf.kubernetes' PodGenerator.deserialize_model_dict uses it too)
+    return ApiClient(configuration=Configuration())._ApiClient__deserialize(affinity, "V1Affinity")
+
+
+def merge_pod_template(pod: Any, path: str, run_key: str) -> Any:
+    """``pod`` merged over the pod YAML at ``path`` as ``KubernetesPodOperator`` merges its ``pod_template_file``
+    (the cncf.kubernetes provider's ``PodGenerator.reconcile_pods``): what autodl sets wins, the template fills in
+    the rest; lists (volumes, env, mounts) are concatenated. The template's container named ``base`` is the one
+    merged with the training container; its other containers stay as they are (sidecars).
+
+    :raises LaunchError: when the file is missing or not a pod, or the provider is not installed.
+    """
+    try:
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+    except ImportError:
+        raise LaunchError(f"run {run_key}: launcher.pod_template_file needs apache-airflow-providers-cncf-kubernetes "
+                          "(pip install 'autodl[kubernetes]'), whose pod merge it uses.") from None
+    from kubernetes import client as k8s
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            data = yaml.safe_load(stream)
+    except (OSError, yaml.YAMLError) as exc:
+        raise LaunchError(f"run {run_key}: launcher.pod_template_file {path}: cannot read it ({exc}); give the "
+                          "absolute path of a pod YAML file on the host that launches.") from None
+    if not isinstance(data, dict) or data.get("kind", "Pod") != "Pod":
+        raise LaunchError(f"run {run_key}: launcher.pod_template_file {path} is not a pod manifest (kind: Pod with "
+                          "metadata and spec); fix the file.")
+    template = PodGenerator.deserialize_model_dict(data)
+    if template.spec is not None and template.spec.containers:
+        base = [c for c in template.spec.containers if c.name == CONTAINER_NAME] or [k8s.V1Container(name=CONTAINER_NAME)]
+        template.spec.containers = base + [c for c in template.spec.containers if c.name != CONTAINER_NAME]
+    return PodGenerator.reconcile_pods(template, pod)
+
+
 class KubernetesLauncher:
     """Runs the training in a pod (kubernetes client's ``CoreV1Api``).
 
@@ -283,7 +375,11 @@ class KubernetesLauncher:
         """The ``V1Pod`` for ``request``; pure, never contacts the cluster.
 
         * ``limits`` and equal ``requests`` of ``N`` of the model's (else the vendor's) ``k8s_resource``
-          on the one training container; memory and CPU limits from the spec or the request.
+          on the one training container; memory and CPU limits from the spec or the request; CPU and
+          memory requests always (:func:`pod_requests`), so the pod is never BestEffort.
+        * the spec's ``labels``, ``annotations``, ``priority_class`` and ``affinity``; in the Kueue mode
+          (``kueue_queue``) the queue label and :data:`KUEUE_ADMISSION_GATE`, and no pin to the booked node.
+        * merged over ``pod_template_file`` when given (:func:`merge_pod_template`).
         * ``nodeSelector`` on the vendor's product label (GFD) plus the spec's ``node_selector``.
         * a toleration of the vendor's GPU taint plus the spec's ``tolerations``.
         * ``/dev/shm`` as an ``emptyDir`` with ``medium: Memory`` and ``sizeLimit`` (:data:`EMPTYDIR_URL`;
@@ -327,7 +423,7 @@ class KubernetesLauncher:
             node_selector.update(selector)
             tolerations.append(k8s.V1Toleration(key=vendor.k8s_taint_key, operator="Exists", effect="NoSchedule"))
         node_selector.update(opts.node_selector)
-        node = booked_node(request)
+        node = None if opts.kueue_queue else booked_node(request)  # under Kueue, Kueue and the scheduler place it
         if node is not None:
             chosen = node_selector.get(HOSTNAME_LABEL)
             if chosen not in (None, node):
@@ -341,11 +437,12 @@ class KubernetesLauncher:
                 k8s.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
                                  toleration_seconds=t.toleration_seconds)
             )
+        requests = {**limits, **pod_requests(request, opts)}
         memory = opts.memory_limit or request.memory_limit_bytes
         if memory:
             limits["memory"] = quantity(int(memory))
         if opts.cpus:
-            limits["cpu"] = f"{int(opts.cpus * 1000)}m"
+            limits["cpu"] = cpu_quantity(opts.cpus)
 
         volumes = []
         mounts = []
@@ -359,11 +456,7 @@ class KubernetesLauncher:
                 claim_name=opts.code_pvc, read_only=True)))
             mounts.append(k8s.V1VolumeMount(name="code", mount_path=opts.code_dir, read_only=True))
 
-        identity = run_labels(request)
-        labels = {f"{LABEL_PREFIX}{k.replace('_', '-')}": safe_label_value(v) for k, v in identity.items()}
-        labels[RUN_KEY_HASH_LABEL] = run_key_hash(request.run_key)
-        labels["app.kubernetes.io/managed-by"] = "autodl"
-        annotations = {f"{LABEL_PREFIX}{k.replace('_', '-')}": v for k, v in identity.items()}
+        labels, annotations = pod_metadata(request, opts)
 
         container = k8s.V1Container(
             name=CONTAINER_NAME,
@@ -372,7 +465,7 @@ class KubernetesLauncher:
             command=argv,
             working_dir=opts.code_dir,
             env=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
-            resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
+            resources=k8s.V1ResourceRequirements(limits=limits or None, requests=requests),
             volume_mounts=mounts or None,
             security_context=k8s.V1SecurityContext(
                 allow_privilege_escalation=False, capabilities=k8s.V1Capabilities(drop=["ALL"])
@@ -388,6 +481,9 @@ class KubernetesLauncher:
             automount_service_account_token=bool(opts.service_account),
             image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in opts.image_pull_secrets] or None,
             termination_grace_period_seconds=STOP_GRACE_S,
+            priority_class_name=opts.priority_class,
+            affinity=affinity_model(opts.affinity),
+            scheduling_gates=[k8s.V1PodSchedulingGate(name=KUEUE_ADMISSION_GATE)] if opts.kueue_queue else None,
             security_context=k8s.V1PodSecurityContext(
                 run_as_non_root=True, run_as_user=uid, run_as_group=gid, fs_group=gid,
                 seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
@@ -396,15 +492,18 @@ class KubernetesLauncher:
         metadata = k8s.V1ObjectMeta(
             name=pod_name(request), namespace=self._namespace(opts), labels=labels, annotations=annotations
         )
-        return k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
+        pod = k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
+        return merge_pod_template(pod, opts.pod_template_file, request.run_key) if opts.pod_template_file else pod
 
     def _namespace(self, opts: Any) -> str:
         return opts.namespace or self.namespace or "default"
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
         """The pod for ``autodl plan --json`` and logs: its manifest (camelCase, as ``kubectl`` takes
-        it), namespace, name, argv and the device resource requested."""
+        it), namespace, name, argv, limits and requests, priority class and Kueue queue (None outside the Kueue mode)."""
         from kubernetes.client import ApiClient
+
+        from autodl.spec import KUEUE_QUEUE_LABEL
 
         pod = self.build_pod(request)
         manifest = ApiClient().sanitize_for_serialization(pod)
@@ -417,7 +516,10 @@ class KubernetesLauncher:
             "command": container["command"],
             "env": redact_env({e["name"]: e.get("value", "") for e in container.get("env", [])}),
             "limits": (container.get("resources") or {}).get("limits", {}),
+            "requests": (container.get("resources") or {}).get("requests", {}),
             "node_selector": manifest["spec"].get("nodeSelector", {}),
+            "priority_class": manifest["spec"].get("priorityClassName"),
+            "kueue_queue": (manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL),
             "pod": redact_obj(manifest),
         }
 
