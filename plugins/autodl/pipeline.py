@@ -9,6 +9,7 @@ training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -33,6 +34,7 @@ from autodl.errors import (
     TrainingFailed,
     WaitTimeout,
 )
+from autodl.fields import MAX_RUN_KEY_CHARS
 from autodl.hosts import booked_host, require_here, this_host
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
@@ -92,8 +94,17 @@ class RunContext:
 
 
 def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
-    """The run key of one AutoDLTrainOperator group in one DAG run: ``dag_id.group_id.run_id``."""
-    return f"{dag_id}.{group_id}.{run_id}"
+    """The run key of one AutoDLTrainOperator group in one DAG run: ``dag_id.group_id.run_id``.
+
+    A key longer than the store's column (:data:`autodl.fields.MAX_RUN_KEY_CHARS`; Airflow allows ids
+    up to 750 characters together) keeps its head and ends in ``~`` and 16 hex digits of its SHA-256, so
+    it stays unique and the same in every step.
+    """
+    key = f"{dag_id}.{group_id}.{run_id}"
+    if len(key) <= MAX_RUN_KEY_CHARS:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{key[:MAX_RUN_KEY_CHARS - 17]}~{digest}"
 
 
 def state_dir(run_key: str) -> Path:
