@@ -31,6 +31,7 @@ from autodl.errors import (
     PoolBusy,
     ProfileError,
     SpecError,
+    StoreUnavailable,
     TrainingFailed,
     WaitTimeout,
 )
@@ -780,6 +781,24 @@ class CollectGuard:
         self._last_beat = 0.0
         self._pending_since: float | None = None
         self._pending_reason: str | None = None
+        self._store_down_since: float | None = None
+
+    def _store_unavailable(self, exc: StoreUnavailable, now: float) -> CollectStopped | None:
+        """A heartbeat the store did not answer: tried again at the next check (the lease has four more beats
+        of its TTL, :meth:`CollectLimits.for_run`); past the lease's TTL since the last beat the lease is surely
+        dead and the training is stopped, saying so (issue 23: a 1.8 s PostgreSQL restart failed the run)."""
+        from autodl.config import lease_ttl_s
+
+        if self._store_down_since is None:
+            self._store_down_since = now
+            self.log(f"WARNING: the lease heartbeat of {self.ctx.run_key} got no answer from the store; retrying "
+                     f"at every check until it answers ({exc})")
+        last = self._last_beat or self._store_down_since
+        if now - last > lease_ttl_s():
+            return CollectStopped("lease_lost", f"autodl's store has not answered for {now - self._store_down_since:.0f} s, "
+                                                f"longer than the lease's TTL ({lease_ttl_s():g} s): its devices may be "
+                                                f"booked by another run, so the training was stopped. Last error: {exc}")
+        return None
 
     def check(self, now: float | None = None) -> CollectStopped | None:
         """One check while the training runs: None to go on, else why to stop (not raised)."""
@@ -789,6 +808,9 @@ class CollectGuard:
             try:
                 Ledger().heartbeat(self.ctx.run_key, self.lease_id)
                 self._last_beat = now
+                self._store_down_since = None
+            except StoreUnavailable as exc:
+                return self._store_unavailable(exc, now)
             except LeaseLost as exc:
                 stopped = Ledger().stop_mark(self.lease_id)
                 if stopped is not None:
