@@ -44,6 +44,7 @@ from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
 from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
+from autodl.untrusted import atomic_write_text, read_json_object
 from autodl.types import (
     Device,
     Inventory,
@@ -855,7 +856,7 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
 
     def keep(m: RunMetrics) -> None:
-        (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
+        keep_metrics(folder, m, print)
 
     notes: list[str] = []
     return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
@@ -868,7 +869,7 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
 
     folder = state_dir(ctx.run_key)
     metrics = finish(metrics, handle, folder, log=log)
-    (folder / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
+    keep_metrics(folder, metrics, log)
     peak = ("unknown" if metrics.peak_memory_bytes is None
             else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
     log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
@@ -883,6 +884,19 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
         raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; "
                              f"its log: {handle.log_path}")
     return metrics.to_json()
+
+
+def keep_metrics(folder: Path, metrics: RunMetrics, log: Callable[[str], None]) -> bool:
+    """Write ``metrics.json`` atomically (a reader sees the previous file or this one, never a torn one); a
+    full or failing disk is said in the log and the collect goes on (issue 23: ENOSPC crashed the collect
+    and left a 0-byte file that failed the release). Returns whether it was written."""
+    try:
+        atomic_write_text(folder / "metrics.json", json.dumps(metrics.to_json(), indent=2))
+        return True
+    except OSError as exc:
+        log(f"WARNING: the run's metrics could not be kept in {folder / 'metrics.json'} ({exc}); the record "
+            "goes without what was not written, and the lease is released all the same")
+        return False
 
 
 def stop_early(ctx: RunContext, handle: LaunchHandle, launcher: Any, stopped: CollectStopped,
@@ -1138,15 +1152,12 @@ def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | 
 
 def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when absent, or (said in the log) when it is not a JSON object."""
-    if not path.exists():
-        return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
+        data = read_json_object(path)
+    except FileNotFoundError:
         return None
-    if not isinstance(data, dict):
-        log(f"{what} in {path} is not a JSON object; the record goes without it")
+    except (OSError, ValueError) as exc:   # a link, a FIFO, too big, not JSON (issue 23): read as untrusted
+        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
         return None
     return data
 
@@ -1172,18 +1183,19 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     from autodl.queue import AdmissionQueue
 
     folder = state_dir(ctx.run_key)
-    if handle_json is None and (folder / "handle-latest.json").exists():
-        handle_json = json.loads((folder / "handle-latest.json").read_text())
+    if handle_json is None:
+        handle_json = _read_json_object(folder / "handle-latest.json", "the launch handle", log)
     if handle_json and handle_json.get("run_key") not in (None, ctx.run_key):
         log(f"ignoring a launch handle of another run ({str(handle_json.get('run_key'))[:200]!r}) found for "
             f"{ctx.run_key}: its training is not this run's to stop")
         handle_json = None
-    if metrics_json is None and (folder / "metrics.json").exists():
-        metrics_json = json.loads((folder / "metrics.json").read_text())
-    if profile_out is None and (folder / "profile.json").exists():
-        profile_out = json.loads((folder / "profile.json").read_text())
-    if selection is None and (folder / "selection.json").exists():
-        selection = json.loads((folder / "selection.json").read_text())
+    # every state file is read as untrusted: a torn, empty (disk full) or replaced one is missing, said
+    if metrics_json is None:
+        metrics_json = _read_json_object(folder / "metrics.json", "the run's metrics", log)
+    if profile_out is None:
+        profile_out = _read_json_object(folder / "profile.json", "the profile", log)
+    if selection is None:
+        selection = _read_json_object(folder / "selection.json", "the device selection", log)
     report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
     decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
