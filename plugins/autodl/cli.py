@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autodl.errors import AutoDLError
+from autodl.fields import MAX_RUN_KEY_CHARS  # the store's run-key column width
 
 GiB = 1 << 30
 POOL_HELP = ("auto | nvml | prometheus+http://HOST:PORT[?max_age_s=60&window_s=300] | pool file "
@@ -425,8 +426,6 @@ class _Parser(argparse.ArgumentParser):
 _ARGV: list[str] = []
 """The arguments :func:`main` was called with (tests call it in-process)."""
 
-MAX_RUN_KEY_CHARS = 512
-"""Longest run key the store holds (``autodl_leases.run_key``/``autodl_runs.run_key`` are ``VARCHAR(512)``)."""
 
 
 def _text_arg(what: str, max_chars: int):

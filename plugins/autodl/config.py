@@ -37,6 +37,7 @@ SETTINGS: dict[str, str] = {
     "memory_threshold": "AUTODL_MEMORY_THRESHOLD",
     "default_launcher": "AUTODL_LAUNCHER",
     "host_queues": "AUTODL_HOST_QUEUES",
+    "gang_wait_bound_s": "AUTODL_GANG_WAIT_BOUND_S",
 }
 """``[autodl]`` option -> the environment variable that overrides it."""
 
@@ -243,6 +244,34 @@ def default_memory_threshold() -> float | None:
     if not 0 < value <= 1:
         raise ConfigError(f"{_source('memory_threshold')}: {raw!r} is not a fraction of device memory in (0, 1]; "
                           "set it to e.g. 0.85, or unset it to use the spec's default.")
+    return value
+
+
+GANG_WAIT_BOUND_S = 1800.0
+"""Default bound, seconds, after which a waiting gang (2+ devices) goes first in the product's admission
+queue (``[autodl] gang_wait_bound_s`` / ``AUTODL_GANG_WAIT_BOUND_S``): half of a spec's default
+``scheduler.timeout`` (3600 s), so a gang that a stream of smaller runs keeps overtaking becomes the
+queue's head, and gets its reservation, well before its own wait times out (issue 23)."""
+
+
+def gang_wait_bound_s() -> float | None:
+    """Seconds after which a waiting gang goes first (:data:`GANG_WAIT_BOUND_S` unless configured);
+    None when configured as ``off``.
+
+    :raises ConfigError: not ``off`` nor a number of seconds > 0, naming where the value came from.
+    """
+    raw = setting("gang_wait_bound_s")
+    if raw is None:
+        return GANG_WAIT_BOUND_S
+    if raw.strip().lower() == "off":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{_source('gang_wait_bound_s')}: {raw!r} is not a number of seconds > 0; set it to "
+                          f"e.g. {GANG_WAIT_BOUND_S:g}, or 'off' to let the shortest runs always go first.")
     return value
 
 

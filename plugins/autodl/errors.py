@@ -86,6 +86,10 @@ class StoreError(AutoDLError):
     exit_code = 9
 
 
+class StoreUnavailable(StoreError):
+    """The store did not answer for a while (server restarting, connection lost): worth retrying."""
+
+
 class ConfigError(AutoDLError):
     """A setting (``AUTODL_*`` variable or Airflow's ``[autodl]`` section) is invalid, or autodl's shipped files are missing."""
 

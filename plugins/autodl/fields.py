@@ -68,6 +68,11 @@ def Float(ge: float | None = None, le: float | None = None, gt: float | None = N
     return Annotated[float, Strict(), Field(ge=ge, le=le, gt=gt, allow_inf_nan=False)]  # type: ignore[return-value]
 
 
+MAX_RUN_KEY_CHARS = 512
+"""Longest run key the store holds (``autodl_leases.run_key``, ``autodl_runs.run_key`` and the queue's are
+``VARCHAR(512)``); Airflow allows a DAG id, a task group id and a run id of 250 characters each, so
+:func:`autodl.pipeline.make_run_key` shortens longer keys."""
+
 BatchSize = Int(gt=0, le=MAX_BATCH_PER_DEVICE)
 SequenceLength = Int(gt=0, le=MAX_SEQUENCE_LENGTH)
 InputDim = Int(gt=0, le=MAX_INPUT_DIM)
@@ -85,6 +90,6 @@ CatalogFigureOrZero = Float(ge=0, le=MAX_CATALOG_FIGURE)
 
 __all__ = [
     "BatchSize", "CatalogFigure", "CatalogFigureOrZero", "Cpus", "DeviceBytes", "DeviceCount", "DeviceIndex", "Float",
-    "Fraction", "InputDim", "Int", "MAX_HOST_BYTES", "Percent", "ScoreWeight", "SequenceLength", "UINT32_ID_MAX",
+    "Fraction", "InputDim", "Int", "MAX_HOST_BYTES", "MAX_RUN_KEY_CHARS", "Percent", "ScoreWeight", "SequenceLength", "UINT32_ID_MAX",
     "UsedDeviceBytes", "WaitSeconds",
 ]

@@ -33,6 +33,7 @@ import psutil
 
 from autodl.launch.base import Launcher
 from autodl.types import LaunchHandle, RunMetrics
+from autodl.untrusted import read_json_lines
 
 BASELINE_FILE = "nvml_baseline.json"
 """In the run's folder: NVML compute processes on the booked devices just before launch (uuid -> {pid: bytes})."""
@@ -276,16 +277,14 @@ def make_sampler(handle: LaunchHandle, device_uuids: list[str], *, folder: str |
 
 
 def _rows(path: str | Path | None) -> list[dict[str, Any]]:
-    if not path or not Path(path).is_file():
+    """The JSON objects of a per-step file the training wrote, read as untrusted (no links or FIFOs, at most
+    :data:`autodl.untrusted.STEPS_LIMIT_BYTES`; torn lines of a killed run skipped); [] when unreadable."""
+    if not path:
         return []
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn last line of a killed run
-        if isinstance(row, dict):
-            rows.append(row)
+    try:
+        rows, _cut = read_json_lines(path)
+    except OSError:
+        return []
     return rows
 
 

@@ -9,6 +9,7 @@ training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -30,9 +31,11 @@ from autodl.errors import (
     PoolBusy,
     ProfileError,
     SpecError,
+    StoreUnavailable,
     TrainingFailed,
     WaitTimeout,
 )
+from autodl.fields import MAX_RUN_KEY_CHARS
 from autodl.hosts import booked_host, require_here, this_host
 from autodl.inventory import read_inventory
 from autodl.launch import LaunchRequest, get_launcher
@@ -42,6 +45,7 @@ from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
 from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
+from autodl.untrusted import atomic_write_text, read_json_object
 from autodl.types import (
     Device,
     Inventory,
@@ -93,8 +97,17 @@ class RunContext:
 
 
 def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
-    """The run key of one AutoDLTrainOperator group in one DAG run: ``dag_id.group_id.run_id``."""
-    return f"{dag_id}.{group_id}.{run_id}"
+    """The run key of one AutoDLTrainOperator group in one DAG run: ``dag_id.group_id.run_id``.
+
+    A key longer than the store's column (:data:`autodl.fields.MAX_RUN_KEY_CHARS`; Airflow allows ids
+    up to 750 characters together) keeps its head and ends in ``~`` and 16 hex digits of its SHA-256, so
+    it stays unique and the same in every step.
+    """
+    key = f"{dag_id}.{group_id}.{run_id}"
+    if len(key) <= MAX_RUN_KEY_CHARS:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{key[:MAX_RUN_KEY_CHARS - 17]}~{digest}"
 
 
 def state_dir(run_key: str) -> Path:
@@ -811,6 +824,24 @@ class CollectGuard:
         self._last_beat = 0.0
         self._pending_since: float | None = None
         self._pending_reason: str | None = None
+        self._store_down_since: float | None = None
+
+    def _store_unavailable(self, exc: StoreUnavailable, now: float) -> CollectStopped | None:
+        """A heartbeat the store did not answer: tried again at the next check (the lease has four more beats
+        of its TTL, :meth:`CollectLimits.for_run`); past the lease's TTL since the last beat the lease is surely
+        dead and the training is stopped, saying so (issue 23: a 1.8 s PostgreSQL restart failed the run)."""
+        from autodl.config import lease_ttl_s
+
+        if self._store_down_since is None:
+            self._store_down_since = now
+            self.log(f"WARNING: the lease heartbeat of {self.ctx.run_key} got no answer from the store; retrying "
+                     f"at every check until it answers ({exc})")
+        last = self._last_beat or self._store_down_since
+        if now - last > lease_ttl_s():
+            return CollectStopped("lease_lost", f"autodl's store has not answered for {now - self._store_down_since:.0f} s, "
+                                                f"longer than the lease's TTL ({lease_ttl_s():g} s): its devices may be "
+                                                f"booked by another run, so the training was stopped. Last error: {exc}")
+        return None
 
     def check(self, now: float | None = None) -> CollectStopped | None:
         """One check while the training runs: None to go on, else why to stop (not raised)."""
@@ -820,6 +851,9 @@ class CollectGuard:
             try:
                 Ledger().heartbeat(self.ctx.run_key, self.lease_id)
                 self._last_beat = now
+                self._store_down_since = None
+            except StoreUnavailable as exc:
+                return self._store_unavailable(exc, now)
             except LeaseLost as exc:
                 stopped = Ledger().stop_mark(self.lease_id)
                 if stopped is not None:
@@ -864,7 +898,7 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
 
     def keep(m: RunMetrics) -> None:
-        (folder / "metrics.json").write_text(json.dumps(m.to_json(), indent=2))
+        keep_metrics(folder, m, print)
 
     notes: list[str] = []
     return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
@@ -877,7 +911,7 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
 
     folder = state_dir(ctx.run_key)
     metrics = finish(metrics, handle, folder, log=log)
-    (folder / "metrics.json").write_text(json.dumps(metrics.to_json(), indent=2))
+    keep_metrics(folder, metrics, log)
     peak = ("unknown" if metrics.peak_memory_bytes is None
             else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
     log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
@@ -892,6 +926,19 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
         raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; "
                              f"its log: {handle.log_path}")
     return metrics.to_json()
+
+
+def keep_metrics(folder: Path, metrics: RunMetrics, log: Callable[[str], None]) -> bool:
+    """Write ``metrics.json`` atomically (a reader sees the previous file or this one, never a torn one); a
+    full or failing disk is said in the log and the collect goes on (issue 23: ENOSPC crashed the collect
+    and left a 0-byte file that failed the release). Returns whether it was written."""
+    try:
+        atomic_write_text(folder / "metrics.json", json.dumps(metrics.to_json(), indent=2))
+        return True
+    except OSError as exc:
+        log(f"WARNING: the run's metrics could not be kept in {folder / 'metrics.json'} ({exc}); the record "
+            "goes without what was not written, and the lease is released all the same")
+        return False
 
 
 def stop_early(ctx: RunContext, handle: LaunchHandle, launcher: Any, stopped: CollectStopped,
@@ -1147,15 +1194,12 @@ def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | 
 
 def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when absent, or (said in the log) when it is not a JSON object."""
-    if not path.exists():
-        return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
+        data = read_json_object(path)
+    except FileNotFoundError:
         return None
-    if not isinstance(data, dict):
-        log(f"{what} in {path} is not a JSON object; the record goes without it")
+    except (OSError, ValueError) as exc:   # a link, a FIFO, too big, not JSON (issue 23): read as untrusted
+        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
         return None
     return data
 
@@ -1181,18 +1225,19 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     from autodl.queue import AdmissionQueue
 
     folder = state_dir(ctx.run_key)
-    if handle_json is None and (folder / "handle-latest.json").exists():
-        handle_json = json.loads((folder / "handle-latest.json").read_text())
+    if handle_json is None:
+        handle_json = _read_json_object(folder / "handle-latest.json", "the launch handle", log)
     if handle_json and handle_json.get("run_key") not in (None, ctx.run_key):
         log(f"ignoring a launch handle of another run ({str(handle_json.get('run_key'))[:200]!r}) found for "
             f"{ctx.run_key}: its training is not this run's to stop")
         handle_json = None
-    if metrics_json is None and (folder / "metrics.json").exists():
-        metrics_json = json.loads((folder / "metrics.json").read_text())
-    if profile_out is None and (folder / "profile.json").exists():
-        profile_out = json.loads((folder / "profile.json").read_text())
-    if selection is None and (folder / "selection.json").exists():
-        selection = json.loads((folder / "selection.json").read_text())
+    # every state file is read as untrusted: a torn, empty (disk full) or replaced one is missing, said
+    if metrics_json is None:
+        metrics_json = _read_json_object(folder / "metrics.json", "the run's metrics", log)
+    if profile_out is None:
+        profile_out = _read_json_object(folder / "profile.json", "the profile", log)
+    if selection is None:
+        selection = _read_json_object(folder / "selection.json", "the device selection", log)
     report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
     decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None

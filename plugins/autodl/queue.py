@@ -20,7 +20,8 @@ from sqlalchemy import JSON, BigInteger, DateTime, Float, Integer, String, delet
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
-from autodl.policy.admission import Grant, QueuedRun, RunningRun, admit, queue_order
+from autodl.config import gang_wait_bound_s
+from autodl.policy.admission import Grant, QueuedRun, RunningRun, admit, gang_first, queue_order
 from autodl.store import Base, session_factory
 from autodl.types import Device, Inventory, Lease, QueueEntry, utcnow
 
@@ -151,7 +152,9 @@ class AdmissionQueue:
         now = now or utcnow()
         entries = self.entries()
         live = {e.run_key: e for e in entries if not e.stale(now)}
-        ordered = [live[r.run_key] for r in queue_order([queued_run(e) for e in live.values()], now.timestamp())]
+        at = now.timestamp()
+        runs = gang_first(queue_order([queued_run(e) for e in live.values()], at), at, *product_gang_rule())
+        ordered = [live[r.run_key] for r in runs]
         return ordered + [e for e in entries if e.run_key not in live]
 
     def purge(self, *, now: datetime | None = None, factor: float = 10.0) -> list[str]:
@@ -219,8 +222,28 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
             return place_own(free_now)
         return place_from_candidates(live[run.run_key], free_now)
 
-    grants = admit([queued_run(e) for e in live.values()], free, list(running), now.timestamp(), place_on)
+    grants = admit_entries(list(live.values()), free, running, now, place_on)
     return next((g for g in grants if g.run_key == own.run_key), None)
+
+
+def admit_entries(entries: Sequence[QueueEntry], free: frozenset[str], running: Sequence[RunningRun],
+                  now: datetime, place_on: Callable[[QueuedRun, frozenset], Sequence[str] | None]) -> list[Grant]:
+    """Every grant the product's admission queue makes now among ``entries`` (live ones): autodl's rule
+    (:func:`autodl.policy.admission.admit`) with the bounded wait for gangs (:func:`product_gang_rule`)."""
+    after_s, min_gpus = product_gang_rule()
+    return admit([queued_run(e) for e in entries], free, list(running), now.timestamp(), place_on,
+                 gang_first_s=after_s, gang_first_min_gpus=min_gpus)
+
+
+PRODUCT_GANG_MIN_GPUS = 2
+"""Gang size from which the product's bounded wait (:func:`autodl.config.gang_wait_bound_s`) applies: every
+gang, since shortest-GPU-time-first ranks any multi-device run behind every single-device one (with 200
+waiters, all gangs of 4 were served after all 195 smaller runs, later ones included: issue 23)."""
+
+
+def product_gang_rule() -> tuple[float | None, int]:
+    """(seconds after which a gang goes first or None, smallest such gang) for the product's queue."""
+    return gang_wait_bound_s(), PRODUCT_GANG_MIN_GPUS
 
 
 def candidate_groups(inventory: Inventory, devices_fit: Callable[[Device], bool],
@@ -239,5 +262,5 @@ def candidate_groups(inventory: Inventory, devices_fit: Callable[[Device], bool]
     return [[d.device_id for d in sorted(groups[k], key=lambda d: d.index)] for k in keys]
 
 
-__all__ = ["AdmissionQueue", "QueueRow", "candidate_groups", "decide", "free_devices", "place_from_candidates",
+__all__ = ["AdmissionQueue", "QueueRow", "admit_entries", "candidate_groups", "decide", "free_devices", "place_from_candidates",
            "queued_run", "running_run", "stale_after", "waiting_runs"]

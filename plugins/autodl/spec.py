@@ -95,6 +95,38 @@ class _Section(BaseModel):
                 raise ValueError("expected a number or a string, not true/false")
         return value
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        # a NUL byte cannot cross exec(2), a Docker API call or a pod manifest: refuse it here, naming the
+        # field, instead of failing the launch with a traceback (reliability test, issue 23). A nested section
+        # checks its own fields, so the error names the innermost one.
+        if _holds_section(cls.model_fields[info.field_name].annotation):
+            return value
+        if _has_nul(value):
+            raise ValueError("contains a NUL character (\\x00), which no launcher can pass on; remove it")
+        return value
+
+
+def _holds_section(annotation: Any) -> bool:
+    """Whether a field's type is (or contains) a pydantic model, which validates its own strings."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_section(arg) for arg in typing.get_args(annotation))
+
+
+def _has_nul(value: Any, depth: int = 0) -> bool:
+    """Whether a string anywhere in ``value`` (strings, lists, dicts, nested up to 16 levels) holds a NUL."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if depth > 16:
+        return False
+    if isinstance(value, dict):
+        return any(_has_nul(k, depth + 1) or _has_nul(v, depth + 1) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v, depth + 1) for v in value)
+    return False
+
 
 class TaskSection(_Section):
     type: str = "training"
@@ -138,6 +170,22 @@ class ResourcePolicySection(_Section):
         default_factory=dict, description="Extra score per catalog tag, e.g. {domestic: 1.0}."
     )
     allowed_vendors: list[str] | None = None
+
+    @field_validator("tag_priorities")
+    @classmethod
+    def _catalog_tags(cls, value: dict[str, float]) -> dict[str, float]:
+        # a tag no catalog entry carries scores nothing: a typo ('domestc') would be a silent no-op (issue 23)
+        if not value:
+            return value
+        from autodl.catalog import load_catalog
+
+        known = sorted({tag for model in load_catalog().models.values() for tag in model.tags})
+        unknown = [tag for tag in value if tag not in known]
+        if unknown:
+            hint = difflib.get_close_matches(unknown[0], known, n=1)
+            did = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ValueError(f"unknown catalog tag {short(unknown[0])}{did}; the catalog's tags are: {', '.join(known)}")
+        return value
 
 
 class SchedulerSection(_Section):
@@ -522,9 +570,11 @@ class LauncherSection(_Section):
     @field_validator("code_dir")
     @classmethod
     def _absolute_dir(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") == "":
+        # normalised first, so '/.', '//' and '/a/..' are the root they name (issue 23)
+        normal = posixpath.normpath(value) if value.startswith("/") else value
+        if not normal.startswith("/") or normal.strip("/") == "":
             raise ValueError("must be an absolute folder other than '/', e.g. /workspace")
-        return value.rstrip("/")
+        return normal.rstrip("/")
 
     @field_validator("user")
     @classmethod

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
+from autodl import store_faults
 from autodl.config import store_url
 from autodl.errors import StoreError
 from autodl.redact import redact_text, redact_url  # noqa: F401 - redact_url re-exported for existing callers
@@ -57,6 +58,8 @@ def get_engine(url: str | None = None) -> Engine:
     url = url or store_url()
     try:
         return _engine(url)
+    except StoreError:
+        raise
     except (SQLAlchemyError, ImportError, OSError, ValueError, TypeError) as exc:  # ValueError: a URL SQLAlchemy cannot parse
         shown = redact_url(url)
         reason = redact_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -82,9 +85,12 @@ def _engine(url: str) -> Engine:
                 engine = create_engine(url, connect_args={"timeout": 30})
                 event.listen(engine, "connect", _sqlite_pragmas)
             else:
-                engine = create_engine(url, pool_pre_ping=True)
+                engine = create_engine(url, pool_pre_ping=True, connect_args=store_faults.connect_args(url))
+            store_faults.watch(engine)
             _import_table_modules()
             migrate(engine)
+            if engine.dialect.name == "sqlite":
+                store_faults.watch_sqlite_file(engine)
             _ENGINES[url] = engine
     return engine
 

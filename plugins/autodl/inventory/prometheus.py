@@ -25,6 +25,7 @@ busiest fresh value (most memory used, least free, highest utilization) and a no
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
@@ -36,6 +37,7 @@ from typing import Any
 
 from autodl.catalog import Catalog
 from autodl.errors import InventoryError
+from autodl.redact import redact_text, redact_url
 from autodl.types import Device, Inventory
 
 MIB = 1 << 20
@@ -128,14 +130,32 @@ def parse_url(url: str) -> tuple[str, float, float]:
         max_age = float(params.pop("max_age_s", DEFAULT_MAX_AGE_S))
         window = float(params.pop("window_s", DEFAULT_WINDOW_S))
     except ValueError:
-        raise InventoryError(f"pool source {url!r}: max_age_s and window_s are seconds (numbers).") from None
+        raise InventoryError(f"pool source {redact_url(url)!r}: max_age_s and window_s are seconds (numbers).") from None
     if params:
-        raise InventoryError(f"pool source {url!r}: unknown parameter(s) {', '.join(sorted(params))}; "
+        raise InventoryError(f"pool source {redact_url(url)!r}: unknown parameter(s) {', '.join(sorted(params))}; "
                              "known: max_age_s, window_s.")
     if max_age <= 0 or window < max_age:
-        raise InventoryError(f"pool source {url!r}: need 0 < max_age_s <= window_s.")
+        raise InventoryError(f"pool source {redact_url(url)!r}: need 0 < max_age_s <= window_s.")
     base = urllib.parse.urlunsplit((scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
     return base, max_age, window
+
+
+def _request(url: str) -> urllib.request.Request:
+    """A GET of ``url`` with its ``user:password@`` (if any) moved into a Basic ``Authorization`` header,
+    which is how Prometheus' ``basic_auth_users`` (and a reverse proxy in front of it) take them; urllib
+    itself would read the credentials as part of the host name."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return urllib.request.Request(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    plain = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
 
 
 def query(base: str, promql: str, at: float, *, source: str) -> list[dict[str, Any]]:
@@ -144,9 +164,8 @@ def query(base: str, promql: str, at: float, *, source: str) -> list[dict[str, A
     :raises InventoryError: server unreachable, HTTP error, or an error status from Prometheus.
     """
     qs = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
-    url = f"{base}/api/v1/query?{qs}"
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as resp:  # noqa: S310 - the configured server
+        with urllib.request.urlopen(_request(f"{base}/api/v1/query?{qs}"), timeout=TIMEOUT_S) as resp:  # noqa: S310
             body = json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
         try:
@@ -156,7 +175,8 @@ def query(base: str, promql: str, at: float, *, source: str) -> list[dict[str, A
         raise InventoryError(f"pool source {source!r}: Prometheus answered HTTP {exc.code} {detail}; "
                              "check the URL (its path prefix) and the server's log.") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise InventoryError(f"pool source {source!r}: cannot read the Prometheus HTTP API at {base} ({exc}); "
+        raise InventoryError(f"pool source {source!r}: cannot read the Prometheus HTTP API at {redact_url(base)} "
+                             f"({redact_text(exc)}); "
                              "check that the server runs and the host/port are right.") from None
     if body.get("status") != "success":
         raise InventoryError(f"pool source {source!r}: Prometheus query failed: {body.get('error')}.")
@@ -190,8 +210,9 @@ def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> 
     base, max_age, window = parse_url(url)
     at = time.time() if now is None else now
     names = "|".join(n.removeprefix("DCGM_FI_DEV_") for n in FIELDS)
-    rows = query(base, f'{{__name__=~"DCGM_FI_DEV_({names})"}}[{int(window)}s]', at, source=url)
-    down = _down_targets(base, at, url) if rows else set()
+    shown = redact_url(url)  # the source is logged and recorded: never with its password (issue 23)
+    rows = query(base, f'{{__name__=~"DCGM_FI_DEV_({names})"}}[{int(window)}s]', at, source=shown)
+    down = _down_targets(base, at, shown) if rows else set()
     seen: dict[tuple[str, str, str], _Seen] = {}
     for row in rows:
         labels = dict(row.get("metric") or {})
@@ -210,7 +231,7 @@ def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> 
         entry.add(what, age, value, target, target in down)
     if not seen:
         raise InventoryError(
-            f"pool source {url!r}: Prometheus at {base} has no DCGM_FI_DEV_* series in the last {window:g} s; "
+            f"pool source {shown!r}: Prometheus at {redact_url(base)} has no DCGM_FI_DEV_* series in the last {window:g} s; "
             "check that it scrapes dcgm-exporter on the GPU nodes (https://github.com/NVIDIA/dcgm-exporter).")
     devices = [_device(entry, catalog, max_age) for entry in seen.values()]
     devices.sort(key=lambda d: (d.host, d.index, d.labels.get("GPU_I_ID", "")))
@@ -221,7 +242,7 @@ def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> 
         if dup:
             notes.append(f"{key[1]}{'/gi' + key[2] if key[2] else ''} on {key[0] or '?'} is exported by {len(dup)} "
                          f"targets ({', '.join(dup)}): each field takes the busiest fresh value")
-    return Inventory(source=f"prometheus:{base}", declared=False, devices=devices, notes=notes)
+    return Inventory(source=f"prometheus:{redact_url(base)}", declared=False, devices=devices, notes=notes)
 
 
 def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:

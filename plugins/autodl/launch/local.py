@@ -48,6 +48,7 @@ from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
+from autodl.untrusted import LOG_CHUNK_BYTES, read_bytes
 
 STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
@@ -318,12 +319,10 @@ class LocalLauncher:
         return 137
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
-        path = Path(handle.log_path or "")
-        if not path.is_file():
+        try:   # the training's own log: no links or FIFOs, a bounded chunk per poll (issue 23)
+            data = read_bytes(handle.log_path or "", LOG_CHUNK_BYTES, offset)
+        except OSError:
             return "", offset
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
         return data.decode("utf-8", errors="replace"), offset + len(data)
 
     def _attempt_processes(self, handle: LaunchHandle) -> list[psutil.Process]:

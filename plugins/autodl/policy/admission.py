@@ -231,6 +231,20 @@ def queue_order(waiting: Sequence[QueuedRun], now: float, *, order: str = "sjf",
     return sorted(waiting, key=lambda r: queue_key(r, order=order, aging_s=aging_s, unknown_runtime_s=unknown_runtime_s))
 
 
+def gang_first(runs: list[QueuedRun], now: float, after_s: float | None,
+               min_gpus: int = GANG_FIRST_MIN_GPUS) -> list[QueuedRun]:
+    """``runs`` (in queue order) with the longest-waiting gang of ``min_gpus``+ devices that has waited
+    ``after_s`` seconds moved to the front (part 6 of the module docstring); unchanged when ``after_s``
+    is None or no gang has waited that long."""
+    if after_s is None:
+        return runs
+    old = [r for r in runs if r.num_gpus >= min_gpus and now - r.enqueued_at >= after_s]
+    if not old:
+        return runs
+    first = min(old, key=lambda r: (r.enqueued_at, r.run_key))
+    return [first] + [r for r in runs if r is not first]
+
+
 def _first(entry: tuple) -> float:
     return entry[0]
 
@@ -610,11 +624,7 @@ def decide(
     else:
         it = None
         runs = queue_order(waiting, now, order=order, aging_s=aging_s, unknown_runtime_s=unknown_runtime_s)
-        if gang_first_s is not None:
-            old = [r for r in runs if r.num_gpus >= gang_first_min_gpus and now - r.enqueued_at >= gang_first_s]
-            if old:
-                first = min(old, key=lambda r: (r.enqueued_at, r.run_key))
-                runs = [first] + [r for r in runs if r is not first]
+        runs = gang_first(runs, now, gang_first_s, gang_first_min_gpus)
     d = _Decider(free, running, now, place_on, backfill=backfill, reserve_limit=reserve_limit, quotas=quotas,
                  device_type=device_type, type_counts=type_counts, monotone=monotone, earliest=earliest,
                  wait_margin=wait_margin, host_of=host_of)
@@ -788,5 +798,5 @@ def admit(waiting: Sequence[QueuedRun], free: frozenset, running: Sequence[Runni
 __all__ = [
     "AGING_S", "Admission", "BACKFILLS", "GANG_FIRST_MIN_GPUS", "GANG_FIRST_S", "CA_WINDOW", "Earliest", "Grant", "ORDERS", "PlaceOn",
     "QueuedRun", "Reservation",
-    "RunningRun", "UNKNOWN_RUNTIME_S", "WAIT_MARGIN", "admit", "decide", "queue_key", "queue_order",
+    "RunningRun", "UNKNOWN_RUNTIME_S", "WAIT_MARGIN", "admit", "decide", "gang_first", "queue_key", "queue_order",
 ]
