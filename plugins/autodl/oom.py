@@ -44,8 +44,9 @@ from autodl.types import ResourceProfile
 
 GiB = 1 << 30
 
-UNITS = {"B": 0, "kB": 1, "KB": 1, "MB": 2, "GB": 3, "TB": 4, "PB": 5, "EB": 6}
-"""Paddle's ``HumanReadableSize`` suffixes and their power of 1024."""
+UNITS = {"B": 0, "kB": 1, "KB": 1, "MB": 2, "GB": 3, "TB": 4, "PB": 5, "EB": 6,
+         "bytes": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5}
+"""Paddle's ``HumanReadableSize`` suffixes and PyTorch's ``format_size`` ones, and their power of 1024."""
 
 PADDLE_DEFAULT_STRATEGY = "auto_growth"
 """``FLAGS_allocator_strategy``'s default (Paddle >= 2.0; ``paddle.get_flags`` in Paddle 3.3.1 says the same)."""
@@ -73,6 +74,21 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("host", re.compile(rf"Cannot allocate {_size('req')} in (?P<dev>[^,]+),\s*available {_size('free')},\s*"
                         rf"total {_size('total')},\s*used {_size('used')}")),
     ("host_alloc", re.compile(r"Fail to alloc memory of (?P<req_bytes>\d+) size(?:, error code is (?P<errno>\d+))?")),
+]
+def _tsize(name: str) -> str:
+    """A size as PyTorch's ``format_size`` prints it: ``20.00 MiB``, ``512 bytes`` (c10/cuda/CUDACachingAllocator.cpp)."""
+    return rf"(?P<{name}_n>[0-9.]+)\s*(?P<{name}_u>bytes|[KMGTP]iB)\b"
+
+
+# PyTorch's CUDA caching allocator (the GPU check's framework-neutral training runs on it, issue 22):
+# >= 2.2: "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which
+# 5.06 MiB is free."; older: "... Tried to allocate 36.00 MiB (GPU 0; 7.93 GiB total capacity; 130.35 MiB
+# already allocated; 47.06 MiB free; 188.00 MiB reserved in total by PyTorch)".
+_PATTERNS += [
+    ("device", re.compile(rf"CUDA out of memory\. Tried to allocate {_tsize('req')}\. (?P<dev>GPU \d+) has a total "
+                          rf"capacity of {_tsize('total')} of which {_tsize('free')} is free")),
+    ("device", re.compile(rf"CUDA out of memory\. Tried to allocate {_tsize('req')} \((?P<dev>GPU \d+); "
+                          rf"{_tsize('total')} total capacity; {_tsize('used')} already allocated; {_tsize('free')} free")),
 ]
 HOST_KINDS = frozenset({"host", "host_alloc"})
 """Messages about host (CPU) memory: on a GPU run they say nothing about the GPU's memory."""
