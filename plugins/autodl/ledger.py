@@ -224,8 +224,9 @@ class Ledger:
             )
             s.commit()
             if result.rowcount != 1:
+                held_id = row.lease_id   # read before expiring: the row may be gone (released in between)
                 s.expire_all()
-                row = s.execute(select(LeaseRow).where(LeaseRow.lease_id == row.lease_id)).scalar_one_or_none()
+                row = s.execute(select(LeaseRow).where(LeaseRow.lease_id == held_id)).scalar_one_or_none()
                 if row is None:  # released between the read and the update
                     raise LeaseLost(f"run {run_key}: its lease {lease_id or ''} is gone (released, or reclaimed after "
                                     "it expired); the training must not go on without it.".replace("  ", " "))
