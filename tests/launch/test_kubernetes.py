@@ -4,6 +4,7 @@ through KubernetesPodOperator's dry run; launch/poll/logs/stop against a recordi
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 import kubernetes_validate
@@ -275,13 +276,18 @@ class FakeCoreV1Api:
         except KeyError:
             raise ApiException(status=404, reason="NotFound") from None
 
-    def read_namespaced_pod_log(self, name, namespace, container=None):
-        self.calls.append(("log", namespace, name, container))
+    def read_namespaced_pod_log(self, name, namespace, container=None, **kwargs):
+        self.calls.append(("log", namespace, name, container, kwargs))
         if (namespace, name) not in self.pods:
             raise ApiException(status=404, reason="NotFound")
         if name not in self.logs:
             raise ApiException(status=400, reason="BadRequest")  # container creating
-        return self.logs[name]
+        if kwargs.get("_preload_content", True):
+            return self.logs[name]
+        # follow=True, timestamps=True: the kubelet's RFC 3339 time before each line (here: line i at i ns),
+        # and the stream ends with what is there (as when the connection drops)
+        lines = self.logs[name].splitlines(keepends=True)
+        return FakeLogResponse("".join(f"2026-12-01T00:00:00.{i + 1:09d}Z {line}" for i, line in enumerate(lines)))
 
     def delete_namespaced_pod(self, name, namespace, grace_period_seconds=None):
         self.calls.append(("delete", namespace, name, grace_period_seconds))
@@ -368,16 +374,53 @@ def test_poll_reports_an_image_that_cannot_be_pulled(launcher, api, catalog):
         launcher.poll(handle)
 
 
-def test_read_logs_with_offsets(launcher, api, catalog):
+class FakeLogResponse:
+    """A streamed log response (``_preload_content=False``): ``stream()`` yields its bytes in small pieces."""
+
+    def __init__(self, text):
+        self.data = text.encode()
+        self.closed = False
+
+    def stream(self, amt=None, decode_content=True):
+        for i in range(0, len(self.data), 7):
+            yield self.data[i:i + 7]
+
+    def close(self):
+        self.closed = True
+
+
+LOG_T0_NS = int(datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()) * 10**9
+"""The fake kubelet's time of line 0 (its line i is at ``LOG_T0_NS + i + 1``)."""
+
+
+def read_until(launcher, handle, offset, want):
+    """Read until ``want`` arrived (the stream delivers from its own thread)."""
+    got = ""
+    for _ in range(2000):
+        text, offset = launcher.read_logs(handle, offset)
+        got += text
+        if got == want:
+            return got, offset
+        time.sleep(0.005)
+    return got, offset
+
+
+def test_read_logs_follows_once_and_resumes_after_the_last_line(launcher, api, catalog):
     handle = launcher.launch(request_for(catalog))
     assert launcher.read_logs(handle) == ("", 0)  # container still creating
     api.logs[handle.pod_name] = "step 1\n"
-    text, offset = launcher.read_logs(handle)
-    assert text == "step 1\n"
+    text, offset = read_until(launcher, handle, 0, "step 1\n")
+    assert text == "step 1\n" and offset == LOG_T0_NS + 1  # the first line's timestamp, ns
     api.logs[handle.pod_name] = "step 1\nstep 2 ✓\n"
-    text, offset = launcher.read_logs(handle, offset)
-    assert text == "step 2 ✓\n" and offset == len("step 1\nstep 2 ✓\n".encode())
-    assert api.calls[-1] == ("log", "default", handle.pod_name, CONTAINER_NAME)
+    text, offset = read_until(launcher, handle, offset, "step 2 ✓\n")
+    assert text == "step 2 ✓\n" and offset == LOG_T0_NS + 2, "the reopened stream skips the line already read"
+    _, _, name, container, kwargs = [c for c in api.calls if c[0] == "log"][-1]
+    assert name == handle.pod_name and kwargs["follow"] is True and kwargs["timestamps"] is True
+    assert container == CONTAINER_NAME and kwargs["since_seconds"] >= 1
+    # a fresh launcher (a triggerer restarted) resumes at the offset it kept
+    fresh = KubernetesLauncher(api=api, catalog=catalog)
+    api.logs[handle.pod_name] += "step 3\n"
+    assert read_until(fresh, handle, offset, "step 3\n") == ("step 3\n", LOG_T0_NS + 3)
 
 
 def test_stop_deletes_by_label_and_is_idempotent(launcher, api, catalog):

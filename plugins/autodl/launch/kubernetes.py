@@ -18,14 +18,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from functools import cached_property
 from typing import Any
 
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
-from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
-from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, complete_utf8_length
+from autodl.launch.base import LaunchRequest, LogStream, container_script, launcher_options, run_labels, training_command
+from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, LOG_DRAIN_S
 from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
 
@@ -522,19 +523,55 @@ class KubernetesLauncher:
         return None
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
-        """The training container's log since byte ``offset`` and the next offset; empty while the
-        container has not started."""
-        from kubernetes.client.exceptions import ApiException
+        """The training container's log since ``offset`` (the timestamp of the last line read, ns; 0: the
+        beginning) and the offset to pass next time; empty while the container has not started.
 
+        One ``read_namespaced_pod_log(follow=True, timestamps=True, since_seconds=...)`` request follows the
+        log (:class:`~autodl.launch.base.LogStream`, as the cncf provider's PodManager does), so nothing is
+        fetched twice; a stream that ended while the pod runs (container still creating, connection dropped)
+        is reopened at ``offset``. Once the pod ended, the read waits up to ``LOG_DRAIN_S`` for the last lines.
+        """
+        key = f"{handle.namespace}/{handle.pod_name}"
+        stream = self._streams.get(key)
+        if stream is not None and stream.done.is_set():
+            text, cursor = stream.read()
+            if text or self._pod_ended(handle):
+                return text, cursor
+            offset, stream = cursor, None
+        if stream is None:
+            stream = self._streams[key] = LogStream(self._log_opener(handle), offset)
+        if not stream.done.is_set() and self._pod_ended(handle):
+            stream.wait(LOG_DRAIN_S)
+        return stream.read()
+
+    def _log_opener(self, handle: LaunchHandle) -> Any:
+        """``open(since_s)`` for :class:`LogStream`: a following log request of the training container,
+        ``since_seconds`` covering the second of the last line read (the API takes relative whole seconds)."""
+        def open_stream(since_s: int | None) -> Any:
+            kwargs: dict[str, Any] = {"container": CONTAINER_NAME, "follow": True, "timestamps": True,
+                                      "_preload_content": False}
+            if since_s:
+                kwargs["since_seconds"] = max(1, int(time.time()) - since_s + 1)
+            return _ResponseChunks(self.api.read_namespaced_pod_log(handle.pod_name, handle.namespace, **kwargs))
+
+        return open_stream
+
+    def _pod_ended(self, handle: LaunchHandle) -> bool:
         try:
-            text = self.api.read_namespaced_pod_log(handle.pod_name, handle.namespace, container=CONTAINER_NAME)
-        except ApiException as exc:
-            if exc.status in (400, 404):  # 400: container still creating
-                return "", offset
-            raise LaunchError(f"cannot read logs of pod {handle.namespace}/{handle.pod_name}: {exc.reason}.") from exc
-        data = (text or "").encode("utf-8")[offset:]
-        n = complete_utf8_length(data)
-        return data[:n].decode("utf-8", "replace"), offset + n
+            pod = self._read(handle)
+        except LaunchError:
+            return True
+        return bool(pod.status and pod.status.phase in ("Succeeded", "Failed"))
+
+    @property
+    def _streams(self) -> dict[str, LogStream]:
+        return self.__dict__.setdefault("_log_streams", {})
+
+    def close_logs(self, handle: LaunchHandle) -> None:
+        """Stop following ``handle``'s log (the follower is done with it); idempotent."""
+        stream = self._streams.pop(f"{handle.namespace}/{handle.pod_name}", None)
+        if stream is not None:
+            stream.close()
 
     def _delete(self, name: str, namespace: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -553,3 +590,19 @@ class KubernetesLauncher:
             names.add(handle.pod_name)
         for name in sorted(names):
             self._delete(name, namespace)
+
+
+class _ResponseChunks:
+    """The byte chunks of a streamed (``_preload_content=False``) log response, closable from another thread."""
+
+    def __init__(self, response: Any):
+        self.response = response
+
+    def __iter__(self) -> Any:
+        return iter(self.response.stream(4096, decode_content=True))
+
+    def close(self) -> None:
+        for name in ("close", "release_conn"):
+            method = getattr(self.response, name, None)
+            if method is not None:
+                method()
