@@ -4,6 +4,7 @@ through KubernetesPodOperator's dry run; launch/poll/logs/stop against a recordi
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -440,3 +441,52 @@ def test_refused_pod_is_a_launch_error(launcher, api, catalog):
 
 def test_registry_picks_kubernetes():
     assert isinstance(get_launcher("kubernetes", namespace="ml"), KubernetesLauncher)
+
+
+def test_pod_carries_the_hook_run_files_and_the_models_output_claim(catalog):
+    from kubernetes.client import ApiClient
+
+    from autodl.launch.child_path import sitecustomize
+    from autodl.launch.kubernetes import output_claim
+
+    req = request_for(catalog, env={"AUTODL_OUTPUT_DIR": "/srv/autodl/outputs/text_classifier",
+                                    "AUTODL_REPORT_FILE": "/srv/autodl/runs/x/report.json"})
+    pod = ApiClient().sanitize_for_serialization(KubernetesLauncher(catalog=catalog, api=object()).build_pod(req))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    (init,) = pod["spec"]["initContainers"]
+    (container,) = pod["spec"]["containers"]
+    assert init["image"] == container["image"] and init["command"][0] == "python"
+    hook = {e["name"]: e["value"] for e in init["env"]}["AUTODL_HOOK_SOURCE"]
+    assert hook == Path(sitecustomize.__file__).read_text()
+    assert init["resources"]["limits"] == init["resources"]["requests"], "never lowers the pod's QoS class"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AUTODL_RUNFACTS"] == "log" and env["PYTHONPATH"].split(":")[0] == "/autodl/hook"
+    assert env["AUTODL_METRICS_FILE"] == "/autodl/run/metrics.jsonl"
+    assert env["AUTODL_REPORT_FILE"] == "/autodl/run/report.json", "a container path, not the host's"
+    assert env["AUTODL_OUTPUT_DIR"] == "/autodl/output"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/autodl/hook"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    claim_name = volumes["autodl-output"]["persistentVolumeClaim"]["claimName"]
+    claim = ApiClient().sanitize_for_serialization(output_claim(req, "default"))
+    kubernetes_validate.validate(claim, K8S_VERSION, strict=True)
+    assert claim["metadata"]["name"] == claim_name and len(claim_name) <= 63 and DNS_LABEL.fullmatch(claim_name)
+    other = output_claim(request_for(catalog, env={"AUTODL_OUTPUT_DIR": "/home/b/outputs/text_classifier"}), "default")
+    assert other.metadata.name != claim_name, "one claim per model and home"
+
+
+def test_launch_creates_the_output_claim_once(catalog, api):
+    created = []
+
+    def read_claim(name, namespace):
+        if name not in created:
+            raise ApiException(status=404, reason="NotFound")
+
+    api.read_namespaced_persistent_volume_claim = read_claim
+    api.create_namespaced_persistent_volume_claim = lambda namespace, body: created.append(body.metadata.name)
+    launcher = KubernetesLauncher(api=api, catalog=catalog)
+    req = request_for(catalog, env={"AUTODL_OUTPUT_DIR": "/srv/autodl/outputs/text_classifier"})
+    launcher.launch(req)
+    launcher.stop(launcher.launch(req))
+    launcher.launch(req.model_copy(update={"labels": {**req.labels, "try_number": "2"}}))
+    assert len(created) == 1

@@ -397,7 +397,7 @@ class KubernetesLauncher:
         metadata = k8s.V1ObjectMeta(
             name=pod_name(request), namespace=self._namespace(opts), labels=labels, annotations=annotations
         )
-        return k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
+        return add_measurement(k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec), request, opts)
 
     def _namespace(self, opts: Any) -> str:
         return opts.namespace or self.namespace or "default"
@@ -450,6 +450,7 @@ class KubernetesLauncher:
             if not existing.metadata.deletion_timestamp:
                 log.info("deleting ended pod %s/%s (%s)", namespace, existing.metadata.name, phase)
                 self._delete(existing.metadata.name, namespace)
+        self._ensure_output_claim(request, namespace)
         try:
             created = self.api.create_namespaced_pod(namespace, pod)
         except ApiException as exc:
@@ -460,6 +461,33 @@ class KubernetesLauncher:
             ) from exc
         name = created.metadata.name if created is not None and created.metadata else pod.metadata.name
         return self._handle(request, pod, name, reattached=False)
+
+    def _ensure_output_claim(self, request: LaunchRequest, namespace: str) -> None:
+        """Create the model's output claim (:func:`output_claim`) unless it exists (an admin may create it
+        beforehand with another size or storage class: autodl then uses that one).
+
+        :raises LaunchError: when the API refuses it (quota, RBAC).
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        claim = output_claim(request, namespace)
+        if claim is None:
+            return
+        try:
+            self.api.read_namespaced_persistent_volume_claim(claim.metadata.name, namespace)
+            return
+        except ApiException as exc:
+            if exc.status != 404:
+                raise LaunchError(f"cannot read claim {namespace}/{claim.metadata.name}: {exc.status} {exc.reason}.") from exc
+        try:
+            self.api.create_namespaced_persistent_volume_claim(namespace, claim)
+        except ApiException as exc:
+            if exc.status != 409:  # created meanwhile by a concurrent launch
+                raise LaunchError(
+                    f"Kubernetes refused the output claim {namespace}/{claim.metadata.name} of run {request.run_key}: "
+                    f"{exc.status} {exc.reason}; create it yourself (docs/launchers.md) or allow the connection "
+                    "kubernetes_default to create persistentvolumeclaims."
+                ) from exc
 
     def _handle(self, request: LaunchRequest, pod: Any, name: str, *, reattached: bool) -> LaunchHandle:
         return LaunchHandle(
@@ -590,6 +618,105 @@ class KubernetesLauncher:
             names.add(handle.pod_name)
         for name in sorted(names):
             self._delete(name, namespace)
+
+
+# ------------------------------------------------------------------ measurement and outputs of a pod
+HOOK_SOURCE_ENV = "AUTODL_HOOK_SOURCE"
+"""Variable of the init container holding the start-up hook's source, which it writes to ``HOOK_DIR``."""
+
+OUTPUT_CLAIM_SIZE = "10Gi"
+"""Size of an output claim autodl creates (checkpoints of one model); create the claim beforehand for another."""
+
+HOOK_WRITER = ("import os; d = os.environ['AUTODL_HOOK_DIR']; "
+               "open(os.path.join(d, 'sitecustomize.py'), 'w').write(os.environ['AUTODL_HOOK_SOURCE'])")
+"""What the init container runs (with the training image's Python): writes the hook into the shared ``emptyDir``."""
+
+INIT_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+"""Requests and limits of the hook's init container (equal, so they never lower the pod's QoS class)."""
+
+
+def output_claim_name(host_output_dir: str) -> str:
+    """The PersistentVolumeClaim of one model's checkpoints: the Docker volume's name
+    (:func:`autodl.launch.docker.output_volume_name`), lower-cased and cut to a DNS-1123 name (63)."""
+    from autodl.launch.docker import output_volume_name
+
+    name = re.sub(r"[^a-z0-9-]+", "-", output_volume_name(host_output_dir).lower())
+    base, digest = name[:-13], name[-12:]
+    return f"{base[:50].strip('-')}-{digest}"
+
+
+def output_claim(request: LaunchRequest, namespace: str) -> Any:
+    """The ``V1PersistentVolumeClaim`` autodl creates for the model's outputs (ReadWriteOnce,
+    :data:`OUTPUT_CLAIM_SIZE`), or None when the run has no output folder."""
+    from kubernetes import client as k8s
+
+    from autodl.launch.docker import OUTPUT_DIR_ENV
+
+    host_dir = request.env.get(OUTPUT_DIR_ENV)
+    if not host_dir:
+        return None
+    return k8s.V1PersistentVolumeClaim(
+        api_version="v1", kind="PersistentVolumeClaim",
+        metadata=k8s.V1ObjectMeta(name=output_claim_name(host_dir), namespace=namespace,
+                                  labels={"app.kubernetes.io/managed-by": "autodl"},
+                                  annotations={f"{LABEL_PREFIX}output-dir": host_dir}),
+        spec=k8s.V1PersistentVolumeClaimSpec(access_modes=["ReadWriteOnce"],
+                                             resources=k8s.V1VolumeResourceRequirements(
+                                                 requests={"storage": OUTPUT_CLAIM_SIZE})),
+    )
+
+
+def add_measurement(pod: Any, request: LaunchRequest, opts: Any) -> Any:
+    """Make ``pod``'s measurement travel in its log, as a Docker run's does (:mod:`autodl.launch.docker`):
+
+    * an init container (the training image, :data:`HOOK_WRITER`) writes the start-up hook into an
+      ``emptyDir`` mounted read-only at ``HOOK_DIR`` in the training container, first on ``PYTHONPATH``;
+    * the run's files (``$AUTODL_METRICS_FILE``, ``$AUTODL_REPORT_FILE``) go to an ``emptyDir`` at ``RUN_DIR``,
+      relayed to the log (``AUTODL_RUNFACTS=log``);
+    * ``AUTODL_OUTPUT_DIR`` is the model's claim (:func:`output_claim`) mounted at ``OUTPUT_DIR``.
+
+    :returns: ``pod``, changed in place.
+    """
+    from pathlib import Path
+
+    from kubernetes import client as k8s
+
+    from autodl.launch.docker import HOOK_DIR, OUTPUT_DIR, OUTPUT_DIR_ENV, RUN_DIR, measurement_env
+    from autodl.launch.local import CHILD_PATH
+
+    container = pod.spec.containers[0]
+    env = {e.name: e.value for e in container.env or []}
+    env.update(measurement_env(request, self_vendor(request), env))
+    env.pop("AUTODL_VISIBLE_ENV", None)  # the device plugin pins: no visibility variable maps places to devices
+    container.env = [k8s.V1EnvVar(name=k, value=v) for k, v in env.items()]
+    volumes = list(pod.spec.volumes or [])
+    mounts = list(container.volume_mounts or [])
+    volumes += [k8s.V1Volume(name="autodl-hook", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="16Mi")),
+                k8s.V1Volume(name="autodl-run", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi"))]
+    mounts += [k8s.V1VolumeMount(name="autodl-hook", mount_path=HOOK_DIR, read_only=True),
+               k8s.V1VolumeMount(name="autodl-run", mount_path=RUN_DIR)]
+    claim = output_claim(request, pod.metadata.namespace)
+    if claim is not None and env.get(OUTPUT_DIR_ENV) == OUTPUT_DIR:
+        volumes.append(k8s.V1Volume(name="autodl-output", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+            claim_name=claim.metadata.name)))
+        mounts.append(k8s.V1VolumeMount(name="autodl-output", mount_path=OUTPUT_DIR))
+    pod.spec.volumes, container.volume_mounts = volumes, mounts
+    source = (Path(CHILD_PATH) / "sitecustomize.py").read_text()
+    init = k8s.V1Container(
+        name="autodl-hook", image=container.image, image_pull_policy=container.image_pull_policy,
+        command=[opts.python, "-c", HOOK_WRITER],
+        env=[k8s.V1EnvVar(name="AUTODL_HOOK_DIR", value=HOOK_DIR), k8s.V1EnvVar(name=HOOK_SOURCE_ENV, value=source)],
+        volume_mounts=[k8s.V1VolumeMount(name="autodl-hook", mount_path=HOOK_DIR)],
+        resources=k8s.V1ResourceRequirements(limits=dict(INIT_RESOURCES), requests=dict(INIT_RESOURCES)),
+        security_context=container.security_context,
+    )
+    pod.spec.init_containers = [*(pod.spec.init_containers or []), init]
+    return pod
+
+
+def self_vendor(request: LaunchRequest) -> Any:
+    """The request's vendor, else NVIDIA's (what :func:`measurement_env` needs: the visibility variable)."""
+    return request.vendor or load_catalog().vendor("nvidia")
 
 
 class _ResponseChunks:
