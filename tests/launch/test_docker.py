@@ -338,6 +338,8 @@ def test_measurement_and_outputs_get_container_paths(script, catalog):
     assert out["create_kwargs"]["volumes"][volume] == {"bind": "/autodl/output", "mode": "rw"}
     assert f"--volume {volume}:/autodl/output:rw" in out["shell"]
     assert output_volume_name("/home/b/outputs/text_classifier") != volume, "one volume per model and home"
+    # inside, the devices are 0..n-1: the hook maps Paddle's gpu:N to the Nth booked device's UUID
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["AUTODL_DEVICE_IDS"] == "GPU-0002-uuid,GPU-0003-uuid"
 
 
 def test_a_run_without_an_output_folder_mounts_no_volume(script, catalog):

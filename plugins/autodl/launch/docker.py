@@ -372,6 +372,8 @@ class DockerLauncher:
         env.update(opts.env)
         env.update(device_env)
         env.update(measurement_env(request, vendor, env))
+        if not on_cpu and request.devices:  # the hook attributes Paddle's place gpu:N to the Nth booked device
+            env["AUTODL_DEVICE_IDS"] = visible_devices_value(request.devices)
         env["AUTODL_RUN_KEY"] = request.run_key
         env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
         if request.labels.get("lease_id"):

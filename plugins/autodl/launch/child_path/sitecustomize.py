@@ -16,8 +16,8 @@ of the run (the script, or ``paddle.distributed.launch`` and each rank it starts
        "device": "GPU-...uuid", "step": 17, "allocated_peak_bytes": n, "reserved_peak_bytes": n, "final": false,
        "allocator_strategy": "auto_growth"}
 
-  ``device`` is the entry of the visibility variable (``$AUTODL_VISIBLE_ENV``) that the place's
-  index selects, so memory is attributed by device UUID, never by process id.
+  ``device`` is the entry of ``$AUTODL_DEVICE_IDS`` (a container's devices by host id, in the order it
+  numbers them) or else of the visibility variable (``$AUTODL_VISIBLE_ENV``) that the place's index selects, so memory is attributed by device UUID, never by process id.
 
 In a container or pod (``AUTODL_RUNFACTS=log``, set by the Docker and Kubernetes launchers) the run's
 files are not on the host that follows it, so the first Python process of the run (the script, or
@@ -98,7 +98,8 @@ class _PeakReporter:
             return  # a process that never trained (e.g. paddle.distributed.launch itself)
         self.last = (place, allocated, reserved)
         device = place
-        visible = os.environ.get(os.environ.get("AUTODL_VISIBLE_ENV", ""), "")
+        # in a container the visibility variable lists positions: AUTODL_DEVICE_IDS has the host's ids in that order
+        visible = os.environ.get("AUTODL_DEVICE_IDS") or os.environ.get(os.environ.get("AUTODL_VISIBLE_ENV", ""), "")
         if ":" in place and visible:
             ids = [v for v in visible.split(",") if v]
             try:
