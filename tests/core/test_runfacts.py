@@ -105,3 +105,12 @@ def test_log_stream_resumes_after_its_cursor_and_counts_what_it_fetched():
     again = LogStream(open_stream, cursor_ns=2 * 10**9)
     assert again.wait(30)
     assert again.read() == ("line 3\nline 4\n", 4 * 10**9) and asked == [None, 2]
+
+
+def test_a_long_line_of_partial_messages_is_one_line_again():
+    from autodl.launch.base import PARTIAL_LINE_BYTES, join_partials
+
+    body = b"a" * PARTIAL_LINE_BYTES + b"2026-12-02T00:17:44.841339696Z " + b"b" * PARTIAL_LINE_BYTES \
+        + b"2026-12-02T00:17:44.841339697Z tail\n"
+    assert join_partials(body) == b"a" * PARTIAL_LINE_BYTES + b"b" * PARTIAL_LINE_BYTES + b"tail\n"
+    assert join_partials(b"short 2026-12-02T00:17:44Z line") == b"short 2026-12-02T00:17:44Z line"

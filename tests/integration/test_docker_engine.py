@@ -172,3 +172,12 @@ def test_missing_image_with_pull_never(launcher, code, run_key):
     req = make_request(code, run_key, "autodl-no-such-image:0", "true")
     with pytest.raises(LaunchError, match="docker pull autodl-no-such-image:0"):
         launcher.launch(req)
+
+
+def test_a_line_longer_than_docker_s_partial_messages_arrives_whole(launcher, busybox_image, code, run_key):
+    """Docker cuts a line into 16 KiB partial messages, each with its own timestamp in a timestamped log."""
+    req = make_request(code, run_key, busybox_image, "head -c 40000 /dev/zero | tr '\\0' a; echo; echo next")
+    handle = launcher.launch(req)
+    assert wait_exit(launcher, handle) == 0
+    text, _ = launcher.read_logs(handle, 0)
+    assert text == "a" * 40000 + "\nnext\n"

@@ -244,6 +244,24 @@ def timestamp_ns(line: bytes) -> tuple[int | None, bytes]:
     return seconds * 1_000_000_000 + int(fraction), line[match.end():]
 
 
+PARTIAL_LINE_BYTES = 16 * 1024
+"""Docker splits a longer line into partial messages of this many bytes (``bufSize`` in moby's
+``daemon/logger/copier.go``; the kubelet's CRI logs split at the same 16 KiB), each with its own timestamp."""
+
+
+def join_partials(text: bytes) -> bytes:
+    """A long line without the timestamps its partial messages carry at every :data:`PARTIAL_LINE_BYTES`."""
+    out, rest = [], text
+    while len(rest) > PARTIAL_LINE_BYTES:
+        match = _TIMESTAMP.match(rest, PARTIAL_LINE_BYTES)
+        if match is None:
+            break
+        out.append(rest[:PARTIAL_LINE_BYTES])
+        rest = rest[match.end():]
+    out.append(rest)
+    return b"".join(out)
+
+
 class LogStream:
     """Follows one container's log over a single streaming request (``follow``), in a thread, so each byte
     of the log is fetched once — as the providers' PodManager follows a pod (``follow=True``,
@@ -298,6 +316,8 @@ class LogStream:
 
     def _take(self, line: bytes, seen: int) -> int:
         ts, text = timestamp_ns(line)
+        if ts is not None and len(text) > PARTIAL_LINE_BYTES:
+            text = join_partials(text)
         if ts is not None and ts <= seen:
             return seen  # fetched again after a reopen: already handed out
         with self._lock:
