@@ -21,13 +21,18 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "plugins"), str(REPO)]
 
 from autodl.launch.kubernetes import KubernetesLauncher  # noqa: E402
 from autodl.types import LaunchHandle  # noqa: E402
 
 LINE_BYTES = 100
 """Bytes per log line, newline included (the issue's example: a 1-hour run at 100 B/s)."""
+
+
+BUSYBOX_IMAGE = "autodl-test-busybox:1"
+"""The container image of the Docker row (built as the integration tests build it, when missing)."""
 
 
 def rfc3339(ns: int) -> str:
@@ -140,9 +145,18 @@ def docker_row(seconds: int = 30, per_s: int = 10) -> dict:
     from autodl.launch.docker import DockerLauncher
 
     client = docker.from_env()
+    try:
+        client.images.get(BUSYBOX_IMAGE)
+    except docker.errors.ImageNotFound:  # the tests' image: Debian's busybox-static, `docker import`ed
+        import subprocess
+
+        from tests.integration.conftest import _rootfs_tar
+
+        subprocess.run(["docker", "import", "--change", "ENV PATH=/bin", "-", BUSYBOX_IMAGE], input=_rootfs_tar(),
+                       check=True, capture_output=True)
     script = (f"i=0; while [ $i -lt {seconds * per_s} ]; do printf 'step %-{LINE_BYTES - 7}s\\n' $i; "
               f"i=$((i+1)); sleep {1 / per_s}; done")
-    container = client.containers.run("autodl-test-busybox:1", ["sh", "-c", script], detach=True,
+    container = client.containers.run(BUSYBOX_IMAGE, ["sh", "-c", script], detach=True,
                                       network_mode="none", name=f"autodl-bench-{uuid.uuid4().hex[:8]}")
     handle = LaunchHandle(launcher="docker", run_key="bench", container_id=container.id, container_name=container.name)
     launcher, total, offset, got, before, polls = DockerLauncher(client=client), 0, 0, [], 0, 0
