@@ -114,3 +114,13 @@ def test_a_long_line_of_partial_messages_is_one_line_again():
         + b"2026-12-02T00:17:44.841339697Z tail\n"
     assert join_partials(body) == b"a" * PARTIAL_LINE_BYTES + b"b" * PARTIAL_LINE_BYTES + b"tail\n"
     assert join_partials(b"short 2026-12-02T00:17:44Z line") == b"short 2026-12-02T00:17:44Z line"
+
+
+def test_lines_slightly_out_of_time_order_within_a_stream_all_arrive():
+    """stdout and stderr reach Docker's log file from two copiers: a stderr line may be written before a stdout
+    line stamped a moment earlier (seen with a real dockerd). Only lines at or before the resume point are skipped."""
+    log = (b"1970-01-01T00:00:02.000000001Z err\n1970-01-01T00:00:02.000000000Z out\n"
+           b"1970-01-01T00:00:01.000000000Z old\n")
+    stream = LogStream(lambda since_s: Chunks(log), cursor_ns=1_500_000_000)
+    assert stream.wait(30)
+    assert stream.read() == ("err\nout\n", 2_000_000_001)

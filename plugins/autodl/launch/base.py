@@ -294,8 +294,8 @@ class LogStream:
         self._thread.start()
 
     def _run(self) -> None:
-        seen = self.cursor_ns
-        since = seen // 1_000_000_000 if seen else None
+        start = self.cursor_ns
+        since = start // 1_000_000_000 if start else None
         pending = b""
         try:
             self._stream = self.open_stream(since)
@@ -305,26 +305,27 @@ class LogStream:
                 self.fetched_bytes += len(chunk)
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
-                    seen = self._take(line + b"\n", seen)
+                    self._take(line + b"\n", start)
             if pending and not self._closed:
-                self._take(pending, seen)
+                self._take(pending, start)
         except BaseException as exc:  # noqa: BLE001 - said to the reader, which reopens or reports
             if not self._closed:
                 self.error = exc
         finally:
             self.done.set()
 
-    def _take(self, line: bytes, seen: int) -> int:
+    def _take(self, line: bytes, start: int) -> None:
+        """Hand ``line`` out unless a stream before this one did (at or before ``start``). Within one stream
+        nothing is skipped: stdout and stderr lines may reach the engine's log slightly out of time order."""
         ts, text = timestamp_ns(line)
         if ts is not None and len(text) > PARTIAL_LINE_BYTES:
             text = join_partials(text)
-        if ts is not None and ts <= seen:
-            return seen  # fetched again after a reopen: already handed out
+        if ts is not None and ts <= start:
+            return  # fetched again after a reopen: already handed out
         with self._lock:
             self._out.append(text.decode("utf-8", "replace"))
             if ts is not None:
-                self.cursor_ns = ts
-        return ts if ts is not None else seen
+                self.cursor_ns = max(self.cursor_ns, ts)
 
     def read(self) -> tuple[str, int]:
         """The text that arrived since the last read, and the cursor (ns) to resume from."""
