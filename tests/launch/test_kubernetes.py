@@ -490,3 +490,15 @@ def test_launch_creates_the_output_claim_once(catalog, api):
     launcher.stop(launcher.launch(req))
     launcher.launch(req.model_copy(update={"labels": {**req.labels, "try_number": "2"}}))
     assert len(created) == 1
+
+
+def test_a_command_override_gets_no_hook_init_container(catalog):
+    from kubernetes.client import ApiClient
+
+    req = request_for(catalog, options={"command": ["sh", "-c", "echo hi"], "env": {"PYTHONPATH": "/opt/x"}})
+    pod = ApiClient().sanitize_for_serialization(KubernetesLauncher(catalog=catalog, api=object()).build_pod(req))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    assert "initContainers" not in pod["spec"], "an image without Python must still start"
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PYTHONPATH"] == "/opt/x" and env["AUTODL_METRICS_FILE"] == "/autodl/run/metrics.jsonl"
+    assert "autodl-hook" not in {v["name"] for v in pod["spec"]["volumes"]}

@@ -675,6 +675,9 @@ def add_measurement(pod: Any, request: LaunchRequest, opts: Any) -> Any:
       relayed to the log (``AUTODL_RUNFACTS=log``);
     * ``AUTODL_OUTPUT_DIR`` is the model's claim (:func:`output_claim`) mounted at ``OUTPUT_DIR``.
 
+    With ``launcher.command`` (an image that may have no Python) there is no init container and no hook:
+    the run's files and outputs are still there, only Paddle's peaks are not reported.
+
     :returns: ``pod``, changed in place.
     """
     from pathlib import Path
@@ -686,21 +689,30 @@ def add_measurement(pod: Any, request: LaunchRequest, opts: Any) -> Any:
 
     container = pod.spec.containers[0]
     env = {e.name: e.value for e in container.env or []}
+    prior = env.get("PYTHONPATH")
     env.update(measurement_env(request, self_vendor(request), env))
     env.pop("AUTODL_VISIBLE_ENV", None)  # the device plugin pins: no visibility variable maps places to devices
+    with_hook = not opts.command
+    if not with_hook:
+        env.pop("PYTHONPATH")
+        if prior:
+            env["PYTHONPATH"] = prior
     container.env = [k8s.V1EnvVar(name=k, value=v) for k, v in env.items()]
     volumes = list(pod.spec.volumes or [])
     mounts = list(container.volume_mounts or [])
-    volumes += [k8s.V1Volume(name="autodl-hook", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="16Mi")),
-                k8s.V1Volume(name="autodl-run", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi"))]
-    mounts += [k8s.V1VolumeMount(name="autodl-hook", mount_path=HOOK_DIR, read_only=True),
-               k8s.V1VolumeMount(name="autodl-run", mount_path=RUN_DIR)]
+    volumes.append(k8s.V1Volume(name="autodl-run", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi")))
+    mounts.append(k8s.V1VolumeMount(name="autodl-run", mount_path=RUN_DIR))
+    if with_hook:
+        volumes.append(k8s.V1Volume(name="autodl-hook", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="16Mi")))
+        mounts.append(k8s.V1VolumeMount(name="autodl-hook", mount_path=HOOK_DIR, read_only=True))
     claim = output_claim(request, pod.metadata.namespace)
     if claim is not None and env.get(OUTPUT_DIR_ENV) == OUTPUT_DIR:
         volumes.append(k8s.V1Volume(name="autodl-output", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
             claim_name=claim.metadata.name)))
         mounts.append(k8s.V1VolumeMount(name="autodl-output", mount_path=OUTPUT_DIR))
     pod.spec.volumes, container.volume_mounts = volumes, mounts
+    if not with_hook:
+        return pod
     source = (Path(CHILD_PATH) / "sitecustomize.py").read_text()
     init = k8s.V1Container(
         name="autodl-hook", image=container.image, image_pull_policy=container.image_pull_policy,
