@@ -13,6 +13,10 @@ Three sources, kept side by side (never one passed off as another):
   sees other ids than NVML reports);
 * the process tree's RSS and CPU when the run is on CPU (declared pool, no driver).
 
+A container or pod has its files where the follower cannot read them: there the hook relays them into
+the training's log and :class:`Follower` keeps the facts it finds there (:mod:`autodl.runfacts`: strict,
+bounded, self-reported) in the run's folder, in the same format, so the summary is made the same way.
+
 The run's own peak (``RunMetrics.peak_memory_bytes``) is Paddle's reserved peak when the training
 reported it, else NVML's per-process memory of the run, else (CPU run) RSS — never device-wide
 "used", which counts other jobs and cannot see a spike between two samples. A sampler that fails
@@ -260,6 +264,12 @@ def make_sampler(handle: LaunchHandle, device_uuids: list[str], *, folder: str |
     :param folder: the run's folder, for the NVML baseline.
     :param notes: receives why NVML was not used, when it was not.
     """
+    if handle.launcher == "kubernetes":
+        if notes is not None and not handle.on_cpu:
+            notes.append("GPU samples of a pod are unknown: NVML here cannot see the pod's devices (the DCGM "
+                         "exporter's Prometheus series are the source where one is configured); the run's own "
+                         "peak comes from the training's report through its log")
+        return None
     if not handle.on_cpu and device_uuids:
         try:
             sampler = NvmlSampler(device_uuids, nvml=nvml, baseline=read_baseline(folder))
@@ -468,6 +478,12 @@ class Follower:
         self.pending = ""
         self.samples: list[dict[str, Any]] = []
         self.exit_code: int | None = None
+        self.facts = None
+        if handle.steps_path is None and samples_path:  # a container or pod: its facts travel in its log
+            from autodl.runfacts import FactSink
+
+            folder = Path(samples_path).parent
+            self.facts = FactSink(folder / "runfacts.jsonl", folder / "report.json")
         if resume:
             self.samples = _rows(samples_path)
         self._out = open(samples_path, "a") if samples_path else None
@@ -496,7 +512,7 @@ class Follower:
             self._read_logs()
             for line in self.pending.split("\n"):
                 if line:
-                    self.log_sink(line)
+                    self._line(line)
             self.pending = ""
             self.exit_code = code
         return code
@@ -507,16 +523,37 @@ class Follower:
             self.pending += text
             *lines, self.pending = self.pending.split("\n")
             for line in lines:
-                self.log_sink(line)
+                self._line(line)
+
+    def _line(self, line: str) -> None:
+        """One log line: to ``log_sink``, except a run fact of a container or pod, which is kept instead."""
+        if self.facts is None:
+            self.log_sink(line)
+            return
+        from autodl.runfacts import split_fact
+
+        text, fact = split_fact(line)
+        if text.strip():
+            self.log_sink(text)
+        if fact is not None:
+            self.facts.take(fact)
 
     def summary(self, exit_code: int | None = None) -> RunMetrics:
         """What the run did so far (``exit_code`` None while it still runs or when it was interrupted)."""
         said = [n for n in getattr(self.first, "notes", None) or [] if n not in self.notes]
+        facts = self.facts.notes() if self.facts is not None else []
+        steps_path = self.handle.steps_path or (self.facts.metrics_path if self.facts is not None else None)
         return summarise(self.samples, source=self.source, duration_s=time.time() - self.handle.started_at.timestamp(),
                          exit_code=exit_code, samples_path=str(self.samples_path) if self.samples_path else None,
-                         steps_path=self.handle.steps_path, notes=[*self.notes, *said])
+                         steps_path=steps_path, notes=[*self.notes, *said, *facts])
 
     def close(self) -> None:
+        closer = getattr(self.launcher, "close_logs", None)
+        if closer is not None:
+            try:
+                closer(self.handle)
+            except Exception:  # noqa: BLE001 - a log stream that will not close never matters to the run
+                pass
         if self._out:
             self._out.close()
             self._out = None
@@ -599,7 +636,7 @@ def explain_oom(metrics: RunMetrics, handle: LaunchHandle, folder: str | Path) -
             profile = None
     # the host's memory bounds a host allocation only for a run on this host (a container or pod has its own limit)
     host_total = psutil.virtual_memory().total if handle.launcher == "local" else None
-    report = explain(texts, profile=profile, memory_reports=read_memory_reports(handle.steps_path),
+    report = explain(texts, profile=profile, memory_reports=read_memory_reports(handle.steps_path or Path(folder) / "runfacts.jsonl"),
                      others_bytes=metrics.others_memory_bytes, host_total_bytes=host_total, run_on_cpu=handle.on_cpu)
     return report.model_dump(mode="json") if report else None
 

@@ -14,7 +14,7 @@ import pytest
 
 from autodl.catalog import load_catalog
 from autodl.errors import LaunchError
-from autodl.launch.base import LaunchRequest
+from autodl.launch.base import LaunchRequest, timestamp_ns
 from autodl.launch.docker import DockerLauncher
 from autodl.types import Device
 
@@ -82,7 +82,7 @@ def test_env_mounts_shm_labels_exit_code(launcher, busybox_image, code, run_key,
     assert "262144" in text, "/dev/shm is 256 MiB = 262144 KiB"
     assert "hello from the code folder" in text
     assert "read-only" in text and not (code / "new").exists()
-    assert offset == len(text.encode())
+    assert offset > 0 and launcher.read_logs(handle, offset) == ("", offset)
 
     attrs = docker_client.containers.get(handle.container_id).attrs
     assert attrs["HostConfig"]["ShmSize"] == 256 << 20
@@ -97,17 +97,21 @@ def test_env_mounts_shm_labels_exit_code(launcher, busybox_image, code, run_key,
     assert labels["autodl.try_number"] == "1" and labels["autodl.lease_id"] == "lease-it"
 
 
-def test_logs_stream_and_offsets(launcher, busybox_image, code, run_key):
+def test_logs_stream_and_offsets(launcher, busybox_image, code, run_key, docker_client):
     req = make_request(code, run_key, busybox_image,
                        "for i in 1 2 3 4 5; do echo step $i; sleep 0.2; done; echo 'done ✓' >&2")
     handle = launcher.launch(req)
     streamed = "".join(launcher.stream_logs(handle))
     assert wait_exit(launcher, handle) == 0
     assert [line for line in streamed.splitlines()] == ["step 1", "step 2", "step 3", "step 4", "step 5", "done ✓"]
-    head, offset = launcher.read_logs(handle, 0)
-    rest, end = launcher.read_logs(handle, len("step 1\n"))
-    assert head == streamed and rest == streamed[len("step 1\n"):]
-    assert launcher.read_logs(handle, end) == ("", end)
+    head, end = launcher.read_logs(handle, 0)
+    assert head == streamed
+    assert launcher.read_logs(handle, end) == ("", end), "an ended container's log is read once"
+    # a reattach (a fresh launcher, e.g. after a triggerer restart) resumes after the line it last read
+    first_line = docker_client.containers.get(handle.container_id).logs(timestamps=True).split(b"\n")[0]
+    after_first, _ = timestamp_ns(first_line + b"\n")
+    rest, again = DockerLauncher(client=docker_client).read_logs(handle, after_first)
+    assert rest == streamed[len("step 1\n"):] and again == end
 
 
 def test_stop_kills_and_removes(launcher, busybox_image, code, run_key):
@@ -168,3 +172,12 @@ def test_missing_image_with_pull_never(launcher, code, run_key):
     req = make_request(code, run_key, "autodl-no-such-image:0", "true")
     with pytest.raises(LaunchError, match="docker pull autodl-no-such-image:0"):
         launcher.launch(req)
+
+
+def test_a_line_longer_than_docker_s_partial_messages_arrives_whole(launcher, busybox_image, code, run_key):
+    """Docker cuts a line into 16 KiB partial messages, each with its own timestamp in a timestamped log."""
+    req = make_request(code, run_key, busybox_image, "head -c 40000 /dev/zero | tr '\\0' a; echo; echo next")
+    handle = launcher.launch(req)
+    assert wait_exit(launcher, handle) == 0
+    text, _ = launcher.read_logs(handle, 0)
+    assert text == "a" * 40000 + "\nnext\n"

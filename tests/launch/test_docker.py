@@ -11,7 +11,16 @@ import pytest
 from autodl.errors import LaunchError, SpecError
 from autodl.launch import get_launcher
 from autodl.launch.base import LaunchRequest, training_command
-from autodl.launch.docker import DEFAULT_IMAGE, DockerLauncher, complete_utf8_length, docker_size, gpus_flag
+from autodl.launch.docker import (
+    DEFAULT_IMAGE,
+    DockerLauncher,
+    complete_utf8_length,
+    container_user_ids,
+    docker_size,
+    gpus_flag,
+    output_volume_name,
+    run_files_archive,
+)
 from autodl.spec import parse_size, parse_spec
 from autodl.types import Device
 
@@ -311,3 +320,45 @@ def test_incomplete_utf8_waits_for_the_next_read():
     assert complete_utf8_length(data[:-1]) == 2
     assert complete_utf8_length(data[:1]) == 0
     assert complete_utf8_length(b"abc") == 3
+
+
+def test_measurement_and_outputs_get_container_paths(script, catalog):
+    req = request_for(script, catalog, env={"AUTODL_OUTPUT_DIR": "/srv/autodl/outputs/text_classifier",
+                                            "AUTODL_REPORT_FILE": "/srv/autodl/runs/x/report.json"},
+                      options={"env": {"PYTHONPATH": "/opt/extra"}})
+    out = render(req)
+    env = out["env"]
+    assert env["PYTHONPATH"] == "/autodl/hook:/opt/extra", "the hook first, the spec's path kept"
+    assert env["AUTODL_RUNFACTS"] == "log" and env["AUTODL_METRICS_FILE"] == "/autodl/run/metrics.jsonl"
+    assert env["AUTODL_REPORT_FILE"] == "/autodl/run/report.json", "never the host path"
+    assert env["AUTODL_OUTPUT_DIR"] == "/autodl/output"
+    volume = out["output_volume"]
+    assert volume == output_volume_name("/srv/autodl/outputs/text_classifier")
+    assert re.fullmatch(r"autodl-output-text_classifier-[0-9a-f]{12}", volume)
+    assert out["create_kwargs"]["volumes"][volume] == {"bind": "/autodl/output", "mode": "rw"}
+    assert f"--volume {volume}:/autodl/output:rw" in out["shell"]
+    assert output_volume_name("/home/b/outputs/text_classifier") != volume, "one volume per model and home"
+    # inside, the devices are 0..n-1: the hook maps Paddle's gpu:N to the Nth booked device's UUID
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["AUTODL_DEVICE_IDS"] == "GPU-0002-uuid,GPU-0003-uuid"
+
+
+def test_a_run_without_an_output_folder_mounts_no_volume(script, catalog):
+    out = render(request_for(script, catalog))
+    assert out["output_volume"] is None and "AUTODL_OUTPUT_DIR" not in out["env"]
+    assert out["env"]["AUTODL_RUNFACTS"] == "log"
+
+
+def test_run_files_archive_holds_the_hook_and_user_owned_folders():
+    import io
+    import tarfile
+
+    from autodl.launch.child_path import sitecustomize
+
+    with tarfile.open(fileobj=io.BytesIO(run_files_archive(1000, 1000))) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        hook = tar.extractfile(members["autodl/hook/sitecustomize.py"]).read()
+    assert hook == open(sitecustomize.__file__, "rb").read()
+    assert (members["autodl/hook"].uid, members["autodl/hook"].mode) == (0, 0o755), "root's: the training cannot change it"
+    assert (members["autodl/run"].uid, members["autodl/run"].gid) == (1000, 1000)
+    assert (members["autodl/output"].uid, members["autodl/output"].gid) == (1000, 1000)
+    assert container_user_ids("1000") == (1000, 0) and container_user_ids("1001:1002") == (1001, 1002)

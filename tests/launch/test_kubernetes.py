@@ -4,6 +4,8 @@ through KubernetesPodOperator's dry run; launch/poll/logs/stop against a recordi
 from __future__ import annotations
 
 import re
+from pathlib import Path
+import time
 from datetime import datetime, timedelta, timezone
 
 import kubernetes_validate
@@ -275,13 +277,18 @@ class FakeCoreV1Api:
         except KeyError:
             raise ApiException(status=404, reason="NotFound") from None
 
-    def read_namespaced_pod_log(self, name, namespace, container=None):
-        self.calls.append(("log", namespace, name, container))
+    def read_namespaced_pod_log(self, name, namespace, container=None, **kwargs):
+        self.calls.append(("log", namespace, name, container, kwargs))
         if (namespace, name) not in self.pods:
             raise ApiException(status=404, reason="NotFound")
         if name not in self.logs:
             raise ApiException(status=400, reason="BadRequest")  # container creating
-        return self.logs[name]
+        if kwargs.get("_preload_content", True):
+            return self.logs[name]
+        # follow=True, timestamps=True: the kubelet's RFC 3339 time before each line (here: line i at i ns),
+        # and the stream ends with what is there (as when the connection drops)
+        lines = self.logs[name].splitlines(keepends=True)
+        return FakeLogResponse("".join(f"2026-12-01T00:00:00.{i + 1:09d}Z {line}" for i, line in enumerate(lines)))
 
     def delete_namespaced_pod(self, name, namespace, grace_period_seconds=None):
         self.calls.append(("delete", namespace, name, grace_period_seconds))
@@ -368,16 +375,53 @@ def test_poll_reports_an_image_that_cannot_be_pulled(launcher, api, catalog):
         launcher.poll(handle)
 
 
-def test_read_logs_with_offsets(launcher, api, catalog):
+class FakeLogResponse:
+    """A streamed log response (``_preload_content=False``): ``stream()`` yields its bytes in small pieces."""
+
+    def __init__(self, text):
+        self.data = text.encode()
+        self.closed = False
+
+    def stream(self, amt=None, decode_content=True):
+        for i in range(0, len(self.data), 7):
+            yield self.data[i:i + 7]
+
+    def close(self):
+        self.closed = True
+
+
+LOG_T0_NS = int(datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()) * 10**9
+"""The fake kubelet's time of line 0 (its line i is at ``LOG_T0_NS + i + 1``)."""
+
+
+def read_until(launcher, handle, offset, want):
+    """Read until ``want`` arrived (the stream delivers from its own thread)."""
+    got = ""
+    for _ in range(2000):
+        text, offset = launcher.read_logs(handle, offset)
+        got += text
+        if got == want:
+            return got, offset
+        time.sleep(0.005)
+    return got, offset
+
+
+def test_read_logs_follows_once_and_resumes_after_the_last_line(launcher, api, catalog):
     handle = launcher.launch(request_for(catalog))
     assert launcher.read_logs(handle) == ("", 0)  # container still creating
     api.logs[handle.pod_name] = "step 1\n"
-    text, offset = launcher.read_logs(handle)
-    assert text == "step 1\n"
+    text, offset = read_until(launcher, handle, 0, "step 1\n")
+    assert text == "step 1\n" and offset == LOG_T0_NS + 1  # the first line's timestamp, ns
     api.logs[handle.pod_name] = "step 1\nstep 2 ✓\n"
-    text, offset = launcher.read_logs(handle, offset)
-    assert text == "step 2 ✓\n" and offset == len("step 1\nstep 2 ✓\n".encode())
-    assert api.calls[-1] == ("log", "default", handle.pod_name, CONTAINER_NAME)
+    text, offset = read_until(launcher, handle, offset, "step 2 ✓\n")
+    assert text == "step 2 ✓\n" and offset == LOG_T0_NS + 2, "the reopened stream skips the line already read"
+    _, _, name, container, kwargs = [c for c in api.calls if c[0] == "log"][-1]
+    assert name == handle.pod_name and kwargs["follow"] is True and kwargs["timestamps"] is True
+    assert container == CONTAINER_NAME and kwargs["since_seconds"] >= 1
+    # a fresh launcher (a triggerer restarted) resumes at the offset it kept
+    fresh = KubernetesLauncher(api=api, catalog=catalog)
+    api.logs[handle.pod_name] += "step 3\n"
+    assert read_until(fresh, handle, offset, "step 3\n") == ("step 3\n", LOG_T0_NS + 3)
 
 
 def test_stop_deletes_by_label_and_is_idempotent(launcher, api, catalog):
@@ -397,3 +441,64 @@ def test_refused_pod_is_a_launch_error(launcher, api, catalog):
 
 def test_registry_picks_kubernetes():
     assert isinstance(get_launcher("kubernetes", namespace="ml"), KubernetesLauncher)
+
+
+def test_pod_carries_the_hook_run_files_and_the_models_output_claim(catalog):
+    from kubernetes.client import ApiClient
+
+    from autodl.launch.child_path import sitecustomize
+    from autodl.launch.kubernetes import output_claim
+
+    req = request_for(catalog, env={"AUTODL_OUTPUT_DIR": "/srv/autodl/outputs/text_classifier",
+                                    "AUTODL_REPORT_FILE": "/srv/autodl/runs/x/report.json"})
+    pod = ApiClient().sanitize_for_serialization(KubernetesLauncher(catalog=catalog, api=object()).build_pod(req))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    (init,) = pod["spec"]["initContainers"]
+    (container,) = pod["spec"]["containers"]
+    assert init["image"] == container["image"] and init["command"][0] == "python"
+    hook = {e["name"]: e["value"] for e in init["env"]}["AUTODL_HOOK_SOURCE"]
+    assert hook == Path(sitecustomize.__file__).read_text()
+    assert init["resources"]["limits"] == init["resources"]["requests"], "never lowers the pod's QoS class"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AUTODL_RUNFACTS"] == "log" and env["PYTHONPATH"].split(":")[0] == "/autodl/hook"
+    assert env["AUTODL_METRICS_FILE"] == "/autodl/run/metrics.jsonl"
+    assert env["AUTODL_REPORT_FILE"] == "/autodl/run/report.json", "a container path, not the host's"
+    assert env["AUTODL_OUTPUT_DIR"] == "/autodl/output"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/autodl/hook"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    claim_name = volumes["autodl-output"]["persistentVolumeClaim"]["claimName"]
+    claim = ApiClient().sanitize_for_serialization(output_claim(req, "default"))
+    kubernetes_validate.validate(claim, K8S_VERSION, strict=True)
+    assert claim["metadata"]["name"] == claim_name and len(claim_name) <= 63 and DNS_LABEL.fullmatch(claim_name)
+    other = output_claim(request_for(catalog, env={"AUTODL_OUTPUT_DIR": "/home/b/outputs/text_classifier"}), "default")
+    assert other.metadata.name != claim_name, "one claim per model and home"
+
+
+def test_launch_creates_the_output_claim_once(catalog, api):
+    created = []
+
+    def read_claim(name, namespace):
+        if name not in created:
+            raise ApiException(status=404, reason="NotFound")
+
+    api.read_namespaced_persistent_volume_claim = read_claim
+    api.create_namespaced_persistent_volume_claim = lambda namespace, body: created.append(body.metadata.name)
+    launcher = KubernetesLauncher(api=api, catalog=catalog)
+    req = request_for(catalog, env={"AUTODL_OUTPUT_DIR": "/srv/autodl/outputs/text_classifier"})
+    launcher.launch(req)
+    launcher.stop(launcher.launch(req))
+    launcher.launch(req.model_copy(update={"labels": {**req.labels, "try_number": "2"}}))
+    assert len(created) == 1
+
+
+def test_a_command_override_gets_no_hook_init_container(catalog):
+    from kubernetes.client import ApiClient
+
+    req = request_for(catalog, options={"command": ["sh", "-c", "echo hi"], "env": {"PYTHONPATH": "/opt/x"}})
+    pod = ApiClient().sanitize_for_serialization(KubernetesLauncher(catalog=catalog, api=object()).build_pod(req))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    assert "initContainers" not in pod["spec"], "an image without Python must still start"
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PYTHONPATH"] == "/opt/x" and env["AUTODL_METRICS_FILE"] == "/autodl/run/metrics.jsonl"
+    assert "autodl-hook" not in {v["name"] for v in pod["spec"]["volumes"]}

@@ -250,8 +250,10 @@ def test_pod_template_file_is_merged_as_kubernetes_pod_operator_merges_it(catalo
     assert base["image"] == "paddle:3.3.1" and base["command"][:2] == ["python", "-u"], "what autodl sets wins"
     env = {e["name"]: e.get("value") for e in base["env"]}
     assert env["NCCL_DEBUG"] == "WARN" and "AUTODL_RUN_KEY" in env, "lists are concatenated"
-    assert {m["mountPath"] for m in base["volumeMounts"]} == {"/data", "/dev/shm"}
-    assert {v["name"] for v in spec["volumes"]} == {"datasets", "dshm"}
+    mounts = {m["mountPath"] for m in base["volumeMounts"]}
+    assert {"/data", "/dev/shm"} <= mounts, "the template's mounts are kept beside autodl's"
+    assert {"/autodl/run", "/autodl/hook"} <= mounts, "the measurement's volumes survive the merge"
+    assert {"datasets", "dshm"} <= {v["name"] for v in spec["volumes"]}
     assert spec["dnsPolicy"] == "ClusterFirst" and spec["restartPolicy"] == "Never"
     assert spec["securityContext"]["runAsNonRoot"] is True
 

@@ -7,6 +7,7 @@ A launcher starts a training detached and returns a :class:`~autodl.types.Launch
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -252,3 +253,126 @@ def container_script(request: LaunchRequest, code_dir: str) -> tuple[str, str]:
             f"{code_dir}; set the workdir to a folder containing the script."
         ) from None
     return str(root), f"{code_dir.rstrip('/')}/{relative.as_posix()}"
+
+
+# ------------------------------------------------------------------ incremental log following (docker, kubernetes)
+_TIMESTAMP = re.compile(rb"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z ")
+
+
+def timestamp_ns(line: bytes) -> tuple[int | None, bytes]:
+    """Split a log line that Docker (``timestamps=True``) or the kubelet (``timestamps=true``) prefixed with
+    its RFC 3339 UTC time (``2026-12-01T23:50:01.123456789Z ``): ``(nanoseconds since the epoch, the rest)``,
+    or ``(None, line)`` when it has no such prefix."""
+    import calendar
+
+    match = _TIMESTAMP.match(line)
+    if match is None:
+        return None, line
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction = (match.group(7) or b"").ljust(9, b"0")
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    return seconds * 1_000_000_000 + int(fraction), line[match.end():]
+
+
+PARTIAL_LINE_BYTES = 16 * 1024
+"""Docker splits a longer line into partial messages of this many bytes (``bufSize`` in moby's
+``daemon/logger/copier.go``; the kubelet's CRI logs split at the same 16 KiB), each with its own timestamp."""
+
+
+def join_partials(text: bytes) -> bytes:
+    """A long line without the timestamps its partial messages carry at every :data:`PARTIAL_LINE_BYTES`."""
+    out, rest = [], text
+    while len(rest) > PARTIAL_LINE_BYTES:
+        match = _TIMESTAMP.match(rest, PARTIAL_LINE_BYTES)
+        if match is None:
+            break
+        out.append(rest[:PARTIAL_LINE_BYTES])
+        rest = rest[match.end():]
+    out.append(rest)
+    return b"".join(out)
+
+
+class LogStream:
+    """Follows one container's log over a single streaming request (``follow``), in a thread, so each byte
+    of the log is fetched once — as the providers' PodManager follows a pod (``follow=True``,
+    ``timestamps=True``) and DockerOperator a container (``logs(stream=True, follow=True)``).
+
+    Lines carry the engine's timestamps; ``cursor_ns`` is the timestamp of the last line handed out (the
+    offset a follower keeps). A stream (re)opened at a cursor asks for the log since that second and skips
+    the lines at or before it, so a reattach after a restart or a dropped connection neither repeats nor
+    re-reads more than one second of log. Rotation is the engine's business: a follow request continues
+    across it (a line rotated away while nobody followed is gone).
+
+    :param open_stream: ``open_stream(since_s)`` -> an iterable of byte chunks with a ``close()``; ``since_s``
+        is None for the whole log, else whole seconds since the epoch.
+    :param cursor_ns: the offset to resume from (0: the beginning).
+    """
+
+    def __init__(self, open_stream: Any, cursor_ns: int = 0):
+        import threading
+
+        self.open_stream = open_stream
+        self.cursor_ns = int(cursor_ns)
+        self.fetched_bytes = 0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._out: list[str] = []
+        self._stream: Any = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="autodl-log-stream", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = self.cursor_ns
+        since = start // 1_000_000_000 if start else None
+        pending = b""
+        try:
+            self._stream = self.open_stream(since)
+            for chunk in self._stream:
+                if self._closed:
+                    break
+                self.fetched_bytes += len(chunk)
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    self._take(line + b"\n", start)
+            if pending and not self._closed:
+                self._take(pending, start)
+        except BaseException as exc:  # noqa: BLE001 - said to the reader, which reopens or reports
+            if not self._closed:
+                self.error = exc
+        finally:
+            self.done.set()
+
+    def _take(self, line: bytes, start: int) -> None:
+        """Hand ``line`` out unless a stream before this one did (at or before ``start``). Within one stream
+        nothing is skipped: stdout and stderr lines may reach the engine's log slightly out of time order."""
+        ts, text = timestamp_ns(line)
+        if ts is not None and len(text) > PARTIAL_LINE_BYTES:
+            text = join_partials(text)
+        if ts is not None and ts <= start:
+            return  # fetched again after a reopen: already handed out
+        with self._lock:
+            self._out.append(text.decode("utf-8", "replace"))
+            if ts is not None:
+                self.cursor_ns = max(self.cursor_ns, ts)
+
+    def read(self) -> tuple[str, int]:
+        """The text that arrived since the last read, and the cursor (ns) to resume from."""
+        with self._lock:
+            text, self._out = "".join(self._out), []
+            return text, self.cursor_ns
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the stream to end (the container ended); True when it did."""
+        return self.done.wait(timeout_s)
+
+    def close(self) -> None:
+        """Stop following (idempotent)."""
+        self._closed = True
+        closer = getattr(self._stream, "close", None)
+        if closer is not None:
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - closing a finished stream
+                pass

@@ -11,6 +11,13 @@ Every container carries labels (``autodl.run_key``, ``autodl.dag_id``, ``autodl.
 finds the containers of its run key by label: a running one is reattached, an ended one is removed
 before a new one starts, so a retried task never runs two copies. ``stop`` stops and removes every
 container of the run key.
+
+The run's measurement travels in its log (no shared disk): autodl's start-up hook is copied into the
+container before it starts (``put_archive``, :data:`HOOK_DIR`, first on ``PYTHONPATH``) and relays
+Paddle's memory peaks, the script's step lines and its report to stderr (:mod:`autodl.runfacts`); the
+log is followed with one streaming request (:class:`~autodl.launch.base.LogStream`). Checkpoints live in
+a named volume per model (:func:`output_volume_name`) mounted at :data:`OUTPUT_DIR`, so the next run of
+the model on the same engine resumes from them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from autodl.catalog import VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.launch.base import (
     LaunchRequest,
+    LogStream,
     container_script,
     launcher_options,
     pinning_env,
@@ -59,6 +67,89 @@ NVIDIA_TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-
 GPU_ENUMERATION_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html"
 
 _RUNNING = {"running", "restarting", "paused"}
+
+HOOK_DIR = "/autodl/hook"
+"""Where autodl's start-up hook (``autodl/launch/child_path``) is copied in the container; read-only for the user."""
+
+RUN_DIR = "/autodl/run"
+"""The run's own files in the container (``$AUTODL_METRICS_FILE``, ``$AUTODL_REPORT_FILE``), owned by its user."""
+
+OUTPUT_DIR = "/autodl/output"
+"""Where the model's output volume is mounted (``$AUTODL_OUTPUT_DIR`` in the container)."""
+
+OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
+REPORT_FILE_ENV = "AUTODL_REPORT_FILE"
+"""The pipeline's contract variables (:mod:`autodl.pipeline`): host paths there, container paths here."""
+
+LOG_DRAIN_S = 10.0
+"""Seconds the last read of an ended container waits for its log stream to deliver the last lines."""
+
+
+def output_volume_name(host_output_dir: str) -> str:
+    """The named volume holding one model's checkpoints: ``autodl-output-<folder name>-<hash>``.
+
+    ``host_output_dir`` is the folder the pipeline gives the model (``task.output_dir``, else
+    ``$AUTODL_HOME/outputs/<model>``); its name keeps the volume readable, the first 12 hex digits of the
+    SHA-256 of the whole path keep two homes' models of one name apart. Docker volume names match
+    ``[a-zA-Z0-9][a-zA-Z0-9_.-]+``.
+    """
+    base = re.sub(r"[^a-zA-Z0-9_.-]+", "-", host_output_dir.rstrip("/").rsplit("/", 1)[-1]).strip("-_.")[:60] or "model"
+    return f"autodl-output-{base}-{hashlib.sha256(host_output_dir.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
+def container_user_ids(user: str) -> tuple[int, int]:
+    """``(uid, gid)`` of ``launcher.user`` (``1000:1000``, or ``1000``: Docker's group is then 0)."""
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or 0)
+
+
+def run_files_archive(uid: int, gid: int) -> bytes:
+    """A tar, extracted at ``/`` of a created container: the start-up hook under :data:`HOOK_DIR` (root's,
+    readable), :data:`RUN_DIR` and the output volume's root :data:`OUTPUT_DIR` owned by ``uid:gid`` (so the
+    non-root training can write its report and checkpoints)."""
+    import io
+    import tarfile
+    import time
+    from pathlib import Path
+
+    from autodl.launch.local import CHILD_PATH
+
+    now = time.time()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def folder(name: str, mode: int, owner: tuple[int, int] = (0, 0)) -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
+            info.uid, info.gid = owner
+            tar.addfile(info)
+
+        folder("autodl", 0o755)
+        folder(HOOK_DIR.lstrip("/"), 0o755)
+        folder(RUN_DIR.lstrip("/"), 0o700, (uid, gid))
+        folder(OUTPUT_DIR.lstrip("/"), 0o750, (uid, gid))
+        for source in sorted(Path(CHILD_PATH).glob("*.py")):
+            data = source.read_bytes()
+            info = tarfile.TarInfo(f"{HOOK_DIR.lstrip('/')}/{source.name}")
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def measurement_env(request: LaunchRequest, vendor: VendorInfo, base: dict[str, str]) -> dict[str, str]:
+    """The variables that make the run's measurement travel in its log (see the module docstring):
+    the hook first on ``PYTHONPATH``, ``AUTODL_RUNFACTS=log``, the run's files under :data:`RUN_DIR`, and
+    ``AUTODL_OUTPUT_DIR`` at the output volume when the pipeline gave one."""
+    prior = base.get("PYTHONPATH")
+    env = {
+        "PYTHONPATH": HOOK_DIR + (":" + prior if prior else ""),
+        "AUTODL_RUNFACTS": "log",
+        "AUTODL_METRICS_FILE": f"{RUN_DIR}/metrics.jsonl",
+        REPORT_FILE_ENV: f"{RUN_DIR}/report.json",
+        "AUTODL_VISIBLE_ENV": vendor.visible_devices_env,
+    }
+    if request.env.get(OUTPUT_DIR_ENV):
+        env[OUTPUT_DIR_ENV] = OUTPUT_DIR
+    return env
 
 
 def container_labels(request: LaunchRequest) -> dict[str, str]:
@@ -129,6 +220,9 @@ class DockerPlan:
     device_ids: list[str] = field(default_factory=list)
     visible_devices: str | None = None
     pull_policy: str = "IfNotPresent"
+    output_volume: str | None = None
+    output_dir: str | None = None
+    user: str = "1000:1000"
 
     @property
     def shell(self) -> str:
@@ -277,6 +371,9 @@ class DockerLauncher:
         env.update(request.env)
         env.update(opts.env)
         env.update(device_env)
+        env.update(measurement_env(request, vendor, env))
+        if not on_cpu and request.devices:  # the hook attributes Paddle's place gpu:N to the Nth booked device
+            env["AUTODL_DEVICE_IDS"] = visible_devices_value(request.devices)
         env["AUTODL_RUN_KEY"] = request.run_key
         env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
         if request.labels.get("lease_id"):
@@ -290,6 +387,9 @@ class DockerLauncher:
             volumes[path] = {"bind": path, "mode": "ro"}
         for mount in opts.mounts:
             volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+        output_volume = output_volume_name(request.env[OUTPUT_DIR_ENV]) if request.env.get(OUTPUT_DIR_ENV) else None
+        if output_volume:
+            volumes[output_volume] = {"bind": OUTPUT_DIR, "mode": "rw"}
         shm = opts.shm_size or (request.shm_bytes if opts.ipc_mode != "host" else None)
         memory = opts.memory_limit or request.memory_limit_bytes
 
@@ -341,6 +441,7 @@ class DockerLauncher:
         return DockerPlan(
             image=image, name=name, argv=argv, env=env, labels=labels, create_kwargs=kwargs, cli=cli,
             device_ids=device_ids, visible_devices=visible, pull_policy=opts.image_pull_policy,
+            output_volume=output_volume, output_dir=request.env.get(OUTPUT_DIR_ENV), user=opts.user,
         )
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
@@ -357,6 +458,7 @@ class DockerLauncher:
             "device_ids": plan.device_ids,
             "visible_devices": plan.visible_devices,
             "shell": plan.shell,
+            "output_volume": plan.output_volume,
             "create_kwargs": {k: (list(map(dict, v)) if k == "device_requests" else redact_env(v) if k == "environment" else v)
                               for k, v in plan.create_kwargs.items()},
         }
@@ -412,14 +514,39 @@ class DockerLauncher:
                 log.info("removing ended container %s (%s) of run %s", old.name, old.status, request.run_key)
                 old.remove(force=True)
         self._ensure_image(plan)
+        self._ensure_output_volume(plan)
         log.info("docker equivalent: %s", plan.shell)
         try:
-            return self.client.containers.create(**plan.create_kwargs)
+            container = self.client.containers.create(**plan.create_kwargs)
         except docker.errors.APIError as exc:
             raise LaunchError(
                 f"Docker refused to create container {plan.name} for run {request.run_key}: "
                 f"{exc.explanation or exc}; reproduce with: {plan.shell}"
             ) from exc
+        try:
+            container.put_archive("/", run_files_archive(*container_user_ids(plan.user)))
+        except docker.errors.APIError as exc:
+            container.remove(force=True)
+            raise LaunchError(
+                f"cannot copy autodl's start-up hook into container {plan.name} ({exc.explanation or exc}): the run "
+                "would measure nothing of its own; check the image has a writable root file system."
+            ) from exc
+        return container
+
+    def _ensure_output_volume(self, plan: DockerPlan) -> None:
+        """Create the model's output volume, labelled with the host folder it stands for, unless it exists."""
+        import docker
+
+        if not plan.output_volume:
+            return
+        try:
+            self.client.volumes.get(plan.output_volume)
+            return
+        except docker.errors.NotFound:
+            pass
+        labels = {MANAGED_LABEL: "true", f"{LABEL_PREFIX}output_dir": plan.output_dir or ""}
+        log.info("creating output volume %s for %s", plan.output_volume, plan.output_dir)
+        self.client.volumes.create(name=plan.output_volume, labels=labels)
 
     def launch(self, request: LaunchRequest) -> LaunchHandle:
         """Start the training detached, or reattach to its running container.
@@ -495,15 +622,43 @@ class DockerLauncher:
         return None
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
-        """stdout and stderr since byte ``offset``, and the offset to pass next time.
+        """stdout and stderr since ``offset`` (the timestamp of the last line read, ns; 0: the beginning),
+        and the offset to pass next time.
 
-        Docker keeps the log with the container (json-file driver), so this reads it whole and slices;
-        an incomplete UTF-8 character at the end waits for the next call.
+        One streaming request per container follows the log (:class:`~autodl.launch.base.LogStream`:
+        ``logs(stream=True, follow=True, timestamps=True, since=...)``), so nothing is fetched twice; a
+        stream that broke while the container runs is reopened at ``offset``. Once the container ended,
+        the read waits up to :data:`LOG_DRAIN_S` for the stream's last lines.
         """
-        data = self._container(handle).logs(stdout=True, stderr=True)
-        chunk = data[offset:]
-        n = complete_utf8_length(chunk)
-        return chunk[:n].decode("utf-8", "replace"), offset + n
+        key = handle.container_id or handle.container_name or handle.run_key
+        stream = self._streams.get(key)
+        if stream is not None and stream.done.is_set():
+            text, cursor = stream.read()
+            if text or self._container(handle).status not in _RUNNING:
+                return text, cursor
+            log.info("log stream of container %s ended early (%s): reopening it", handle.container_name, stream.error)
+            offset, stream = cursor, None
+        if stream is None:
+            container = self._container(handle)
+
+            def open_stream(since_s: int | None) -> Any:
+                kwargs = {"since": since_s} if since_s else {}
+                return container.logs(stdout=True, stderr=True, stream=True, follow=True, timestamps=True, **kwargs)
+
+            stream = self._streams[key] = LogStream(open_stream, offset)
+        if not stream.done.is_set() and self._container(handle).status not in _RUNNING:
+            stream.wait(LOG_DRAIN_S)
+        return stream.read()
+
+    @property
+    def _streams(self) -> dict[str, LogStream]:
+        return self.__dict__.setdefault("_log_streams", {})
+
+    def close_logs(self, handle: LaunchHandle) -> None:
+        """Stop following ``handle``'s log (the follower is done with it); idempotent."""
+        stream = self._streams.pop(handle.container_id or handle.container_name or handle.run_key, None)
+        if stream is not None:
+            stream.close()
 
     def stream_logs(self, handle: LaunchHandle) -> Iterator[str]:
         """Follow the container's output as it is written, until the container ends."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from functools import cached_property
 from typing import Any
 
@@ -26,8 +27,8 @@ import yaml
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
-from autodl.launch.base import LaunchRequest, container_script, launcher_options, run_labels, training_command
-from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, complete_utf8_length
+from autodl.launch.base import LaunchRequest, LogStream, container_script, launcher_options, run_labels, training_command
+from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, LOG_DRAIN_S
 from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
 
@@ -492,7 +493,7 @@ class KubernetesLauncher:
         metadata = k8s.V1ObjectMeta(
             name=pod_name(request), namespace=self._namespace(opts), labels=labels, annotations=annotations
         )
-        pod = k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
+        pod = add_measurement(k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec), request, opts)
         return merge_pod_template(pod, opts.pod_template_file, request.run_key) if opts.pod_template_file else pod
 
     def _namespace(self, opts: Any) -> str:
@@ -551,6 +552,7 @@ class KubernetesLauncher:
             if not existing.metadata.deletion_timestamp:
                 log.info("deleting ended pod %s/%s (%s)", namespace, existing.metadata.name, phase)
                 self._delete(existing.metadata.name, namespace)
+        self._ensure_output_claim(request, namespace)
         try:
             created = self.api.create_namespaced_pod(namespace, pod)
         except ApiException as exc:
@@ -561,6 +563,33 @@ class KubernetesLauncher:
             ) from exc
         name = created.metadata.name if created is not None and created.metadata else pod.metadata.name
         return self._handle(request, pod, name, reattached=False)
+
+    def _ensure_output_claim(self, request: LaunchRequest, namespace: str) -> None:
+        """Create the model's output claim (:func:`output_claim`) unless it exists (an admin may create it
+        beforehand with another size or storage class: autodl then uses that one).
+
+        :raises LaunchError: when the API refuses it (quota, RBAC).
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        claim = output_claim(request, namespace)
+        if claim is None:
+            return
+        try:
+            self.api.read_namespaced_persistent_volume_claim(claim.metadata.name, namespace)
+            return
+        except ApiException as exc:
+            if exc.status != 404:
+                raise LaunchError(f"cannot read claim {namespace}/{claim.metadata.name}: {exc.status} {exc.reason}.") from exc
+        try:
+            self.api.create_namespaced_persistent_volume_claim(namespace, claim)
+        except ApiException as exc:
+            if exc.status != 409:  # created meanwhile by a concurrent launch
+                raise LaunchError(
+                    f"Kubernetes refused the output claim {namespace}/{claim.metadata.name} of run {request.run_key}: "
+                    f"{exc.status} {exc.reason}; create it yourself (docs/launchers.md) or allow the connection "
+                    "kubernetes_default to create persistentvolumeclaims."
+                ) from exc
 
     def _handle(self, request: LaunchRequest, pod: Any, name: str, *, reattached: bool) -> LaunchHandle:
         return LaunchHandle(
@@ -624,19 +653,55 @@ class KubernetesLauncher:
         return None
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
-        """The training container's log since byte ``offset`` and the next offset; empty while the
-        container has not started."""
-        from kubernetes.client.exceptions import ApiException
+        """The training container's log since ``offset`` (the timestamp of the last line read, ns; 0: the
+        beginning) and the offset to pass next time; empty while the container has not started.
 
+        One ``read_namespaced_pod_log(follow=True, timestamps=True, since_seconds=...)`` request follows the
+        log (:class:`~autodl.launch.base.LogStream`, as the cncf provider's PodManager does), so nothing is
+        fetched twice; a stream that ended while the pod runs (container still creating, connection dropped)
+        is reopened at ``offset``. Once the pod ended, the read waits up to ``LOG_DRAIN_S`` for the last lines.
+        """
+        key = f"{handle.namespace}/{handle.pod_name}"
+        stream = self._streams.get(key)
+        if stream is not None and stream.done.is_set():
+            text, cursor = stream.read()
+            if text or self._pod_ended(handle):
+                return text, cursor
+            offset, stream = cursor, None
+        if stream is None:
+            stream = self._streams[key] = LogStream(self._log_opener(handle), offset)
+        if not stream.done.is_set() and self._pod_ended(handle):
+            stream.wait(LOG_DRAIN_S)
+        return stream.read()
+
+    def _log_opener(self, handle: LaunchHandle) -> Any:
+        """``open(since_s)`` for :class:`LogStream`: a following log request of the training container,
+        ``since_seconds`` covering the second of the last line read (the API takes relative whole seconds)."""
+        def open_stream(since_s: int | None) -> Any:
+            kwargs: dict[str, Any] = {"container": CONTAINER_NAME, "follow": True, "timestamps": True,
+                                      "_preload_content": False}
+            if since_s:
+                kwargs["since_seconds"] = max(1, int(time.time()) - since_s + 1)
+            return _ResponseChunks(self.api.read_namespaced_pod_log(handle.pod_name, handle.namespace, **kwargs))
+
+        return open_stream
+
+    def _pod_ended(self, handle: LaunchHandle) -> bool:
         try:
-            text = self.api.read_namespaced_pod_log(handle.pod_name, handle.namespace, container=CONTAINER_NAME)
-        except ApiException as exc:
-            if exc.status in (400, 404):  # 400: container still creating
-                return "", offset
-            raise LaunchError(f"cannot read logs of pod {handle.namespace}/{handle.pod_name}: {exc.reason}.") from exc
-        data = (text or "").encode("utf-8")[offset:]
-        n = complete_utf8_length(data)
-        return data[:n].decode("utf-8", "replace"), offset + n
+            pod = self._read(handle)
+        except LaunchError:
+            return True
+        return bool(pod.status and pod.status.phase in ("Succeeded", "Failed"))
+
+    @property
+    def _streams(self) -> dict[str, LogStream]:
+        return self.__dict__.setdefault("_log_streams", {})
+
+    def close_logs(self, handle: LaunchHandle) -> None:
+        """Stop following ``handle``'s log (the follower is done with it); idempotent."""
+        stream = self._streams.pop(f"{handle.namespace}/{handle.pod_name}", None)
+        if stream is not None:
+            stream.close()
 
     def _delete(self, name: str, namespace: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -655,3 +720,130 @@ class KubernetesLauncher:
             names.add(handle.pod_name)
         for name in sorted(names):
             self._delete(name, namespace)
+
+
+# ------------------------------------------------------------------ measurement and outputs of a pod
+HOOK_SOURCE_ENV = "AUTODL_HOOK_SOURCE"
+"""Variable of the init container holding the start-up hook's source, which it writes to ``HOOK_DIR``."""
+
+OUTPUT_CLAIM_SIZE = "10Gi"
+"""Size of an output claim autodl creates (checkpoints of one model); create the claim beforehand for another."""
+
+HOOK_WRITER = ("import os; d = os.environ['AUTODL_HOOK_DIR']; "
+               "open(os.path.join(d, 'sitecustomize.py'), 'w').write(os.environ['AUTODL_HOOK_SOURCE'])")
+"""What the init container runs (with the training image's Python): writes the hook into the shared ``emptyDir``."""
+
+INIT_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+"""Requests and limits of the hook's init container (equal, so they never lower the pod's QoS class)."""
+
+
+def output_claim_name(host_output_dir: str) -> str:
+    """The PersistentVolumeClaim of one model's checkpoints: the Docker volume's name
+    (:func:`autodl.launch.docker.output_volume_name`), lower-cased and cut to a DNS-1123 name (63)."""
+    from autodl.launch.docker import output_volume_name
+
+    name = re.sub(r"[^a-z0-9-]+", "-", output_volume_name(host_output_dir).lower())
+    base, digest = name[:-13], name[-12:]
+    return f"{base[:50].strip('-')}-{digest}"
+
+
+def output_claim(request: LaunchRequest, namespace: str) -> Any:
+    """The ``V1PersistentVolumeClaim`` autodl creates for the model's outputs (ReadWriteOnce,
+    :data:`OUTPUT_CLAIM_SIZE`), or None when the run has no output folder."""
+    from kubernetes import client as k8s
+
+    from autodl.launch.docker import OUTPUT_DIR_ENV
+
+    host_dir = request.env.get(OUTPUT_DIR_ENV)
+    if not host_dir:
+        return None
+    return k8s.V1PersistentVolumeClaim(
+        api_version="v1", kind="PersistentVolumeClaim",
+        metadata=k8s.V1ObjectMeta(name=output_claim_name(host_dir), namespace=namespace,
+                                  labels={"app.kubernetes.io/managed-by": "autodl"},
+                                  annotations={f"{LABEL_PREFIX}output-dir": host_dir}),
+        spec=k8s.V1PersistentVolumeClaimSpec(access_modes=["ReadWriteOnce"],
+                                             resources=k8s.V1VolumeResourceRequirements(
+                                                 requests={"storage": OUTPUT_CLAIM_SIZE})),
+    )
+
+
+def add_measurement(pod: Any, request: LaunchRequest, opts: Any) -> Any:
+    """Make ``pod``'s measurement travel in its log, as a Docker run's does (:mod:`autodl.launch.docker`):
+
+    * an init container (the training image, :data:`HOOK_WRITER`) writes the start-up hook into an
+      ``emptyDir`` mounted read-only at ``HOOK_DIR`` in the training container, first on ``PYTHONPATH``;
+    * the run's files (``$AUTODL_METRICS_FILE``, ``$AUTODL_REPORT_FILE``) go to an ``emptyDir`` at ``RUN_DIR``,
+      relayed to the log (``AUTODL_RUNFACTS=log``);
+    * ``AUTODL_OUTPUT_DIR`` is the model's claim (:func:`output_claim`) mounted at ``OUTPUT_DIR``.
+
+    With ``launcher.command`` (an image that may have no Python) there is no init container and no hook:
+    the run's files and outputs are still there, only Paddle's peaks are not reported.
+
+    :returns: ``pod``, changed in place.
+    """
+    from pathlib import Path
+
+    from kubernetes import client as k8s
+
+    from autodl.launch.docker import HOOK_DIR, OUTPUT_DIR, OUTPUT_DIR_ENV, RUN_DIR, measurement_env
+    from autodl.launch.local import CHILD_PATH
+
+    container = pod.spec.containers[0]
+    env = {e.name: e.value for e in container.env or []}
+    prior = env.get("PYTHONPATH")
+    env.update(measurement_env(request, self_vendor(request), env))
+    env.pop("AUTODL_VISIBLE_ENV", None)  # the device plugin pins: no visibility variable maps places to devices
+    with_hook = not opts.command
+    if not with_hook:
+        env.pop("PYTHONPATH")
+        if prior:
+            env["PYTHONPATH"] = prior
+    container.env = [k8s.V1EnvVar(name=k, value=v) for k, v in env.items()]
+    volumes = list(pod.spec.volumes or [])
+    mounts = list(container.volume_mounts or [])
+    volumes.append(k8s.V1Volume(name="autodl-run", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi")))
+    mounts.append(k8s.V1VolumeMount(name="autodl-run", mount_path=RUN_DIR))
+    if with_hook:
+        volumes.append(k8s.V1Volume(name="autodl-hook", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="16Mi")))
+        mounts.append(k8s.V1VolumeMount(name="autodl-hook", mount_path=HOOK_DIR, read_only=True))
+    claim = output_claim(request, pod.metadata.namespace)
+    if claim is not None and env.get(OUTPUT_DIR_ENV) == OUTPUT_DIR:
+        volumes.append(k8s.V1Volume(name="autodl-output", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+            claim_name=claim.metadata.name)))
+        mounts.append(k8s.V1VolumeMount(name="autodl-output", mount_path=OUTPUT_DIR))
+    pod.spec.volumes, container.volume_mounts = volumes, mounts
+    if not with_hook:
+        return pod
+    source = (Path(CHILD_PATH) / "sitecustomize.py").read_text()
+    init = k8s.V1Container(
+        name="autodl-hook", image=container.image, image_pull_policy=container.image_pull_policy,
+        command=[opts.python, "-c", HOOK_WRITER],
+        env=[k8s.V1EnvVar(name="AUTODL_HOOK_DIR", value=HOOK_DIR), k8s.V1EnvVar(name=HOOK_SOURCE_ENV, value=source)],
+        volume_mounts=[k8s.V1VolumeMount(name="autodl-hook", mount_path=HOOK_DIR)],
+        resources=k8s.V1ResourceRequirements(limits=dict(INIT_RESOURCES), requests=dict(INIT_RESOURCES)),
+        security_context=container.security_context,
+    )
+    pod.spec.init_containers = [*(pod.spec.init_containers or []), init]
+    return pod
+
+
+def self_vendor(request: LaunchRequest) -> Any:
+    """The request's vendor, else NVIDIA's (what :func:`measurement_env` needs: the visibility variable)."""
+    return request.vendor or load_catalog().vendor("nvidia")
+
+
+class _ResponseChunks:
+    """The byte chunks of a streamed (``_preload_content=False``) log response, closable from another thread."""
+
+    def __init__(self, response: Any):
+        self.response = response
+
+    def __iter__(self) -> Any:
+        return iter(self.response.stream(4096, decode_content=True))
+
+    def close(self) -> None:
+        for name in ("close", "release_conn"):
+            method = getattr(self.response, name, None)
+            if method is not None:
+                method()

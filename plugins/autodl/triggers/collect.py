@@ -22,7 +22,8 @@ class CollectTrigger(BaseTrigger):
     - ``{"status": "lease_lost" | "timed_out" | "unschedulable", "message": ..., "metrics": ...}`` when it
       was stopped early, and why.
 
-    Resumable: the log offset is kept in the run's state folder and the samples file is re-read, so a
+    Resumable: the log offset (bytes for a local run, the last line's timestamp in ns for a container or pod,
+    :class:`autodl.launch.base.LogStream`) is kept in the run's state folder and the samples file is re-read, so a
     triggerer restart neither repeats log lines nor loses samples.
 
     :param run: the run's identity (``autodl.pipeline.RunContext`` fields).

@@ -16,8 +16,19 @@ of the run (the script, or ``paddle.distributed.launch`` and each rank it starts
        "device": "GPU-...uuid", "step": 17, "allocated_peak_bytes": n, "reserved_peak_bytes": n, "final": false,
        "allocator_strategy": "auto_growth"}
 
-  ``device`` is the entry of the visibility variable (``$AUTODL_VISIBLE_ENV``) that the place's
-  index selects, so memory is attributed by device UUID, never by process id.
+  ``device`` is the entry of ``$AUTODL_DEVICE_IDS`` (a container's devices by host id, in the order it
+  numbers them) or else of the visibility variable (``$AUTODL_VISIBLE_ENV``) that the place's index selects, so memory is attributed by device UUID, never by process id.
+
+In a container or pod (``AUTODL_RUNFACTS=log``, set by the Docker and Kubernetes launchers) the run's
+files are not on the host that follows it, so the first Python process of the run (the script, or
+``paddle.distributed.launch``; its children inherit ``AUTODL_RELAY_OWNER`` and do not relay) also
+relays every new line of ``$AUTODL_METRICS_FILE`` and each new version of ``$AUTODL_REPORT_FILE`` to
+its stderr, every :data:`RELAY_EVERY_S` seconds and once more at exit, as one line each::
+
+    @autodl-runfact metrics {...the line...}
+    @autodl-runfact report {...the report, compacted...}
+
+The follower parses them with :mod:`autodl.runfacts` (bounded, strict; self-reported).
 
 A peak counter is a high-water mark kept by Paddle's allocator, so a spike between two samples is
 not missed. Nothing here may break the training: every failure is swallowed (and the hook is off
@@ -87,7 +98,8 @@ class _PeakReporter:
             return  # a process that never trained (e.g. paddle.distributed.launch itself)
         self.last = (place, allocated, reserved)
         device = place
-        visible = os.environ.get(os.environ.get("AUTODL_VISIBLE_ENV", ""), "")
+        # in a container the visibility variable lists positions: AUTODL_DEVICE_IDS has the host's ids in that order
+        visible = os.environ.get("AUTODL_DEVICE_IDS") or os.environ.get(os.environ.get("AUTODL_VISIBLE_ENV", ""), "")
         if ":" in place and visible:
             ids = [v for v in visible.split(",") if v]
             try:
@@ -206,6 +218,100 @@ def _install(path):
     sys.meta_path.insert(0, _Finder())
     atexit.register(lambda: reporter.report(final=True) if "paddle" in sys.modules else None)
 
+
+RELAY_EVERY_S = 0.5
+"""Seconds between two relays of the run's files to stderr (the follower polls every 0.5-5 s)."""
+
+RELAY_PREFIX = "@autodl-runfact "
+"""Must equal :data:`autodl.runfacts.PREFIX` (this file imports nothing of autodl: it runs in the training)."""
+
+MAX_REPORT_BYTES = 65536
+"""A report larger than this is not relayed (:data:`autodl.runfacts.MAX_REPORT_BYTES`)."""
+
+
+class _Relay:
+    def __init__(self, metrics_path, report_path):
+        self.metrics_path = metrics_path
+        self.report_path = report_path
+        self.offset = 0
+        self.partial = b""
+        self.report_seen = None
+        self.lock = None
+
+    def emit(self, channel, payload):
+        try:
+            os.write(2, (RELAY_PREFIX + channel + " " + payload + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    def metrics(self):
+        if not self.metrics_path:
+            return
+        try:
+            with open(self.metrics_path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                self.emit("metrics", text)
+
+    def report(self):
+        import json
+
+        if not self.report_path:
+            return
+        try:
+            st = os.stat(self.report_path)
+            if (st.st_mtime_ns, st.st_size) == self.report_seen or st.st_size > MAX_REPORT_BYTES:
+                return
+            with open(self.report_path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return  # absent, or being written: the next relay sees it whole
+        self.report_seen = (st.st_mtime_ns, st.st_size)
+        self.emit("report", json.dumps(data, separators=(",", ":")))
+
+    def once(self):
+        import threading
+
+        if self.lock is None:
+            self.lock = threading.Lock()
+        with self.lock:
+            try:
+                self.metrics()
+                self.report()
+            except Exception:  # noqa: BLE001 - relaying never breaks the training
+                pass
+
+    def loop(self):
+        import time
+
+        while True:
+            time.sleep(RELAY_EVERY_S)
+            self.once()
+
+
+def _start_relay():
+    import atexit
+    import threading
+
+    os.environ["AUTODL_RELAY_OWNER"] = str(os.getpid())
+    relay = _Relay(os.environ.get("AUTODL_METRICS_FILE"), os.environ.get("AUTODL_REPORT_FILE"))
+    relay.once()
+    atexit.register(relay.once)  # registered before the peak hook's: runs after its final report
+    threading.Thread(target=relay.loop, name="autodl-runfact-relay", daemon=True).start()
+
+
+if os.environ.get("AUTODL_RUNFACTS") == "log" and not os.environ.get("AUTODL_RELAY_OWNER"):
+    try:
+        _start_relay()
+    except Exception:  # noqa: BLE001
+        pass
 
 if os.environ.get("AUTODL_METRICS_FILE") and os.environ.get("AUTODL_PEAK_HOOK", "1") != "0":
     try:

@@ -1,0 +1,21 @@
+"""Following a growing pod log with restarts (the benchmark's fake kubelet): every line once, each byte fetched about once."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "log_follow.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("log_follow_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_followed_pod_log_is_fetched_about_once_across_restarts():
+    row = load_bench().pod_row(seconds=240, restarts=3)  # exits when a line is lost or repeated
+    assert row["fetched"] / row["log"] <= 1.1
+    assert row["before"] > 100, "the former follower re-read the whole log at every poll"
