@@ -5,10 +5,25 @@ The DAG runs in-process (``dag.test``), through the same code the scheduler runs
 instances: mapped ``launch``/``collect_metrics`` instances are created after the booking
 (``TaskMap.expand_mapped_task``) and the ``airflow.policy`` entry point of the installed package
 (:mod:`autodl.policies`) sets their queue. The CeleryExecutor sends an instance to ``ti.queue``.
+
+Then for real: a Redis broker and two Celery workers, one per host (own ``AUTODL_HOST``, own
+``AUTODL_HOME``: no disk shared with the control plane or each other), each reading its host's queue; the
+control plane (this process, a third ``AUTODL_HOME``) profiles, books, routes launch and collect to the
+booked host's queue and writes the record from autodl's store alone.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -104,3 +119,154 @@ def test_local_launch_refuses_a_host_it_is_not_on(monkeypatch):
     with pytest.raises(LaunchError, match="booked devices are on host gpu-b, but this step runs on gpu-a"):
         require_here("gpu-b", "start the training", "k")
 
+
+
+# ------------------------------------------------------------------------------ real Celery workers
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _require(available: bool, what: str, how: str) -> None:
+    from tests.integration.conftest import require_service
+
+    require_service(available, what, how)
+
+
+@contextmanager
+def redis_url():
+    """``AUTODL_TEST_REDIS_URL`` (.ci/redis.sh starts one), else a ``redis-server`` started here on a free
+    127.0.0.1 port with a password, stopped by its pid after."""
+    given = os.environ.get("AUTODL_TEST_REDIS_URL")
+    if given:
+        yield given
+        return
+    _require(bool(shutil.which("redis-server")), "redis-server", "run `source .ci/redis.sh` (installs Debian's redis-server)")
+    port, password = _free_port(), uuid.uuid4().hex
+    proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--requirepass", password], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"redis://:{password}@127.0.0.1:{port}/0"
+        import redis
+
+        client = redis.Redis.from_url(url)
+        while True:  # until it answers, or it exited
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                assert proc.poll() is None, f"redis-server exited with {proc.returncode}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def host_workers(root: Path, broker: str, store: str):
+    """One Celery worker per host, each on its host's queue with its own AUTODL_HOST and AUTODL_HOME."""
+    procs = {}
+    try:
+        for host, queue in QUEUES.items():
+            home = root / host
+            home.mkdir(parents=True)
+            env = {**os.environ, "AUTODL_HOME": str(home), "AUTODL_HOST": host, "AUTODL_STORE_URL": store,
+                   "AUTODL_TEST_REDIS_URL": broker, "PYTHONPATH": str(REPO)}
+            log = open(root / f"{host}.log", "ab")
+            procs[host] = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.airflow.celery_hosts", "worker", "-Q", queue,
+                 "-n", f"{host}@%h", "--pool", "solo", "--without-gossip", "--without-mingle", "-l", "INFO"],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log.close()
+        yield procs
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+
+
+def result_of(result, procs: dict, root: Path):
+    """The task's result; fails (with the worker's log) as soon as a worker process is gone, never waits on one."""
+    while not result.ready():
+        for host, proc in procs.items():
+            if proc.poll() is not None:
+                tail = (root / f"{host}.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"the Celery worker of {host} exited with {proc.returncode}:\n{tail}")
+        time.sleep(0.2)
+    return result.get()
+
+
+def _shared_store(root: Path) -> str:
+    """The store every host reaches: the test PostgreSQL when there is one (as in production), else one
+    SQLite file outside every host's AUTODL_HOME."""
+    return os.environ.get("AUTODL_TEST_PG_URL") or f"sqlite:///{root / 'shared-store.db'}"
+
+
+def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_record_is_complete(monkeypatch):
+    from autodl import pipeline
+    from autodl.config import host_queues
+    from autodl.store import RunState
+    from tests.airflow import celery_hosts
+
+    root = Path(tempfile.mkdtemp(prefix="adl-mh-"))
+    store = _shared_store(root)
+    monkeypatch.setenv("AUTODL_STORE_URL", store)
+    monkeypatch.setenv("AUTODL_HOST", "control")
+    monkeypatch.setenv("AUTODL_HOST_QUEUES", ",".join(f"{h}={q}" for h, q in QUEUES.items()))
+    spec, pool = CASES / "spec_report.yaml", str(CASES / "pool_two_hosts.yaml")
+    try:
+        with redis_url() as broker, host_workers(root, broker, store) as procs:
+            celery_hosts.app.conf.update(broker_url=broker, result_backend=broker)
+            for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+                run_id = f"celery__{uuid.uuid4().hex[:8]}"
+                ctx = pipeline.RunContext(run_key=f"autodl_celery.train.{run_id}", dag_id="autodl_celery", run_id=run_id)
+                run = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id}
+                Ledger().book(f"other-{run_id}", [DEVICE[busy]], host=busy, model="A100-SXM4-40GB")
+                try:
+                    prof = pipeline.step_profile(None, str(spec), pool=pool, probe=False, run_key=ctx.run_key,
+                                                 log=lambda _l: None)
+                    sel = pipeline.step_select(ctx, prof, pool=pool, log=lambda _l: None)
+                finally:
+                    Ledger().release(f"other-{run_id}")
+                assert sel.host == host
+                queue = host_queues()[sel.host]
+                launched = result_of(celery_hosts.launch.apply_async(
+                    args=[run, prof.model_dump(mode="json"), sel.model_dump(mode="json")], queue=queue), procs, root)
+                assert launched["ran_on"] == host and launched["handle"]["host"] == host
+                collected = result_of(celery_hosts.collect.apply_async(args=[run, launched["handle"]], queue=queue),
+                                      procs, root)
+                assert collected["ran_on"] == host and collected["metrics"]["exit_code"] == 0
+                # the record is written here, on the control plane: from XComs-like values and the store only
+                out = pipeline.step_release_and_record(
+                    ctx, script=None, spec_path=str(spec), profile_out=prof, selection=sel,
+                    handle_json=launched["handle"], metrics_json=collected["metrics"], log=lambda _l: None)
+                assert out["outcome"] == "succeeded" and out["lease_released"]
+                record = RecordStore().get(ctx.run_key)
+                assert record.placement["host"] == host and record.launch["host"] == host
+                assert record.actual_peak_bytes and record.actual_peak_bytes > 64 << 20, record.metrics
+                assert record.report == {"epoch": 1, "run_key": ctx.run_key, "resumed_from": None}
+                kept = [c for c in record.decision["candidates"] if c["kept"]]
+                assert kept and kept[0]["host"] == host and record.decision["chosen"]["host"] == host
+                written_on = RunState().names(ctx.run_key)
+                assert written_on["report"] == host and written_on["handle"] == host and written_on["metrics"] == host
+                assert written_on["decision"] == "control" and written_on["profile"] == "control"
+                # the training's report file stayed on its host; the control plane never had one to read
+                assert (Path(launched["autodl_home"]).parent == root
+                        and not (pipeline.state_dir(ctx.run_key) / "report.json").exists())
+        assert Ledger().leases() == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
