@@ -210,10 +210,26 @@ def result_of(result, procs: dict, root: Path):
     return result.get()
 
 
-def _shared_store(root: Path) -> str:
-    """The store every host reaches: the test PostgreSQL when there is one (as in production), else one
-    SQLite file outside every host's AUTODL_HOME."""
-    return os.environ.get("AUTODL_TEST_PG_URL") or f"sqlite:///{root / 'shared-store.db'}"
+@contextmanager
+def shared_store(root: Path):
+    """The store every host reaches: the test PostgreSQL when there is one (as in production; a schema of
+    its own, dropped after), else one SQLite file outside every host's AUTODL_HOME."""
+    url = os.environ.get("AUTODL_TEST_PG_URL")
+    if not url:
+        yield f"sqlite:///{root / 'shared-store.db'}"
+        return
+    from sqlalchemy import create_engine, text
+
+    schema = f"mh_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{url}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
 
 
 def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_record_is_complete(monkeypatch):
@@ -223,13 +239,12 @@ def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_recor
     from tests.airflow import celery_hosts
 
     root = Path(tempfile.mkdtemp(prefix="adl-mh-"))
-    store = _shared_store(root)
-    monkeypatch.setenv("AUTODL_STORE_URL", store)
     monkeypatch.setenv("AUTODL_HOST", "control")
     monkeypatch.setenv("AUTODL_HOST_QUEUES", ",".join(f"{h}={q}" for h, q in QUEUES.items()))
     spec, pool = CASES / "spec_report.yaml", str(CASES / "pool_two_hosts.yaml")
     try:
-        with redis_url() as broker, host_workers(root, broker, store) as procs:
+        with shared_store(root) as store, redis_url() as broker, host_workers(root, broker, store) as procs:
+            monkeypatch.setenv("AUTODL_STORE_URL", store)
             celery_hosts.app.conf.update(broker_url=broker, result_backend=broker)
             for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
                 run_id = f"celery__{uuid.uuid4().hex[:8]}"
@@ -267,6 +282,6 @@ def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_recor
                 # the training's report file stayed on its host; the control plane never had one to read
                 assert (Path(launched["autodl_home"]).parent == root
                         and not (pipeline.state_dir(ctx.run_key) / "report.json").exists())
-        assert Ledger().leases() == []
+            assert Ledger().leases() == []
     finally:
         shutil.rmtree(root, ignore_errors=True)
