@@ -178,8 +178,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def host_workers(root: Path, broker: str, store: str):
-    """One Celery worker per host, each on its host's queue with its own AUTODL_HOST and AUTODL_HOME."""
+def host_workers(root: Path, broker: str, store: str, docker_hosts: dict[str, str] | None = None):
+    """One Celery worker per host, each on its host's queue with its own AUTODL_HOST and AUTODL_HOME (and,
+    given ``docker_hosts``, its own Docker engine as DOCKER_HOST)."""
     procs = {}
     try:
         for host, queue in QUEUES.items():
@@ -187,6 +188,8 @@ def host_workers(root: Path, broker: str, store: str):
             home.mkdir(parents=True)
             env = {**os.environ, "AUTODL_HOME": str(home), "AUTODL_HOST": host, "AUTODL_STORE_URL": store,
                    "AUTODL_TEST_REDIS_URL": broker, "PYTHONPATH": str(REPO)}
+            if docker_hosts:
+                env["DOCKER_HOST"] = docker_hosts[host]
             log = open(root / f"{host}.log", "ab")
             procs[host] = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "tests.airflow.celery_hosts", "worker", "-Q", queue,
@@ -232,56 +235,148 @@ def shared_store(root: Path):
         engine.dispose()
 
 
-def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_record_is_complete(monkeypatch):
-    from autodl import pipeline
-    from autodl.config import host_queues
-    from autodl.store import RunState
+@contextmanager
+def two_hosts(monkeypatch, docker_hosts: dict[str, str] | None = None):
+    """Store, broker and the two host workers; this process is the control plane (AUTODL_HOST=control).
+
+    Yields (root folder, worker processes, a Celery client of this test's broker)."""
+    from celery import Celery
+
     from tests.airflow import celery_hosts
 
     root = Path(tempfile.mkdtemp(prefix="adl-mh-"))
     monkeypatch.setenv("AUTODL_HOST", "control")
     monkeypatch.setenv("AUTODL_HOST_QUEUES", ",".join(f"{h}={q}" for h, q in QUEUES.items()))
-    spec, pool = CASES / "spec_report.yaml", str(CASES / "pool_two_hosts.yaml")
     try:
-        with shared_store(root) as store, redis_url() as broker, host_workers(root, broker, store) as procs:
+        with (shared_store(root) as store, redis_url() as broker,
+              host_workers(root, broker, store, docker_hosts) as procs):
             monkeypatch.setenv("AUTODL_STORE_URL", store)
-            celery_hosts.app.conf.update(broker_url=broker, result_backend=broker)
-            for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
-                run_id = f"celery__{uuid.uuid4().hex[:8]}"
-                ctx = pipeline.RunContext(run_key=f"autodl_celery.train.{run_id}", dag_id="autodl_celery", run_id=run_id)
-                run = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id}
-                Ledger().book(f"other-{run_id}", [DEVICE[busy]], host=busy, model="A100-SXM4-40GB")
-                try:
-                    prof = pipeline.step_profile(None, str(spec), pool=pool, probe=False, run_key=ctx.run_key,
-                                                 log=lambda _l: None)
-                    sel = pipeline.step_select(ctx, prof, pool=pool, log=lambda _l: None)
-                finally:
-                    Ledger().release(f"other-{run_id}")
-                assert sel.host == host
-                queue = host_queues()[sel.host]
-                launched = result_of(celery_hosts.launch.apply_async(
-                    args=[run, prof.model_dump(mode="json"), sel.model_dump(mode="json")], queue=queue), procs, root)
-                assert launched["ran_on"] == host and launched["handle"]["host"] == host
-                collected = result_of(celery_hosts.collect.apply_async(args=[run, launched["handle"]], queue=queue),
-                                      procs, root)
-                assert collected["ran_on"] == host and collected["metrics"]["exit_code"] == 0
-                # the record is written here, on the control plane: from XComs-like values and the store only
-                out = pipeline.step_release_and_record(
-                    ctx, script=None, spec_path=str(spec), profile_out=prof, selection=sel,
-                    handle_json=launched["handle"], metrics_json=collected["metrics"], log=lambda _l: None)
-                assert out["outcome"] == "succeeded" and out["lease_released"]
-                record = RecordStore().get(ctx.run_key)
-                assert record.placement["host"] == host and record.launch["host"] == host
-                assert record.actual_peak_bytes and record.actual_peak_bytes > 64 << 20, record.metrics
-                assert record.report == {"epoch": 1, "run_key": ctx.run_key, "resumed_from": None}
-                kept = [c for c in record.decision["candidates"] if c["kept"]]
-                assert kept and kept[0]["host"] == host and record.decision["chosen"]["host"] == host
-                written_on = RunState().names(ctx.run_key)
-                assert written_on["report"] == host and written_on["handle"] == host and written_on["metrics"] == host
-                assert written_on["decision"] == "control" and written_on["profile"] == "control"
-                # the training's report file stayed on its host; the control plane never had one to read
-                assert (Path(launched["autodl_home"]).parent == root
-                        and not (pipeline.state_dir(ctx.run_key) / "report.json").exists())
-            assert Ledger().leases() == []
+            client = Celery("autodl_test_control", broker=broker, backend=broker)
+            client.conf.update(celery_hosts.app.conf.table(with_defaults=False))
+            client.conf.update(broker_url=broker, result_backend=broker)
+            try:
+                yield root, procs, client
+            finally:
+                client.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def run_on_booked_host(hosts: tuple, spec: Path, busy: str, *, launcher_kwargs_of=None):
+    """One run as the six steps run it across hosts: profile and book here (``busy``'s device taken by
+    another run), launch and collect on the booked host's queue, release and record here.
+
+    :returns: (run key, booked host, what the launch task returned, what the collect task returned).
+    """
+    from autodl import pipeline
+    from autodl.config import host_queues
+
+    root, procs, client = hosts
+    pool = str(CASES / "pool_two_hosts.yaml")
+    run_id = f"celery__{uuid.uuid4().hex[:8]}"
+    ctx = pipeline.RunContext(run_key=f"autodl_celery.train.{run_id}", dag_id="autodl_celery", run_id=run_id)
+    run = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id}
+    Ledger().book(f"other-{run_id}", [DEVICE[busy]], host=busy, model="A100-SXM4-40GB")
+    try:
+        prof = pipeline.step_profile(None, str(spec), pool=pool, probe=False, run_key=ctx.run_key, log=lambda _l: None)
+        sel = pipeline.step_select(ctx, prof, pool=pool, log=lambda _l: None)
+    finally:
+        Ledger().release(f"other-{run_id}")
+    queue = host_queues()[sel.host]
+    launched = result_of(client.send_task("autodl_test.launch", queue=queue,
+                                          args=[run, prof.model_dump(mode="json"), sel.model_dump(mode="json")]),
+                         procs, root)
+    collected = result_of(client.send_task("autodl_test.collect", args=[run, launched["handle"]], queue=queue),
+                          procs, root)
+    # the record is written here, on the control plane, from the steps' values and the store only
+    out = pipeline.step_release_and_record(
+        ctx, script=None, spec_path=str(spec), profile_out=prof, selection=sel, handle_json=launched["handle"],
+        metrics_json=collected["metrics"], log=lambda _l: None,
+        launcher_kwargs=launcher_kwargs_of(sel.host) if launcher_kwargs_of else None)
+    assert out["outcome"] == "succeeded" and out["lease_released"], out
+    return ctx.run_key, sel.host, launched, collected
+
+
+def assert_placed_and_decided_on(run_key: str, host: str, launched: dict, collected: dict):
+    """Launch and collect ran on ``host``'s worker; the record says ``host`` and keeps the decision made here."""
+    from autodl.store import RunState
+
+    assert launched["ran_on"] == host and launched["handle"]["host"] == host
+    assert collected["ran_on"] == host and collected["metrics"]["exit_code"] == 0
+    record = RecordStore().get(run_key)
+    assert record.outcome == "succeeded" and record.placement["host"] == host and record.launch["host"] == host
+    kept = [c for c in record.decision["candidates"] if c["kept"]]
+    assert kept and kept[0]["host"] == host and record.decision["chosen"]["host"] == host
+    written_on = RunState().names(run_key)
+    assert written_on["handle"] == host and written_on["metrics"] == host
+    assert written_on["decision"] == "control" and written_on["profile"] == "control"
+    return record, written_on
+
+
+def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_record_is_complete(monkeypatch):
+    from autodl import pipeline
+
+    with two_hosts(monkeypatch) as hosts:
+        root = hosts[0]
+        for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+            run_key, booked, launched, collected = run_on_booked_host(hosts, CASES / "spec_report.yaml", busy)
+            assert booked == host
+            record, written_on = assert_placed_and_decided_on(run_key, host, launched, collected)
+            assert record.actual_peak_bytes and record.actual_peak_bytes > 64 << 20, record.metrics
+            assert record.report == {"epoch": 1, "run_key": run_key, "resumed_from": None}
+            assert written_on["report"] == host
+            # the training's report file stayed on its host; the control plane never had one to read
+            assert Path(launched["autodl_home"]).parent == root
+            assert not (pipeline.state_dir(run_key) / "report.json").exists()
+        assert Ledger().leases() == []
+
+
+@pytest.fixture
+def host_engines():
+    """A Docker engine per host (own dockerd, socket and data root), the test image imported into each."""
+    from tests.integration.conftest import IMAGE, _rootfs_tar
+    from tests.integration.engines import Engine, start, stop
+
+    usable = os.geteuid() == 0 and shutil.which("dockerd") and shutil.which("docker") and Path("/bin/busybox").is_file()
+    _require(bool(usable), "dockerd (as root), the docker CLI and /bin/busybox",
+             "run `source .ci/docker.sh` as root (installs Debian's docker.io and busybox-static)")
+    root = Path(tempfile.mkdtemp(prefix="adl-", dir="/tmp"))  # short: unix socket paths under it
+    engines = [Engine(name, root / name[-1]) for name in QUEUES]
+    try:
+        try:
+            start(engines)
+        except RuntimeError as exc:
+            _require(False, "extra Docker engines", str(exc))
+        tar = _rootfs_tar()
+        for engine in engines:
+            subprocess.run(["docker", "-H", engine.base_url, "import", "--change", "ENV PATH=/bin", "-", IMAGE],
+                           input=tar, check=True, capture_output=True)
+        yield {e.name: e.base_url for e in engines}
+    finally:
+        stop(engines)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_celery_workers_each_with_its_own_docker_engine_start_the_container_there(monkeypatch, host_engines):
+    import docker
+
+    def containers(base_url: str, run_key: str) -> list:
+        client = docker.DockerClient(base_url=base_url, timeout=30)
+        try:
+            return [(c.status, c.logs().decode()) for c in
+                    client.containers.list(all=True, filters={"label": f"autodl.run_key={run_key}"})]
+        finally:
+            client.close()
+
+    with two_hosts(monkeypatch, docker_hosts=host_engines) as hosts:
+        for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+            run_key, booked, launched, collected = run_on_booked_host(
+                hosts, CASES / "spec_docker.yaml", busy, launcher_kwargs_of=lambda h: {"base_url": host_engines[h]})
+            assert booked == host and launched["handle"]["launcher"] == "docker"
+            assert_placed_and_decided_on(run_key, host, launched, collected)
+            here = containers(host_engines[host], run_key)
+            assert len(here) == 1 and here[0][0] == "exited" and f"trained run {run_key}" in here[0][1], here
+            other = next(url for h, url in host_engines.items() if h != host)
+            assert containers(other, run_key) == []
+        assert Ledger().leases() == []
