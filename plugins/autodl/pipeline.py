@@ -838,6 +838,9 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     if launcher.name == "local":
         require_here(None if handle.on_cpu else handle.host, "follow the training", ctx.run_key)
     folder = state_dir(ctx.run_key)
+    kept_profile = folder / "profile.json"  # this host's OOM explanation and timeline read the estimate here
+    if not kept_profile.exists() and (profile := RunState().get(ctx.run_key, RunState.PROFILE)) is not None:
+        kept_profile.write_text(json.dumps(profile))
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
 
     def keep(m: RunMetrics) -> None:

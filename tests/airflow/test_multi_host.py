@@ -328,6 +328,9 @@ def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_recor
             # the training's report file stayed on its host; the control plane never had one to read
             assert Path(launched["autodl_home"]).parent == root
             assert not (pipeline.state_dir(run_key) / "report.json").exists()
+            # the estimate reached the host's own OOM explanation and timeline through the store, not a shared disk
+            on_host = Path(launched["handle"]["log_path"]).parent
+            assert str(on_host).startswith(launched["autodl_home"]) and (on_host / "profile.json").is_file()
         assert Ledger().leases() == []
 
 
