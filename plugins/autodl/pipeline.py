@@ -703,9 +703,10 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
     :raises LaunchError: the launcher could not start it.
     :raises LeaseLost: the lease expired or was released before the launch.
     """
+    selection = Selection.coerce(selection, what="the select step's result")
     spec, request = build_request(ctx, profile_out, selection)
     ledger = Ledger()
-    ledger.heartbeat(ctx.run_key, request.labels["lease_id"])
+    ledger.heartbeat(ctx.run_key, selection.lease.lease_id)
     launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
     host = booked_host(d.host for d in request.devices)
     if launcher.name == "local" and not request.on_cpu:  # declared devices: the CPU run goes where this step runs
