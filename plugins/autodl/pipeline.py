@@ -956,10 +956,14 @@ def reaper_id() -> str:
 
 
 def _left_behind_handle(lease: Lease) -> dict[str, Any] | None:
-    """How to find what an expired lease's run launched: the handle on the lease, else the run folder's,
-    else (containers, pods) the run key alone, which the Docker and Kubernetes launchers select by label."""
+    """How to find what an expired lease's run launched: the handle on the lease, else the one the launch
+    kept in the run state (for this lease), else the run folder's, else (containers, pods) the run key alone,
+    which the Docker and Kubernetes launchers select by label."""
     if lease.handle:
         return lease.handle
+    kept = RunState().get(lease.run_key, RunState.HANDLE)
+    if kept is not None and kept.get("lease_id") == lease.lease_id:
+        return kept
     for path in (state_dir(lease.run_key) / "handle-latest.json", state_dir(lease.run_key) / "handle.json"):
         if path.exists():
             try:

@@ -104,3 +104,19 @@ def test_a_pool_event_carries_a_typed_selection_through_json():
     assert event.selection == sel and event.selection.host == "gpu-a"
     with pytest.raises(StateError, match="status: Input should be 'booked', 'no_fit', 'timeout' or 'error'"):
         PoolEvent.coerce({"status": "granted"})
+
+
+def test_a_trigger_event_with_a_renamed_field_fails_the_wait_at_once_and_the_record_says_why():
+    """The event comes back from the triggerer as JSON: a wrong field fails the task without retrying
+    (a retry would read the same event), naming the field; the run state keeps why for the record."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from autodl.operators.steps import AutoDLPoolSensor
+
+    op = AutoDLPoolSensor(task_id="g.wait_for_pool", group_id="g")
+    context = {"ti": SimpleNamespace(dag_id="d", task_id="g.wait_for_pool", try_number=1), "run_id": "r1"}
+    with pytest.raises(AirflowFailException, match=r"selection\.lease: Field required"):
+        op.execute_complete(context, {"status": "booked", "selection": {"leases": {}}, "message": "booked"})
+    assert "not a valid PoolEvent" in RunState().failures("d.g.r1")["wait"]

@@ -237,7 +237,12 @@ class _Waiting:
 
     def _queue_event(self, context, event: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self._ctx(context)
-        typed = PoolEvent.coerce(event or {"status": "error"}, what="the admission queue trigger's event")
+        try:
+            typed = PoolEvent.coerce(event or {"status": "error"}, what="the admission queue trigger's event")
+        except StateError as exc:  # a retry would read the same event: fail at once, saying which field
+            pipeline.note_failure(ctx.run_key, "wait", str(exc))
+            self.log.error("%s", exc)
+            raise AirflowFailException(str(exc)) from None
         if typed.status == "booked" and typed.selection is not None:
             self.log.info("%s", typed.message or "booked")
             for line in typed.selection.candidates_log:
