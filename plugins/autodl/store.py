@@ -253,17 +253,25 @@ class RunState:
             value = value.model_dump(mode="json")
         if not isinstance(value, dict):
             raise ValueError(f"run state {name!r} of {run_key}: a JSON object is kept, not {type(value).__name__}")
+        from sqlalchemy.exc import IntegrityError
+
         from autodl.hosts import this_host
 
-        with self._session() as s:
-            row = s.get(RunStateRow, (run_key, name))
-            if row is None:
-                row = RunStateRow(run_key=run_key, name=name)
-                s.add(row)
-            row.value = json.loads(json.dumps(value, default=str))
-            row.written_at = datetime.now(timezone.utc)
-            row.written_on = this_host()
-            s.commit()
+        doc = json.loads(json.dumps(value, default=str))
+        for attempt in (1, 2):  # two writers racing to create the same row: the loser updates the winner's
+            with self._session() as s:
+                row = s.get(RunStateRow, (run_key, name))
+                if row is None:
+                    row = RunStateRow(run_key=run_key, name=name)
+                    s.add(row)
+                row.value, row.written_at, row.written_on = doc, datetime.now(timezone.utc), this_host()
+                try:
+                    s.commit()
+                    return
+                except IntegrityError:
+                    s.rollback()
+                    if attempt == 2:
+                        raise
 
     def get(self, run_key: str, name: str) -> dict[str, Any] | None:
         """The run's ``name``, or None when no step wrote it."""
