@@ -103,7 +103,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from autodl.inventory import read_inventory
     from autodl.inventory.effective import effective_max_batch
     from autodl.launch import get_launcher
-    from autodl.types import Device
+    from autodl.types import Device, Lease, ProfileResult, Selection
 
     catalog = load_catalog()
     spec, profile = pipeline.profile_run(args.script, args.spec, probe=args.probe, catalog=catalog)
@@ -114,11 +114,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         by_id = {d.device_id: d for d in inventory.devices}
         devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
         ctx = pipeline.RunContext(run_key="plan")
-        profile_out = {"profile": profile.to_json(), "script": profile.script, "spec_path": spec.source_path}
+        profile_out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
+                                    pool_source=inventory.source, declared_pool=inventory.declared)
 
         def render(on_cpu: bool) -> dict:
-            selection = {"devices": [d.to_json() for d in devices], "lease": {"lease_id": "plan"},
-                         "declared_pool": on_cpu}
+            lease = Lease(lease_id="plan", run_key=ctx.run_key, device_ids=[d.device_id for d in devices])
+            selection = Selection(lease=lease, placement=decision.chosen.to_json(), devices=devices,
+                                  declared_pool=on_cpu, pool_source=inventory.source, algorithm=decision.algorithm)
             _spec, request = pipeline.build_request(ctx, profile_out, selection)
             try:
                 return get_launcher(spec.launcher.type).render(request)

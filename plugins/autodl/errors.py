@@ -94,3 +94,10 @@ class ConfigError(AutoDLError):
     """A setting (``AUTODL_*`` variable or Airflow's ``[autodl]`` section) is invalid, or autodl's shipped files are missing."""
 
     exit_code = 10
+
+
+class StateError(StoreError):
+    """A value one step handed the next (an XCom, a trigger's kwargs, a run-state row) is not what the
+    reading step expects: a field missing or renamed (another autodl version, or edited by hand)."""
+
+    exit_code = 9

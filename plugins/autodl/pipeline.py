@@ -4,7 +4,10 @@ profile -> wait for the pool -> select (place + lease) -> launch -> collect metr
 
 Each step is safe to retry: select returns the run's existing lease, launch reattaches to a running
 attempt, release is idempotent. Per-run state that must outlive a failed task (metrics of a failed
-training, the reason a step failed) is kept in ``$AUTODL_HOME/runs/<run key>/``.
+training, the reason a step failed, the placement decision, the training's report) is kept in autodl's
+store (:class:`autodl.store.RunState`), written by the step that learns it and read by the later ones on
+any host; ``$AUTODL_HOME/runs/<run key>/`` holds only what stays on the machine that wrote it (the
+training's log, samples, the timeline).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
 from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
-from autodl.untrusted import atomic_write_text, read_json_object
+from autodl.store import RunState
 from autodl.types import (
     Device,
     Inventory,
@@ -53,12 +56,15 @@ from autodl.types import (
     Lease,
     LeaseOwner,
     PlacementDecision,
+    ProfileResult,
     ResourceProfile,
     RunMetrics,
     RunRecord,
+    Selection,
     StopMark,
     utcnow,
 )
+from autodl.untrusted import atomic_write_text, read_json_object
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -120,16 +126,29 @@ def state_dir(run_key: str) -> Path:
 
 
 def note_failure(run_key: str, step: str, message: str) -> None:
-    """Remember why ``step`` failed so that the release-and-record step can record it."""
-    path = state_dir(run_key) / "failure.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[step] = message
-    path.write_text(json.dumps(data, indent=2))
+    """Remember why ``step`` failed (in the run state, whichever host the step ran on) so that the
+    release-and-record step can record it."""
+    RunState().note_failure(run_key, step, message)
 
 
 def read_failures(run_key: str) -> dict[str, str]:
-    path = state_dir(run_key) / "failure.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    """``{step: why it failed}`` of the run's failed steps, from the run state."""
+    return RunState().failures(run_key)
+
+
+def keep_report(run_key: str, report: dict[str, Any] | None = None, *, log: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """Put the training's report (what it said about itself: checkpoint resumed from, epoch) into the run
+    state, for the record: ``report`` when a transport brought it (e.g. the training's log stream), else the
+    ``AUTODL_REPORT_FILE`` the training wrote on this machine, if it wrote one. Called where the training is
+    followed (the booked host), never where the record is written.
+
+    :returns: the report kept, or None when there was none (or it was not a JSON object: said in the log).
+    """
+    if report is None:
+        report = _read_json_object(state_dir(run_key) / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
+    if report is not None:
+        RunState().put(run_key, RunState.REPORT, report)
+    return report
 
 
 # ------------------------------------------------------------------------------------ pool source
@@ -240,16 +259,21 @@ def apply_overrides(spec: TaskSpec, overrides: dict[str, str] | None) -> TaskSpe
     return spec
 
 
-def run_spec(profile_out: dict[str, Any]) -> TaskSpec:
-    """The spec a run goes by after its profile step: the spec file with the run's overrides applied."""
-    spec = load_spec(profile_out["spec_path"]) if profile_out.get("spec_path") else TaskSpec()
-    return apply_overrides(spec, profile_out.get("overrides"))
+def run_spec(profile_out: ProfileResult | dict[str, Any]) -> TaskSpec:
+    """The spec a run goes by after its profile step: the spec file with the run's overrides applied
+    (``{}``: the default spec)."""
+    if isinstance(profile_out, ProfileResult):
+        spec_path, overrides = profile_out.spec_path, profile_out.overrides
+    else:
+        spec_path, overrides = profile_out.get("spec_path"), profile_out.get("overrides")
+    spec = load_spec(spec_path) if spec_path else TaskSpec()
+    return apply_overrides(spec, overrides)
 
 
 def keep_decision(run_key: str, decision: PlacementDecision) -> None:
     """Keep the placement decision a booking was made on (every candidate, kept or dropped, with its
-    reasons) in the run's state folder; the run record takes it as ``decision``."""
-    (state_dir(run_key) / "decision.json").write_text(decision.model_dump_json())
+    reasons) in the run state; the run record takes it as ``decision``."""
+    RunState().put(run_key, RunState.DECISION, decision)
 
 
 # --------------------------------------------------------------------------------------- inputs
@@ -411,16 +435,16 @@ def format_profile(profile: ResourceProfile, threshold: float | None = None) -> 
 # ----------------------------------------------------------------------------------- the steps
 def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
                  log: Callable[[str], None] = print, run_key: str | None = None,
-                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                 overrides: dict[str, Any] | None = None) -> ProfileResult:
     """Step 1: profile and pre-check. Refuses at once when nothing in the pool can ever fit.
 
     Logs the memory breakdown, the findings and the largest batch per device model (:func:`format_profile`).
 
-    :param run_key: when given, the result is also kept in the run's state folder, so that the record
-        of a refused run still holds what the profile found.
+    :param run_key: when given, the result is also kept in the run state, so that the record of a
+        refused run still holds what the profile found.
     :param overrides: run-time overrides of the spec (:data:`OVERRIDES`, e.g. ``{"launcher": "docker"}``);
         the later steps read the spec through :func:`run_spec` with them applied.
-    :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool", "overrides"}``.
+    :returns: the :class:`ProfileResult`.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
     checked = check_overrides(overrides)
@@ -437,16 +461,11 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     for line in format_profile(profile, spec.resource_policy.memory_threshold):
         log(line)
     inventory = read_inventory(pool, catalog=catalog)
-    out = {
-        "profile": profile.to_json(),
-        "script": profile.script,
-        "spec_path": spec.source_path,
-        "pool_source": inventory.source,
-        "declared_pool": inventory.declared,
-        "overrides": checked,
-    }
+    out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
+                        pool_source=inventory.source, declared_pool=inventory.declared, overrides=checked)
     if run_key:
-        (state_dir(run_key) / "profile.json").write_text(json.dumps(out))
+        RunState().put(run_key, RunState.PROFILE, out)
+        (state_dir(run_key) / "profile.json").write_text(out.model_dump_json())  # this machine's timeline reads it
     decision = plan(profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
     if not decision.fits:
         raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
@@ -484,10 +503,10 @@ def _fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], b
     return lambda d: d.vendor in allowed and need <= policy.memory_threshold * d.memory_total_bytes
 
 
-def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
+def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,
               log: Callable[[str], None] = print, poke_interval_s: float | None = None,
               timeout_s: float | None = None,
-              launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any] | None:
+              launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> Selection | None:
     """Step 2, one poll: wait in the admission queue; book the devices when the queue grants them.
 
     In order: a run that already holds a lease gets it back (a retried or resumed wait); expired leases
@@ -506,8 +525,9 @@ def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None 
     """
     from autodl.queue import AdmissionQueue, candidate_groups, decide, free_devices, running_run, stale_after
 
+    profile_out = ProfileResult.coerce(profile_out, what="the profile step's result")
     spec = run_spec(profile_out)
-    profile = ResourceProfile.model_validate(profile_out["profile"])
+    profile = profile_out.profile
     poke = float(poke_interval_s or spec.scheduler.poke_interval)
     timeout = float(timeout_s or spec.scheduler.timeout)
     catalog = load_catalog()
@@ -587,7 +607,7 @@ def step_wait(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None 
     selection = _selection(lease, [by_id[i] for i in lease.device_ids], inventory,
                            decision.algorithm if decision else spec.scheduler.algorithm,
                            chosen.to_json() if chosen else None, lines)
-    (state_dir(ctx.run_key) / "selection.json").write_text(json.dumps(selection))
+    RunState().put(ctx.run_key, RunState.SELECTION, selection)
     return selection
 
 
@@ -637,14 +657,13 @@ def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: 
         + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else ""))
 
 
-def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | None = None,
+def step_select(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,
                 log: Callable[[str], None] = print,
-                launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
+                launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> Selection:
     """Step 3: the devices this run booked while waiting, with the ranked candidates; or, when it holds
     no lease (freed while the task was between steps), one more poll of the queue.
 
-    :returns: ``{"lease", "placement", "devices", "declared_pool", "pool_source", "algorithm"}`` (devices are
-        full :class:`Device` dicts for the launcher).
+    :returns: the :class:`Selection` (lease, placement, the booked devices in full for the launcher).
     :raises NoFitError: nothing in the pool can ever fit.
     :raises PoolBusy: no lease and the queue grants none now (the operator goes back to waiting).
     :raises LeaseLost: the lease expired before this step could renew it.
@@ -655,11 +674,11 @@ def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | Non
     if lease is not None:
         lease = ledger.heartbeat(ctx.run_key, lease.lease_id)
         inventory = read_inventory(pool, catalog=load_catalog())
-        saved = state_dir(ctx.run_key) / "selection.json"
-        if saved.exists():
-            selection = json.loads(saved.read_text())
-            if selection.get("lease", {}).get("lease_id") == lease.lease_id:
-                for line in selection.get("candidates_log") or []:
+        saved = RunState().get(ctx.run_key, RunState.SELECTION)
+        if saved is not None:
+            selection = Selection.coerce(saved, what=f"the selection kept for {ctx.run_key}")
+            if selection.lease.lease_id == lease.lease_id:
+                for line in selection.candidates_log:
                     log(line)
                 log(f"using lease {lease.lease_id} booked while waiting: {lease.model} {lease.device_ids}")
                 return selection
@@ -672,38 +691,37 @@ def step_select(ctx: RunContext, profile_out: dict[str, Any], *, pool: str | Non
     return selection
 
 
-def _selection_of(lease: Lease, inventory: Inventory, algorithm: str) -> dict[str, Any]:
+def _selection_of(lease: Lease, inventory: Inventory, algorithm: str) -> Selection:
     by_id = {d.device_id: d for d in inventory.devices}
     return _selection(lease, [by_id[i] for i in lease.device_ids if i in by_id], inventory, algorithm, lease.placement)
 
 
 def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: str, chosen: dict | None,
-               candidates_log: list[str] | None = None) -> dict[str, Any]:
-    return {
-        "lease": lease.to_json(),
-        "placement": chosen or {"devices": lease.device_ids, "model": lease.model, "host": lease.host},
-        "devices": [d.to_json() for d in devices],
-        "declared_pool": inventory.declared,
-        "pool_source": inventory.source,
-        "algorithm": algorithm,
-        "candidates_log": list(candidates_log or []),
-    }
+               candidates_log: list[str] | None = None) -> Selection:
+    return Selection(
+        lease=lease, placement=chosen or {"devices": lease.device_ids, "model": lease.model, "host": lease.host},
+        devices=list(devices), declared_pool=inventory.declared, pool_source=inventory.source, algorithm=algorithm,
+        candidates_log=list(candidates_log or []),
+    )
 
 
-def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any]) -> tuple[TaskSpec, LaunchRequest]:
+def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],
+                  selection: Selection | dict[str, Any]) -> tuple[TaskSpec, LaunchRequest]:
     """The launch request for the booked devices (CPU when the pool is declared)."""
+    profile_out = ProfileResult.coerce(profile_out, what="the profile step's result")
+    selection = Selection.coerce(selection, what="the select step's result")
     spec = run_spec(profile_out)
-    profile = ResourceProfile.model_validate(profile_out["profile"])
+    profile = profile_out.profile
     catalog = load_catalog()
-    devices = [Device.model_validate(d) for d in selection["devices"]]
+    devices = list(selection.devices)
     vendor = catalog.vendor(devices[0].vendor if devices else "nvidia")
-    lease_id = selection["lease"]["lease_id"]
+    lease_id = selection.lease.lease_id
     options = spec.launcher.model_dump(exclude={"type"})
     env = {}
     if spec.task.batch_size_per_gpu:
         # the batch the estimate was made for; scripts that read it train with what was planned
         env[BATCH_SIZE_ENV] = str(spec.task.batch_size_per_gpu)
-    output_dir = output_dir_path(spec, profile_out["script"], autodl_home())
+    output_dir = output_dir_path(spec, profile_out.script, autodl_home())
     output_dir.mkdir(parents=True, exist_ok=True)
     env[OUTPUT_DIR_ENV] = str(output_dir)
     env[REPORT_FILE_ENV] = str(state_dir(ctx.run_key) / "report.json")
@@ -712,12 +730,12 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
     cpu_request, memory_request = host_requests(profile, len(devices) if distributed else 1, shm_bytes)
     request = LaunchRequest(
         run_key=ctx.run_key,
-        script=profile_out["script"],
+        script=profile_out.script,
         args=list(spec.task.args),
         env=env,
         devices=devices,
         vendor=vendor,
-        on_cpu=bool(selection.get("declared_pool")),
+        on_cpu=selection.declared_pool,
         distributed=distributed,
         shm_bytes=shm_bytes,
         cpu_request=cpu_request,
@@ -729,7 +747,7 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
     return spec, request
 
 
-def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any], *,
+def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection | dict[str, Any], *,
                 launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Step 4: start the training detached (or reattach to the attempt still running).
 
@@ -740,9 +758,10 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     :raises LaunchError: the launcher could not start it.
     :raises LeaseLost: the lease expired or was released before the launch.
     """
+    selection = Selection.coerce(selection, what="the select step's result")
     spec, request = build_request(ctx, profile_out, selection)
     ledger = Ledger()
-    ledger.heartbeat(ctx.run_key, selection["lease"]["lease_id"])
+    ledger.heartbeat(ctx.run_key, selection.lease.lease_id)
     launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
     host = booked_host(d.host for d in request.devices)
     if launcher.name == "local" and not request.on_cpu:  # declared devices: the CPU run goes where this step runs
@@ -761,7 +780,8 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
     handle = launcher.launch(request).model_copy(update={"host": host})
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
-    (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))
+    RunState().put(ctx.run_key, RunState.HANDLE, handle)
+    (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))  # this machine's timeline
     try:
         ledger.attach(ctx.run_key, handle=handle.to_json(), launched_on=this_host(), launcher=launcher.name)
     except LeaseLost:
@@ -790,13 +810,13 @@ class CollectLimits:
     heartbeat_every_s: float = 30.0
 
     @classmethod
-    def for_run(cls, profile_out: dict[str, Any] | None, *, deadline_ts: float | None = None,
+    def for_run(cls, profile_out: ProfileResult | dict[str, Any] | None, *, deadline_ts: float | None = None,
                 deadline_why: str = "execution_timeout") -> "CollectLimits":
         """Limits from the run's spec (``scheduler.max_run_time``, ``max_pending_time``) and the lease TTL:
         a heartbeat every TTL/5, at most every 30 s, so four in a row may be missed before the lease dies."""
         from autodl.config import lease_ttl_s
 
-        sched = run_spec(profile_out or {}).scheduler if profile_out else TaskSpec().scheduler
+        sched = run_spec(profile_out).scheduler if profile_out else TaskSpec().scheduler
         return cls(max_run_time_s=sched.max_run_time, deadline_ts=deadline_ts, deadline_why=deadline_why,
                    max_pending_s=sched.max_pending_time, heartbeat_every_s=min(30.0, lease_ttl_s() / 5.0))
 
@@ -895,10 +915,15 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     if launcher.name == "local":
         require_here(None if handle.on_cpu else handle.host, "follow the training", ctx.run_key)
     folder = state_dir(ctx.run_key)
+    kept_profile = folder / "profile.json"  # this host's OOM explanation and timeline read the estimate here
+    if not kept_profile.exists() and (profile := RunState().get(ctx.run_key, RunState.PROFILE)) is not None:
+        kept_profile.write_text(json.dumps(profile))
     uuids = [d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))]
 
     def keep(m: RunMetrics) -> None:
         keep_metrics(folder, m, print)
+        RunState().put(ctx.run_key, RunState.METRICS, m)
+        keep_report(ctx.run_key, log=print)  # here, where the training ran, its report file is
 
     notes: list[str] = []
     return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
@@ -912,6 +937,8 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
     folder = state_dir(ctx.run_key)
     metrics = finish(metrics, handle, folder, log=log)
     keep_metrics(folder, metrics, log)
+    RunState().put(ctx.run_key, RunState.METRICS, metrics)
+    keep_report(ctx.run_key, log=log)
     peak = ("unknown" if metrics.peak_memory_bytes is None
             else f"{metrics.peak_memory_bytes / GiB:.3f} GiB ({metrics.peak_source})")
     log(f"training ended: exit code {metrics.exit_code}, {metrics.duration_s:.1f} s, own peak memory {peak}, "
@@ -1018,10 +1045,14 @@ def reaper_id() -> str:
 
 
 def _left_behind_handle(lease: Lease) -> dict[str, Any] | None:
-    """How to find what an expired lease's run launched: the handle on the lease, else the run folder's,
-    else (containers, pods) the run key alone, which the Docker and Kubernetes launchers select by label."""
+    """How to find what an expired lease's run launched: the handle on the lease, else the one the launch
+    kept in the run state (for this lease), else the run folder's, else (containers, pods) the run key alone,
+    which the Docker and Kubernetes launchers select by label."""
     if lease.handle:
         return lease.handle
+    kept = RunState().get(lease.run_key, RunState.HANDLE)
+    if kept is not None and kept.get("lease_id") == lease.lease_id:
+        return kept
     for path in (state_dir(lease.run_key) / "handle-latest.json", state_dir(lease.run_key) / "handle.json"):
         if path.exists():
             try:
@@ -1205,14 +1236,15 @@ def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict
 
 
 def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
-                            profile_out: dict[str, Any] | None, selection: dict[str, Any] | None,
-                            handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
+                            profile_out: ProfileResult | dict[str, Any] | None,
+                            selection: Selection | dict[str, Any] | None, handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
                             launcher_kwargs: dict[str, Any] | None = None,
                             log: Callable[[str], None] = print, lease_id: str | None = None,
                             force_release: bool = False, stopped: StopMark | None = None) -> dict[str, Any]:
     """Step 6: stop a training still running, free the lease (idempotent), leave the queue, write the run record.
 
-    Runs whatever happened upstream; any input may be None. A training that ended by itself before it was
+    Runs whatever happened upstream; any input may be None: then what the earlier steps kept in the run
+    state (:class:`autodl.store.RunState`) is used, whichever host they ran on. A training that ended by itself before it was
     stopped is recorded with its own exit code. Where NVML is present, the lease is freed only once the
     booked devices hold none of the run's processes (``force_release``: free it anyway).
 
@@ -1225,21 +1257,21 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     from autodl.queue import AdmissionQueue
 
     folder = state_dir(ctx.run_key)
+    state = RunState()
     if handle_json is None:
-        handle_json = _read_json_object(folder / "handle-latest.json", "the launch handle", log)
+        handle_json = state.get(ctx.run_key, RunState.HANDLE)
     if handle_json and handle_json.get("run_key") not in (None, ctx.run_key):
         log(f"ignoring a launch handle of another run ({str(handle_json.get('run_key'))[:200]!r}) found for "
             f"{ctx.run_key}: its training is not this run's to stop")
         handle_json = None
-    # every state file is read as untrusted: a torn, empty (disk full) or replaced one is missing, said
     if metrics_json is None:
-        metrics_json = _read_json_object(folder / "metrics.json", "the run's metrics", log)
-    if profile_out is None:
-        profile_out = _read_json_object(folder / "profile.json", "the profile", log)
-    if selection is None:
-        selection = _read_json_object(folder / "selection.json", "the device selection", log)
-    report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
-    decision = _read_json_object(folder / "decision.json", "the placement decision", log)
+        metrics_json = state.get(ctx.run_key, RunState.METRICS)
+    profile_out = profile_out if profile_out is not None else state.get(ctx.run_key, RunState.PROFILE)
+    selection = selection if selection is not None else state.get(ctx.run_key, RunState.SELECTION)
+    profile_out = profile_out.model_dump(mode="json") if isinstance(profile_out, ProfileResult) else profile_out
+    selection = selection.model_dump(mode="json") if isinstance(selection, Selection) else selection
+    report = state.get(ctx.run_key, RunState.REPORT)
+    decision = state.get(ctx.run_key, RunState.DECISION)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
     clear = True
     launcher_exit = None

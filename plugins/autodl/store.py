@@ -1,4 +1,4 @@
-"""autodl's own store (leases, the admission queue, run records, learned state): SQLAlchemy, SQLite by default,
+"""autodl's own store (leases, the admission queue, run records, the state steps hand each other, learned state): SQLAlchemy, SQLite by default,
 PostgreSQL in production.
 
 Airflow 3 tasks may not touch Airflow's metadata database, so autodl keeps its tables here, at
@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import JSON, DateTime, String, create_engine, delete, event, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from autodl import store_faults
 from autodl.config import store_url
@@ -209,3 +212,101 @@ def _import_table_modules() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
+
+
+# -------------------------------------------------------------------------------------------- run state
+class RunStateRow(Base):
+    """One fact about one run, as the step that learned it wrote it (migration ``0004``)."""
+
+    __tablename__ = "autodl_run_state"
+
+    run_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict] = mapped_column(JSON)
+    written_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    written_on: Mapped[str | None] = mapped_column(String(250), nullable=True)
+
+
+class RunState:
+    """What the steps of one run hand each other, in autodl's store: whichever host, triggerer or worker
+    runs a later step reads what an earlier one wrote, never a file on another machine.
+
+    One row per ``(run key, name)``; writing a name again replaces its value. The names the steps use are
+    :data:`PROFILE`, :data:`SELECTION`, :data:`DECISION`, :data:`HANDLE`, :data:`METRICS`, :data:`REPORT`
+    and ``failure:<step>`` (:meth:`note_failure`). Values are JSON objects (a pydantic model is dumped with
+    ``model_dump(mode="json")``).
+
+    :param url: SQLAlchemy URL; default :func:`autodl.config.store_url`.
+    """
+
+    PROFILE = "profile"
+    SELECTION = "selection"
+    DECISION = "decision"
+    HANDLE = "handle"
+    METRICS = "metrics"
+    REPORT = "report"
+    FAILURE_PREFIX = "failure:"
+
+    def __init__(self, url: str | None = None):
+        self._session = session_factory(url)
+
+    def put(self, run_key: str, name: str, value: Any) -> None:
+        """Write ``value`` (a JSON object or a pydantic model) as the run's ``name``, replacing an older one.
+
+        :raises ValueError: when ``value`` is not a JSON object (dict) or a model.
+        """
+        if hasattr(value, "model_dump"):
+            value = value.model_dump(mode="json")
+        if not isinstance(value, dict):
+            raise ValueError(f"run state {name!r} of {run_key}: a JSON object is kept, not {type(value).__name__}")
+        from sqlalchemy.exc import IntegrityError
+
+        from autodl.hosts import this_host
+
+        doc = json.loads(json.dumps(value, default=str))
+        for attempt in (1, 2):  # two writers racing to create the same row: the loser updates the winner's
+            with self._session() as s:
+                row = s.get(RunStateRow, (run_key, name))
+                if row is None:
+                    row = RunStateRow(run_key=run_key, name=name)
+                    s.add(row)
+                row.value, row.written_at, row.written_on = doc, datetime.now(timezone.utc), this_host()
+                try:
+                    s.commit()
+                    return
+                except IntegrityError:
+                    s.rollback()
+                    if attempt == 2:
+                        raise
+
+    def get(self, run_key: str, name: str) -> dict[str, Any] | None:
+        """The run's ``name``, or None when no step wrote it."""
+        with self._session() as s:
+            row = s.get(RunStateRow, (run_key, name))
+            return dict(row.value) if row is not None else None
+
+    def names(self, run_key: str) -> dict[str, str | None]:
+        """Every name written for the run, with the host that wrote it (oldest first)."""
+        with self._session() as s:
+            rows = s.execute(select(RunStateRow.name, RunStateRow.written_on).where(RunStateRow.run_key == run_key)
+                             .order_by(RunStateRow.written_at)).all()
+            return {name: host for name, host in rows}
+
+    def note_failure(self, run_key: str, step: str, message: str) -> None:
+        """Remember why ``step`` failed (``failure:<step>``), for the run's record."""
+        self.put(run_key, self.FAILURE_PREFIX + step, {"step": step, "message": message})
+
+    def failures(self, run_key: str) -> dict[str, str]:
+        """``{step: message}`` of the run's failed steps, in the order they failed."""
+        with self._session() as s:
+            rows = s.execute(select(RunStateRow.value).where(RunStateRow.run_key == run_key,
+                                                             RunStateRow.name.startswith(self.FAILURE_PREFIX))
+                             .order_by(RunStateRow.written_at)).scalars()
+            return {row["step"]: row["message"] for row in rows}
+
+    def forget(self, run_key: str) -> int:
+        """Delete every fact of the run (a run key used again from scratch); returns how many rows went."""
+        with self._session() as s:
+            gone = s.execute(delete(RunStateRow).where(RunStateRow.run_key == run_key)).rowcount
+            s.commit()
+            return gone or 0

@@ -431,3 +431,77 @@ class RunRecord(_Frozen):
         from autodl.redact import redact_text
 
         return redact_text(value) if value else value
+
+
+# ---------------------------------------------------------------------------------- step values
+class _StepValue(_Frozen):
+    """A value one step hands the next (through an XCom, a trigger's kwargs and :class:`autodl.store.RunState`).
+
+    Inside autodl it is a model; ``model_dump(mode="json")`` happens only at the XCom or trigger edge, and
+    :meth:`coerce` turns what comes back from there into the model again, so a renamed or missing field
+    fails where the value is read, naming the field, not later in another process.
+    """
+
+    @classmethod
+    def coerce(cls, value: Any, *, what: str | None = None):
+        """``value`` as this model (a model is returned as is, a dict validated).
+
+        :param what: where the value came from, for the message (e.g. "the profile step's XCom").
+        :raises StateError: when it is not a valid value of this model (the message names the fields).
+        """
+        from pydantic import ValidationError
+
+        from autodl.errors import StateError
+
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            fields = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(value)'}: {e['msg']}" for e in exc.errors()[:5])
+            raise StateError(f"{what or cls.__name__} is not a valid {cls.__name__} ({fields}); it was written by "
+                             "another autodl version or by hand: clear the task and its upstream steps to run "
+                             "them again.") from None
+
+
+class ProfileResult(_StepValue):
+    """What the profile step hands on: the profile and the inputs the later steps go by."""
+
+    profile: ResourceProfile
+    script: str = Field(description="The script's resolved path.")
+    spec_path: str | None = None
+    pool_source: str | None = Field(
+        None, description="The inventory source the profile was checked against ('file:<path>', 'nvml', ...); None: not checked.")
+    declared_pool: bool = False
+    overrides: dict[str, str] = Field(default_factory=dict, description="Run-time spec overrides, e.g. {'launcher': 'docker'}.")
+
+
+class Selection(_StepValue):
+    """What the wait and select steps hand on: the lease, the chosen placement and the booked devices."""
+
+    lease: Lease
+    placement: dict[str, Any] = Field(description="The chosen candidate (devices, model, host, score, reasons).")
+    devices: list[Device] = Field(description="The booked devices, in the lease's order, as the launcher needs them.")
+    declared_pool: bool
+    pool_source: str
+    algorithm: str = Field(description="The placement policy that chose ('rule_based', 'rl_based', ...).")
+    candidates_log: list[str] = Field(default_factory=list, description="The ranked candidates as logged at booking.")
+
+    @property
+    def host(self) -> str | None:
+        """The booked devices' host (None when unknown, e.g. 'localhost' of a declared pool)."""
+        from autodl.hosts import booked_host
+
+        return booked_host(d.host for d in self.devices)
+
+
+class PoolEvent(_StepValue):
+    """The event :class:`autodl.triggers.pool.PoolTrigger` fires once.
+
+    ``booked``: the run holds its lease (``selection``); ``no_fit``: nothing in the pool could ever hold it;
+    ``timeout``: it waited past ``scheduler.timeout``; ``error``: a bad spec, script or pool file.
+    """
+
+    status: Literal["booked", "no_fit", "timeout", "error"]
+    selection: Selection | None = None
+    message: str = ""

@@ -5,10 +5,25 @@ The DAG runs in-process (``dag.test``), through the same code the scheduler runs
 instances: mapped ``launch``/``collect_metrics`` instances are created after the booking
 (``TaskMap.expand_mapped_task``) and the ``airflow.policy`` entry point of the installed package
 (:mod:`autodl.policies`) sets their queue. The CeleryExecutor sends an instance to ``ti.queue``.
+
+Then for real: a Redis broker and two Celery workers, one per host (own ``AUTODL_HOST``, own
+``AUTODL_HOME``: no disk shared with the control plane or each other), each reading its host's queue; the
+control plane (this process, a third ``AUTODL_HOME``) profiles, books, routes launch and collect to the
+booked host's queue and writes the record from autodl's store alone.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -104,3 +119,267 @@ def test_local_launch_refuses_a_host_it_is_not_on(monkeypatch):
     with pytest.raises(LaunchError, match="booked devices are on host gpu-b, but this step runs on gpu-a"):
         require_here("gpu-b", "start the training", "k")
 
+
+
+# ------------------------------------------------------------------------------ real Celery workers
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _require(available: bool, what: str, how: str) -> None:
+    from tests.integration.conftest import require_service
+
+    require_service(available, what, how)
+
+
+@contextmanager
+def redis_url():
+    """``AUTODL_TEST_REDIS_URL`` (.ci/redis.sh starts one), else a ``redis-server`` started here on a free
+    127.0.0.1 port with a password, stopped by its pid after."""
+    given = os.environ.get("AUTODL_TEST_REDIS_URL")
+    if given:
+        yield given
+        return
+    _require(bool(shutil.which("redis-server")), "redis-server", "run `source .ci/redis.sh` (installs Debian's redis-server)")
+    port, password = _free_port(), uuid.uuid4().hex
+    proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--requirepass", password], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"redis://:{password}@127.0.0.1:{port}/0"
+        import redis
+
+        client = redis.Redis.from_url(url)
+        while True:  # until it answers, or it exited
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                assert proc.poll() is None, f"redis-server exited with {proc.returncode}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def host_workers(root: Path, broker: str, store: str, docker_hosts: dict[str, str] | None = None):
+    """One Celery worker per host, each on its host's queue with its own AUTODL_HOST and AUTODL_HOME (and,
+    given ``docker_hosts``, its own Docker engine as DOCKER_HOST)."""
+    procs = {}
+    try:
+        for host, queue in QUEUES.items():
+            home = root / host
+            home.mkdir(parents=True)
+            env = {**os.environ, "AUTODL_HOME": str(home), "AUTODL_HOST": host, "AUTODL_STORE_URL": store,
+                   "AUTODL_TEST_REDIS_URL": broker, "PYTHONPATH": str(REPO)}
+            if docker_hosts:
+                env["DOCKER_HOST"] = docker_hosts[host]
+            log = open(root / f"{host}.log", "ab")
+            procs[host] = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.airflow.celery_hosts", "worker", "-Q", queue,
+                 "-n", f"{host}@%h", "--pool", "solo", "--without-gossip", "--without-mingle", "-l", "INFO"],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log.close()
+        yield procs
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+
+
+def result_of(result, procs: dict, root: Path):
+    """The task's result; fails (with the worker's log) as soon as a worker process is gone, never waits on one."""
+    while not result.ready():
+        for host, proc in procs.items():
+            if proc.poll() is not None:
+                tail = (root / f"{host}.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"the Celery worker of {host} exited with {proc.returncode}:\n{tail}")
+        time.sleep(0.2)
+    return result.get()
+
+
+@contextmanager
+def shared_store(root: Path):
+    """The store every host reaches: the test PostgreSQL when there is one (as in production; a schema of
+    its own, dropped after), else one SQLite file outside every host's AUTODL_HOME."""
+    url = os.environ.get("AUTODL_TEST_PG_URL")
+    if not url:
+        yield f"sqlite:///{root / 'shared-store.db'}"
+        return
+    from sqlalchemy import create_engine, text
+
+    schema = f"mh_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{url}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+@contextmanager
+def two_hosts(monkeypatch, docker_hosts: dict[str, str] | None = None):
+    """Store, broker and the two host workers; this process is the control plane (AUTODL_HOST=control).
+
+    Yields (root folder, worker processes, a Celery client of this test's broker)."""
+    from celery import Celery
+
+    from tests.airflow import celery_hosts
+
+    root = Path(tempfile.mkdtemp(prefix="adl-mh-"))
+    monkeypatch.setenv("AUTODL_HOST", "control")
+    monkeypatch.setenv("AUTODL_HOST_QUEUES", ",".join(f"{h}={q}" for h, q in QUEUES.items()))
+    try:
+        with (shared_store(root) as store, redis_url() as broker,
+              host_workers(root, broker, store, docker_hosts) as procs):
+            monkeypatch.setenv("AUTODL_STORE_URL", store)
+            client = Celery("autodl_test_control", broker=broker, backend=broker)
+            client.conf.update(celery_hosts.app.conf.table(with_defaults=False))
+            client.conf.update(broker_url=broker, result_backend=broker)
+            try:
+                yield root, procs, client
+            finally:
+                client.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_on_booked_host(hosts: tuple, spec: Path, busy: str, *, launcher_kwargs_of=None):
+    """One run as the six steps run it across hosts: profile and book here (``busy``'s device taken by
+    another run), launch and collect on the booked host's queue, release and record here.
+
+    :returns: (run key, booked host, what the launch task returned, what the collect task returned).
+    """
+    from autodl import pipeline
+    from autodl.config import host_queues
+
+    root, procs, client = hosts
+    pool = str(CASES / "pool_two_hosts.yaml")
+    run_id = f"celery__{uuid.uuid4().hex[:8]}"
+    ctx = pipeline.RunContext(run_key=f"autodl_celery.train.{run_id}", dag_id="autodl_celery", run_id=run_id)
+    run = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id}
+    Ledger().book(f"other-{run_id}", [DEVICE[busy]], host=busy, model="A100-SXM4-40GB")
+    try:
+        prof = pipeline.step_profile(None, str(spec), pool=pool, probe=False, run_key=ctx.run_key, log=lambda _l: None)
+        sel = pipeline.step_select(ctx, prof, pool=pool, log=lambda _l: None)
+    finally:
+        Ledger().release(f"other-{run_id}")
+    queue = host_queues()[sel.host]
+    launched = result_of(client.send_task("autodl_test.launch", queue=queue,
+                                          args=[run, prof.model_dump(mode="json"), sel.model_dump(mode="json")]),
+                         procs, root)
+    collected = result_of(client.send_task("autodl_test.collect", args=[run, launched["handle"]], queue=queue),
+                          procs, root)
+    # the record is written here, on the control plane, from the steps' values and the store only
+    out = pipeline.step_release_and_record(
+        ctx, script=None, spec_path=str(spec), profile_out=prof, selection=sel, handle_json=launched["handle"],
+        metrics_json=collected["metrics"], log=lambda _l: None,
+        launcher_kwargs=launcher_kwargs_of(sel.host) if launcher_kwargs_of else None)
+    assert out["outcome"] == "succeeded" and out["lease_released"], out
+    return ctx.run_key, sel.host, launched, collected
+
+
+def assert_placed_and_decided_on(run_key: str, host: str, launched: dict, collected: dict):
+    """Launch and collect ran on ``host``'s worker; the record says ``host`` and keeps the decision made here."""
+    from autodl.store import RunState
+
+    assert launched["ran_on"] == host and launched["handle"]["host"] == host
+    assert collected["ran_on"] == host and collected["metrics"]["exit_code"] == 0
+    record = RecordStore().get(run_key)
+    assert record.outcome == "succeeded" and record.placement["host"] == host and record.launch["host"] == host
+    kept = [c for c in record.decision["candidates"] if c["kept"]]
+    assert kept and kept[0]["host"] == host and record.decision["chosen"]["host"] == host
+    written_on = RunState().names(run_key)
+    assert written_on["handle"] == host and written_on["metrics"] == host
+    assert written_on["decision"] == "control" and written_on["profile"] == "control"
+    return record, written_on
+
+
+def test_celery_workers_run_launch_and_collect_on_the_booked_host_and_each_record_is_complete(monkeypatch):
+    from autodl import pipeline
+
+    with two_hosts(monkeypatch) as hosts:
+        root = hosts[0]
+        for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+            run_key, booked, launched, collected = run_on_booked_host(hosts, CASES / "spec_report.yaml", busy)
+            assert booked == host
+            record, written_on = assert_placed_and_decided_on(run_key, host, launched, collected)
+            assert record.actual_peak_bytes and record.actual_peak_bytes > 64 << 20, record.metrics
+            assert record.report == {"epoch": 1, "run_key": run_key, "resumed_from": None}
+            assert written_on["report"] == host
+            # the training's report file stayed on its host; the control plane never had one to read
+            assert Path(launched["autodl_home"]).parent == root
+            assert not (pipeline.state_dir(run_key) / "report.json").exists()
+            # the estimate reached the host's own OOM explanation and timeline through the store, not a shared disk
+            on_host = Path(launched["handle"]["log_path"]).parent
+            assert str(on_host).startswith(launched["autodl_home"]) and (on_host / "profile.json").is_file()
+        assert Ledger().leases() == []
+
+
+@pytest.fixture
+def host_engines():
+    """A Docker engine per host (own dockerd, socket and data root), the test image imported into each."""
+    from tests.integration.conftest import IMAGE, _rootfs_tar
+    from tests.integration.engines import Engine, start, stop
+
+    usable = os.geteuid() == 0 and shutil.which("dockerd") and shutil.which("docker") and Path("/bin/busybox").is_file()
+    _require(bool(usable), "dockerd (as root), the docker CLI and /bin/busybox",
+             "run `source .ci/docker.sh` as root (installs Debian's docker.io and busybox-static)")
+    root = Path(tempfile.mkdtemp(prefix="adl-", dir="/tmp"))  # short: unix socket paths under it
+    engines = [Engine(name, root / name[-1]) for name in QUEUES]
+    try:
+        try:
+            start(engines)
+        except RuntimeError as exc:
+            _require(False, "extra Docker engines", str(exc))
+        tar = _rootfs_tar()
+        for engine in engines:
+            subprocess.run(["docker", "-H", engine.base_url, "import", "--change", "ENV PATH=/bin", "-", IMAGE],
+                           input=tar, check=True, capture_output=True)
+        yield {e.name: e.base_url for e in engines}
+    finally:
+        stop(engines)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_celery_workers_each_with_its_own_docker_engine_start_the_container_there(monkeypatch, host_engines):
+    import docker
+
+    def containers(base_url: str, run_key: str) -> list:
+        client = docker.DockerClient(base_url=base_url, timeout=30)
+        try:
+            return [(c.status, c.logs().decode()) for c in
+                    client.containers.list(all=True, filters={"label": f"autodl.run_key={run_key}"})]
+        finally:
+            client.close()
+
+    with two_hosts(monkeypatch, docker_hosts=host_engines) as hosts:
+        for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+            run_key, booked, launched, collected = run_on_booked_host(
+                hosts, CASES / "spec_docker.yaml", busy, launcher_kwargs_of=lambda h: {"base_url": host_engines[h]})
+            assert booked == host and launched["handle"]["launcher"] == "docker"
+            assert_placed_and_decided_on(run_key, host, launched, collected)
+            here = containers(host_engines[host], run_key)
+            assert len(here) == 1 and here[0][0] == "exited" and f"trained run {run_key}" in here[0][1], here
+            other = next(url for h, url in host_engines.items() if h != host)
+            assert containers(other, run_key) == []
+        assert Ledger().leases() == []

@@ -99,12 +99,12 @@ def test_the_heartbeat_of_a_released_lease_says_it_was_stopped_by_hand(tmp_path)
     pipeline.release_by_hand(CTX.run_key, user="alice", log=lambda _l: None)
     h = LaunchHandle.model_validate(handle)
     guard = pipeline.CollectGuard(CTX, h, LocalLauncher(), pipeline.CollectLimits(heartbeat_every_s=0.0),
-                                  log=lambda _l: None, lease_id=sel["lease"]["lease_id"])
+                                  log=lambda _l: None, lease_id=sel.lease.lease_id)
     stopped = guard.check()
     assert stopped.status == "stopped" and "stopped by autodl leases --release (by alice at" in str(stopped)
     again = Ledger().book(CTX.run_key, ["GPU-x"])
     assert Ledger().stop_mark(again.lease_id) is None
-    assert Ledger().stop_mark(sel["lease"]["lease_id"]).by == "alice"
+    assert Ledger().stop_mark(sel.lease.lease_id).by == "alice"
 
 
 def test_a_training_that_kills_itself_is_still_a_failure(tmp_path):
@@ -126,7 +126,7 @@ def test_release_says_what_it_released_and_json_says_the_same(tmp_path):
     sel, handle = launched(tmp_path)
     done = autodl("leases", "--release", CTX.run_key, env={"AUTODL_USER": "alice"})
     assert done.returncode == 0, done.stderr
-    lease_id, device = sel["lease"]["lease_id"], sel["lease"]["device_ids"][0]
+    lease_id, device = sel.lease.lease_id, sel.lease.device_ids[0]
     assert (f"released lease {lease_id} of run {CTX.run_key} held on devices {device}; its training was stopped; "
             "recorded outcome=stopped") in done.stdout
     assert "none held" not in done.stdout and "lost" not in done.stdout
@@ -135,8 +135,8 @@ def test_release_says_what_it_released_and_json_says_the_same(tmp_path):
     shown = autodl("leases", "--release", CTX.run_key, "--json", env={"AUTODL_USER": "alice"})
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
-    assert doc["released"] is True and doc["lease_id"] == sel2["lease"]["lease_id"] and doc["run_key"] == CTX.run_key
-    assert doc["device_ids"] == sel2["lease"]["device_ids"] and doc["training"] == "stopped"
+    assert doc["released"] is True and doc["lease_id"] == sel2.lease.lease_id and doc["run_key"] == CTX.run_key
+    assert doc["device_ids"] == sel2.lease.device_ids and doc["training"] == "stopped"
     assert doc["outcome"] == "stopped" and doc["stopped"]["by"] == "alice" and doc["released_by"] == "alice"
 
 

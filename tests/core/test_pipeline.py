@@ -37,8 +37,8 @@ def test_select_books_and_a_retry_reuses_the_lease(tmp_path):
     logs: list[str] = []
     first = pipeline.step_select(ctx(), out, log=logs.append)
     again = pipeline.step_select(ctx(), out, log=logs.append)
-    assert first["lease"]["lease_id"] == again["lease"]["lease_id"]
-    assert first["declared_pool"] is True
+    assert first.lease.lease_id == again.lease.lease_id
+    assert first.declared_pool is True
     assert any("KEPT" in l for l in logs) and any("DROPPED" in l and "Ascend" in l for l in logs)
     assert any("DECLARED" in l for l in logs)
     assert len(Ledger().leases()) == 1
@@ -48,7 +48,7 @@ def test_second_run_gets_another_device_and_third_waits(tmp_path):
     from autodl.queue import AdmissionQueue
 
     out = profile_out(tmp_path)
-    chosen = {pipeline.step_select(ctx(f"run{i}"), out, log=lambda _l: None)["lease"]["device_ids"][0] for i in range(3)}
+    chosen = {pipeline.step_select(ctx(f"run{i}"), out, log=lambda _l: None).lease.device_ids[0] for i in range(3)}
     assert chosen == {A100, V100, RTX}
     logs: list[str] = []
     assert pipeline.step_wait(ctx("run4"), out, log=logs.append) is None  # waits, in the queue
@@ -58,8 +58,8 @@ def test_second_run_gets_another_device_and_third_waits(tmp_path):
         pipeline.step_select(ctx("run4"), out, log=lambda _l: None)
     freed = Ledger().release("run1").device_ids
     booked = pipeline.step_wait(ctx("run4"), out, log=lambda _l: None)
-    assert booked["lease"]["device_ids"] == freed and AdmissionQueue().entries() == []
-    assert pipeline.step_select(ctx("run4"), out, log=lambda _l: None)["lease"] == booked["lease"]
+    assert booked.lease.device_ids == freed and AdmissionQueue().entries() == []
+    assert pipeline.step_select(ctx("run4"), out, log=lambda _l: None).lease == booked.lease
 
 
 def test_nothing_fits_is_refused_with_advice(tmp_path):
@@ -214,7 +214,7 @@ def test_release_by_hand_stops_the_training_and_records_it(tmp_path):
     assert Ledger().leases() == [] and result["outcome"] == "stopped" and result["training"] == "stopped"
     rec = RecordStore().get(ctx().run_key)
     assert rec.outcome == "stopped" and "stopped by autodl leases --release (by bob at " in rec.error
-    assert rec.stopped.by == "bob" and rec.stopped.forced and rec.stopped.lease_id == sel["lease"]["lease_id"]
+    assert rec.stopped.by == "bob" and rec.stopped.forced and rec.stopped.lease_id == sel.lease.lease_id
     assert rec.launch["pid"] == handle["pid"]
     with pytest.raises(LeaseError, match="no lease is held by run .*: nothing released"):
         pipeline.release_by_hand(ctx().run_key)

@@ -55,7 +55,7 @@ def test_an_expired_lease_is_reaped_before_the_device_is_offered(tmp_path, one_d
     time.sleep(1.2)  # nobody heartbeats a's lease any more
     logs: list[str] = []
     booked = pipeline.step_wait(ctx("b", "bob"), out_a, pool=one_device_pool, log=logs.append)
-    assert booked is not None and booked["lease"]["device_ids"] == ["GPU-only"]
+    assert booked is not None and booked.lease.device_ids == ["GPU-only"]
     assert local_poll(handle) == 143  # a's training was stopped (SIGTERM) before b got the device
     rec = RecordStore().get("a")
     assert rec.outcome == "failed" and "lease" in rec.error and "expired: no heartbeat since" in rec.error
@@ -185,7 +185,8 @@ def test_the_collect_tasks_execution_timeout_stops_the_training_and_says_so(tmp_
 
     op = AutoDLCollectOperator(task_id="collect_metrics", group_id="g", execution_timeout=timedelta(seconds=90))
     started = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    context = {"ti": SimpleNamespace(start_date=started, xcom_pull=lambda task_ids=None: None)}
+    context = {"ti": SimpleNamespace(start_date=started, xcom_pull=lambda task_ids=None: None, dag_id="d",
+                                     task_id="g.collect_metrics"), "run_id": "r"}
     limits = op._limits(context)
     assert limits.deadline_ts == started.timestamp() + 90 and "execution_timeout (0:01:30)" in limits.deadline_why
 

@@ -59,8 +59,8 @@ def test_oom_at_step3_is_recorded_explained_and_raises_the_next_estimate(tmp_pat
     pool = str(default_pool_file())
     ctx = pipeline.RunContext(run_key="dag.oom.run1", dag_id="dag")
     profile_out = pipeline.step_profile(str(script), None, pool=pool, probe=False, run_key=ctx.run_key, log=lambda _l: None)
-    before = profile_out["profile"]["peak_memory_bytes"]
-    batch = profile_out["profile"]["batch_size"]
+    before = profile_out.profile.peak_memory_bytes
+    batch = profile_out.profile.batch_size
     selection = pipeline.step_select(ctx, profile_out, pool=pool, log=lambda _l: None)
     handle = pipeline.step_launch(ctx, profile_out, selection, log=lambda _l: None)
     lines: list[str] = []

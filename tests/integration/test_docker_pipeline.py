@@ -34,7 +34,8 @@ def _setup(tmp_path, image, command):
                               try_number=1)
     # a real lease: the launch heartbeats it first and refuses to start a training without one (LeaseLost)
     lease = Ledger().book(run_key, [f"it-device-{uuid.uuid4().hex[:8]}"], model="A100-SXM4-40GB")
-    selection = {"devices": [], "lease": {"lease_id": lease.lease_id}, "declared_pool": True}
+    selection = {"devices": [], "lease": lease.to_json(), "declared_pool": True, "placement": {},
+                 "pool_source": "test", "algorithm": "rule_based"}
     return ctx, {"profile": profile, "script": str(script), "spec_path": str(spec)}, selection
 
 

@@ -32,7 +32,9 @@ def request_from_pipeline(spec_path, devices, *, num_gpus: int, num_workers: int
                "breakdown": {}, "num_gpus": num_gpus, "num_workers": num_workers}
     ctx = pipeline.RunContext(run_key="autodl_train_multi_gpu.train.manual__1", dag_id="autodl_train_multi_gpu",
                               run_id="manual__1", task_id="train.launch", try_number=1)
-    selection = {"devices": devices, "lease": {"lease_id": "lease-1"}, "declared_pool": False}
+    lease = {"lease_id": "lease-1", "run_key": ctx.run_key, "device_ids": [d["device_id"] for d in devices]}
+    selection = {"devices": devices, "lease": lease, "declared_pool": False, "placement": {}, "pool_source": "nvml",
+                 "algorithm": "rule_based"}
     return pipeline.build_request(ctx, {"profile": profile, "script": script, "spec_path": str(spec_path)}, selection)
 
 

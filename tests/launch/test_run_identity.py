@@ -22,6 +22,7 @@ from autodl.launch import LaunchRequest
 from autodl.launch.local import RUN_KEY_FILE, LocalLauncher, run_dir_name, training_environment
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
+from autodl.store import RunState
 from autodl.types import LaunchHandle, MemoryBreakdown, ResourceProfile
 
 COLLIDING = [
@@ -119,7 +120,7 @@ def test_release_never_stops_a_training_of_another_run_key(tmp_path):
     handle_a = pipeline.step_launch(ctx_a, out, sel, log=lambda _l: None)
     try:
         ctx_b = pipeline.RunContext(run_key="dag.g.b")
-        (pipeline.state_dir(ctx_b.run_key) / "handle-latest.json").write_text(json.dumps(handle_a))
+        RunState().put(ctx_b.run_key, RunState.HANDLE, handle_a)  # a stale handle of another run under b's key
         logs: list[str] = []
         pipeline.step_release_and_record(ctx_b, script=None, spec_path=None, profile_out=None, selection=None,
                                          handle_json=None, metrics_json=None, log=logs.append)

@@ -23,11 +23,17 @@ from autodl.errors import (
     PoolBusy,
     ProfileError,
     SpecError,
+    StateError,
     TrainingFailed,
     WaitTimeout,
 )
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
+from autodl.store import RunState
+from autodl.types import PoolEvent, ProfileResult, Selection
+
+HANDED = {"profile": (ProfileResult, RunState.PROFILE), "select": (Selection, RunState.SELECTION)}
+"""The typed values the profile and select steps hand the later ones: (model, run-state name)."""
 
 def _pool(value: str | None) -> str | None:
     """The operator's (rendered) pool as a source: ``pool`` names, relative paths resolved against the include
@@ -37,7 +43,8 @@ def _pool(value: str | None) -> str | None:
     return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's pool=)")
 
 
-PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError)
+PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError,
+                    StateError)
 """Errors a retry cannot mend: the task fails at once, without retrying."""
 
 STEP_IDS = {
@@ -62,14 +69,12 @@ def _launcher_kwargs(launcher_type: str, host: str | None = None) -> dict[str, A
     return launcher_kwargs(launcher_type, host)
 
 
-def _selection_host(selection: dict[str, Any] | None) -> str | None:
+def _selection_host(selection: Selection | dict[str, Any] | None) -> str | None:
     """The host of the booked devices in the select step's result (also for a declared pool, whose hosts
     may be real machines without GPUs: their Docker engines are still theirs)."""
     if not selection:
         return None
-    from autodl.hosts import booked_host
-
-    return booked_host(d.get("host") for d in selection.get("devices") or [])
+    return Selection.coerce(selection, what="the select step's result").host
 
 
 class _AutoDLStep(BaseOperator):
@@ -98,6 +103,16 @@ class _AutoDLStep(BaseOperator):
 
     def _pull(self, context, step: str) -> Any:
         return context["ti"].xcom_pull(task_ids=self._sibling(step))
+
+    def _handed(self, context, step: str) -> Any:
+        """What ``step`` ("profile" or "select") handed on, typed: from the run state in autodl's store
+        (written by that step, on whichever host it ran), else from its XCom; None when neither has it."""
+        model, name = HANDED[step]
+        value = RunState().get(self._ctx(context).run_key, name)
+        where = f"the {step} step's value in autodl's run state"
+        if value is None:
+            value, where = self._pull(context, step), f"the {step} step's XCom ({self._sibling(step)})"
+        return model.coerce(value, what=where) if value is not None else None
 
     def _ctx(self, context) -> pipeline.RunContext:
         ti = context["ti"]
@@ -160,7 +175,8 @@ class AutoDLProfileOperator(_AutoDLStep):
         self._check_conf(context)
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
-                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
+                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key,
+                                     overrides=overrides).model_dump(mode="json")
 
 
 def _user(context, default: str | None) -> str | None:
@@ -180,17 +196,19 @@ class _Waiting:
 
     def _scheduler(self, context) -> tuple[float, float]:
         """(timeout s, poke interval s): the spec's ``scheduler`` section as the profile step read it."""
-        sched = pipeline.run_spec(self._pull(context, "profile") or {}).scheduler
+        sched = pipeline.run_spec(self._handed(context, "profile") or {}).scheduler
         timeout = float(self.wait_timeout_s or sched.timeout)
         return timeout, float(sched.poke_interval)
 
     def _poll(self, context) -> dict[str, Any] | None:
-        """One poll of the queue; permanent problems fail the task, a wait past the timeout too."""
+        """One poll of the queue (the selection as its XCom when booked); permanent problems fail the task, a
+        wait past the timeout too."""
         ctx = self._ctx(context)
         timeout, poke = self._scheduler(context)
         try:
-            return pipeline.step_wait(ctx, self._pull(context, "profile"), pool=self._src(), log=self.log.info,
-                                      poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=_launcher_kwargs)
+            selection = pipeline.step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=self.log.info,
+                                           poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=_launcher_kwargs)
+            return selection.model_dump(mode="json") if selection is not None else None
         except WaitTimeout as exc:
             pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
                                                        "(scheduler.timeout)")
@@ -209,7 +227,8 @@ class _Waiting:
         self.log.info("waiting in the admission queue from the triggerer (no worker slot held), every %s s, "
                       "up to %s s (scheduler.timeout)", poke, timeout)
         self.defer(
-            trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self._src(), poke_interval=poke,
+            trigger=PoolTrigger(profile_out=self._handed(context, "profile").model_dump(mode="json"), pool=self._src(),
+                                poke_interval=poke,
                                 run=_run_fields(ctx), timeout_s=timeout),
             method_name=method_name,
             # the trigger enforces the timeout from when the run joined the queue; this is a backstop
@@ -218,16 +237,21 @@ class _Waiting:
 
     def _queue_event(self, context, event: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self._ctx(context)
-        status = (event or {}).get("status")
-        if status == "booked":
-            self.log.info("%s", event.get("message", "booked"))
-            for line in event["selection"].get("candidates_log") or []:
+        try:
+            typed = PoolEvent.coerce(event or {"status": "error"}, what="the admission queue trigger's event")
+        except StateError as exc:  # a retry would read the same event: fail at once, saying which field
+            pipeline.note_failure(ctx.run_key, "wait", str(exc))
+            self.log.error("%s", exc)
+            raise AirflowFailException(str(exc)) from None
+        if typed.status == "booked" and typed.selection is not None:
+            self.log.info("%s", typed.message or "booked")
+            for line in typed.selection.candidates_log:
                 self.log.info("%s", line)
-            return event["selection"]
-        message = (event or {}).get("message") or f"waiting in the admission queue ended without a booking: {event}"
+            return typed.selection.model_dump(mode="json")
+        message = typed.message or f"waiting in the admission queue ended without a booking: {event}"
         pipeline.note_failure(ctx.run_key, "wait", message)
         self.log.error("%s", message)
-        if status == "timeout":
+        if typed.status == "timeout":
             raise AirflowSensorTimeout(message)
         raise AirflowFailException(message)
 
@@ -258,6 +282,7 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
 
     _sibling = _AutoDLStep._sibling
     _pull = _AutoDLStep._pull
+    _handed = _AutoDLStep._handed
     _ctx = _AutoDLStep._ctx
 
     def _src(self) -> str | None:
@@ -305,8 +330,8 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
 
     def run_step(self, ctx, context):
         try:
-            return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._src(), log=self.log.info,
-                                        launcher_kwargs_for=_launcher_kwargs)
+            return pipeline.step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=self.log.info,
+                                        launcher_kwargs_for=_launcher_kwargs).model_dump(mode="json")
         except PoolBusy as exc:
             self.log.info("%s", exc)
         if self.deferrable:
@@ -335,7 +360,7 @@ class AutoDLBookedHostOperator(BaseOperator):
     def execute(self, context) -> list[str | None]:
         prefix = self.task_id.rsplit(".", 1)[0] + "." if "." in self.task_id else ""
         selection = context["ti"].xcom_pull(task_ids=prefix + STEP_IDS["select"])
-        host = _selection_host(selection)
+        host = _selection_host(Selection.coerce(selection, what="the select step's XCom") if selection else None)
         self.log.info("the booked devices are on host %s", host)
         return [host]
 
@@ -354,8 +379,8 @@ class AutoDLLaunchOperator(_AutoDLStep):
         self.booked_host = booked_host
 
     def run_step(self, ctx, context):
-        profile_out = self._pull(context, "profile")
-        selection = self._pull(context, "select")
+        profile_out = self._handed(context, "profile")
+        selection = self._handed(context, "select")
         launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
         return pipeline.step_launch(ctx, profile_out, selection,
                                     launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
@@ -385,7 +410,7 @@ class AutoDLCollectOperator(_AutoDLStep):
             start = getattr(context["ti"], "start_date", None)
             begun = start.timestamp() if start else time.time()
             deadline = begun + self.execution_timeout.total_seconds()
-        return pipeline.CollectLimits.for_run(self._pull(context, "profile"), deadline_ts=deadline,
+        return pipeline.CollectLimits.for_run(self._handed(context, "profile"), deadline_ts=deadline,
                                               deadline_why=f"execution_timeout ({self.execution_timeout})")
 
     def on_kill(self) -> None:
@@ -459,7 +484,7 @@ class AutoDLReleaseOperator(_AutoDLStep):
         launcher_type = (handle or {}).get("launcher", "local")
         return pipeline.step_release_and_record(
             ctx, script=self._none(self.script), spec_path=self._none(self.spec),
-            profile_out=self._pull(context, "profile"), selection=self._pull(context, "select"),
+            profile_out=self._handed(context, "profile"), selection=self._handed(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
             launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=self.log.info,
         )

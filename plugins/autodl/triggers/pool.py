@@ -11,24 +11,25 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from autodl.triggers import MIN_DEFERRAL_S, hold_until
 
-PERMANENT = ("SpecError", "ProfileError", "CatalogError", "InventoryError")
+PERMANENT = ("SpecError", "ProfileError", "CatalogError", "InventoryError", "StateError")
 """Errors a later poll cannot mend (names, to keep the Airflow-free core's classes out of the import path)."""
 
 
 class PoolTrigger(BaseTrigger):
     """Polls the admission queue every ``poke_interval`` seconds (:func:`autodl.pipeline.step_wait`: reap
-    expired leases, refresh the run's entry, book when the queue grants it devices) and fires once:
+    expired leases, refresh the run's entry, book when the queue grants it devices) and fires once, a
+    :class:`autodl.types.PoolEvent` (dumped to JSON only as the event's payload):
 
-    - ``{"status": "booked", "selection": ...}`` when the run holds its lease;
-    - ``{"status": "no_fit", "message": ...}`` when nothing in the pool could ever hold the run;
-    - ``{"status": "timeout", "message": ...}`` when it waited past ``scheduler.timeout``;
-    - ``{"status": "error", "message": ...}`` for a bad spec, script or pool file.
+    - ``booked`` with the ``selection`` when the run holds its lease (also kept in the run state);
+    - ``no_fit`` when nothing in the pool could ever hold the run;
+    - ``timeout`` when it waited past ``scheduler.timeout``;
+    - ``error`` for a bad spec, script or pool file.
 
     Other errors (the store or the inventory unreachable for a moment) are logged and the next poll
     tries again: a waiting run does not fail because a poll did.
 
     :param run: the run's identity (``autodl.pipeline.RunContext`` fields).
-    :param profile_out: the profile step's XCom (profile, spec path).
+    :param profile_out: the profile step's :class:`autodl.types.ProfileResult`, as JSON (the trigger's kwargs).
     :param pool: inventory source (see :func:`autodl.inventory.read_inventory`).
     :param poke_interval: seconds between polls.
     :param timeout_s: seconds the run may wait from when it joined the queue.
@@ -52,38 +53,42 @@ class PoolTrigger(BaseTrigger):
                 {"profile_out": self.profile_out, "pool": self.pool, "poke_interval": self.poke_interval,
                  "run": self.run_ctx, "timeout_s": self.timeout_s, "min_deferral_s": self.min_deferral_s})
 
-    def _poll(self) -> dict[str, Any] | None:
+    def _poll(self):
         from autodl.operators.steps import _launcher_kwargs
         from autodl.pipeline import RunContext, step_wait
+        from autodl.types import ProfileResult
 
         ctx = RunContext(**self.run_ctx)
-        return step_wait(ctx, self.profile_out, pool=self.pool, log=self.log.info, poke_interval_s=self.poke_interval,
+        profile_out = ProfileResult.coerce(self.profile_out, what="the admission queue trigger's profile_out")
+        return step_wait(ctx, profile_out, pool=self.pool, log=self.log.info, poke_interval_s=self.poke_interval,
                          timeout_s=self.timeout_s, launcher_kwargs_for=_launcher_kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from autodl.errors import AutoDLError, NoFitError, WaitTimeout
-
         started = time.monotonic()
         event = await self._wait()
         await hold_until(started, self.min_deferral_s)
         yield event
 
     async def _wait(self) -> TriggerEvent:
+        event = await self._event()
+        return TriggerEvent(event.model_dump(mode="json"))
+
+    async def _event(self):
         from autodl.errors import AutoDLError, NoFitError, WaitTimeout
+        from autodl.types import PoolEvent
 
         while True:
             try:
                 selection = await asyncio.to_thread(self._poll)
             except NoFitError as exc:
-                return TriggerEvent({"status": "no_fit", "message": str(exc)})
+                return PoolEvent(status="no_fit", message=str(exc))
             except WaitTimeout as exc:
-                return TriggerEvent({"status": "timeout", "message": str(exc)})
+                return PoolEvent(status="timeout", message=str(exc))
             except AutoDLError as exc:
                 if type(exc).__name__ in PERMANENT:
-                    return TriggerEvent({"status": "error", "message": str(exc)})
+                    return PoolEvent(status="error", message=str(exc))
                 self.log.warning("this poll failed, the next one tries again: %s", exc)
                 selection = None
             if selection is not None:
-                return TriggerEvent({"status": "booked", "selection": selection,
-                                     "message": f"booked {selection['lease']['device_ids']}"})
+                return PoolEvent(status="booked", selection=selection, message=f"booked {selection.lease.device_ids}")
             await asyncio.sleep(self.poke_interval)
