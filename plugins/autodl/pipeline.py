@@ -612,7 +612,7 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
 
 
 def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory, ledger: Ledger,
-                    log: Callable[[str], None]) -> dict[str, Any] | None:
+                    log: Callable[[str], None]) -> Selection | None:
     """The Kueue mode's wait: no entry in autodl's admission queue (Kueue's ClusterQueue orders and admits the
     pod, created behind Kueue's scheduling gate); the best fitting devices no other autodl run holds are booked
     at once, so the launch knows the device model and count to request. None while every fitting device is
@@ -640,7 +640,7 @@ def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, i
         f"{lease.ttl_s:g} s")
     selection = _selection(lease, [by_id[i] for i in lease.device_ids], inventory, decision.algorithm,
                            decision.chosen.to_json(), lines)
-    (state_dir(ctx.run_key) / "selection.json").write_text(json.dumps(selection))
+    RunState().put(ctx.run_key, RunState.SELECTION, selection)
     return selection
 
 

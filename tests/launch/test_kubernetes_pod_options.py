@@ -217,7 +217,7 @@ def test_kueue_mode_wait_does_not_queue_a_second_time(tmp_path):
     assert AdmissionQueue().entries() == [], "no entry in autodl's own queue: Kueue orders the runs"
     assert not any("in the admission queue" in line for line in logs)
     Ledger().release("run0")
-    assert pipeline.step_wait(ctx("run3"), out, log=logs.append)["lease"]["run_key"] == "run3"
+    assert pipeline.step_wait(ctx("run3"), out, log=logs.append).lease.run_key == "run3"
 
 
 # ---------------------------------------------------------------------------------- pod template
