@@ -1209,6 +1209,10 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     oom = (metrics_json or {}).get("oom") if outcome == "failed" else None
     if outcome == "failed" and oom:
         error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
+        from autodl.oom import calibration_tag  # what this OOM calibrates: script content, configuration, memory
+
+        oom = calibration_tag(oom, script=(profile_out or {}).get("script") or script, profile=profile,
+                              device_kind="cpu" if declared else ((placement or {}).get("model") or "gpu"))
     if outcome == "failed" and not error and exit_code is not None:
         error = f"training failed with exit code {exit_code}"
     record = RunRecord(
