@@ -188,6 +188,7 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
 OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "launcher": ("launcher", "type", typing.get_args(LauncherSection.model_fields["type"].annotation)),
     "policy": ("scheduler", "algorithm", typing.get_args(SchedulerSection.model_fields["algorithm"].annotation)),
+    "args": ("task", "args", ()),  # a list of strings (templated per run), not one of a set of values
 }
 """Run-time overrides of the spec (e.g. from a DAG's Params): name -> (spec section, field, allowed values).
 The allowed values are the spec's own (``launcher.type``, ``scheduler.algorithm``)."""
@@ -196,16 +197,24 @@ KEEP_SPEC = ("", "spec", "None", None)
 """Override values that mean "as the spec says"."""
 
 
-def check_overrides(overrides: dict[str, Any] | None) -> dict[str, str]:
+def check_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
     """The overrides that change something, validated.
 
     :param overrides: name -> value; ``"spec"``, ``""`` or None mean "as the spec says" and are dropped.
     :raises SpecError: for an unknown name or value, naming the known ones.
     """
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     for name, value in (overrides or {}).items():
         if name not in OVERRIDES:
             raise SpecError(f"unknown override {name!r}; known: {', '.join(OVERRIDES)}.")
+        if name == "args":
+            if value is None:
+                continue
+            if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(a, str) for a in value):
+                raise SpecError(f"args: the script's arguments are a list of strings (each may be templated, e.g. "
+                                f"['--data', '{{{{ ti.xcom_pull(task_ids=\"prepare\") }}}}']), got {type(value).__name__}.")
+            out[name] = [str(a) for a in value]
+            continue
         if value in KEEP_SPEC:
             continue
         allowed = OVERRIDES[name][2]
@@ -217,7 +226,7 @@ def check_overrides(overrides: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def apply_overrides(spec: TaskSpec, overrides: dict[str, str] | None) -> TaskSpec:
+def apply_overrides(spec: TaskSpec, overrides: dict[str, Any] | None) -> TaskSpec:
     """``spec`` with the (already checked) overrides applied."""
     for name, value in (overrides or {}).items():
         section, key, _ = OVERRIDES[name]
@@ -1134,7 +1143,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     :param stopped: the manual stop of this run (``autodl leases --release``); default: the one the store
         holds for the run's lease, if any. A training stopped by hand that did not end by itself with exit 0
         is recorded with outcome ``stopped`` and who stopped it (``stopped``), never as a failure.
-    :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
+    :returns: the run's :class:`autodl.records.RunResult` as JSON (outcome, record key, peaks, duration).
     """
     from autodl.queue import AdmissionQueue
 
@@ -1213,6 +1222,11 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
 
         oom = calibration_tag(oom, script=(profile_out or {}).get("script") or script, profile=profile,
                               device_kind="cpu" if declared else ((placement or {}).get("model") or "gpu"))
+    if outcome == "not_started" and not error:  # Airflow itself ended a step (a lost worker, an API timeout)
+        step = "profile" if profile_out is None else "select_device" if selection is None else "launch"
+        error = (f"{step}: never started, and no step recorded why: the {step} task ended without a result and "
+                 "without an autodl error (Airflow failed it: a lost worker, the execution API timing out, a task "
+                 "marked failed); its log in Airflow says more, and a retry of it is safe")
     if outcome == "failed" and not error and exit_code is not None:
         error = f"training failed with exit code {exit_code}"
     record = RunRecord(
@@ -1253,5 +1267,6 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     from autodl.store import redact_url
 
     log(f"run record written: {ctx.run_key} outcome={outcome} store={redact_url(store_url())}")
-    return {"run_key": ctx.run_key, "outcome": outcome, "record_store": redact_url(store_url()),
-            "lease_released": bool(released), "declared_pool": declared}
+    from autodl.records import RunResult
+
+    return RunResult.of(record, record_store=redact_url(store_url()), lease_released=bool(released)).model_dump(mode="json")

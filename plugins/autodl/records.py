@@ -10,11 +10,43 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import JSON, BigInteger, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.store import Base, session_factory
 from autodl.types import RunRecord
+
+
+class RunResult(BaseModel):
+    """A run's result: the ``release_and_record`` step's XCom, which is the task group's result
+    (``AutoDLTrainOperator.result``); bytes per device, seconds. Figures the run never produced are None."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_key: str = Field(description="The record's key in autodl's store (``autodl runs --json``, the GPU page).")
+    outcome: str = Field(description="``succeeded``, ``failed``, ``stopped`` or ``not_started``.")
+    error: str | None = Field(None, description="Why it did not succeed (as the record says).")
+    record_store: str = Field(description="The store the record is in (password redacted).")
+    lease_released: bool
+    declared_pool: bool
+    device_model: str | None = None
+    estimated_peak_bytes: int | None = None
+    actual_peak_bytes: int | None = Field(None, description="The run's own peak (on a declared pool: host RSS).")
+    allocated_peak_bytes: int | None = None
+    reserved_peak_bytes: int | None = None
+    duration_s: float | None = None
+    exit_code: int | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord, *, record_store: str, lease_released: bool) -> "RunResult":
+        """The result of ``record``."""
+        m = record.metrics or {}
+        return cls(run_key=record.run_key, outcome=record.outcome, error=record.error, record_store=record_store,
+                   lease_released=lease_released, declared_pool=record.declared_pool, device_model=record.device_model,
+                   estimated_peak_bytes=record.estimated_peak_bytes, actual_peak_bytes=record.actual_peak_bytes,
+                   allocated_peak_bytes=record.allocated_peak_bytes, reserved_peak_bytes=record.reserved_peak_bytes,
+                   duration_s=m.get("duration_s"), exit_code=m.get("exit_code"))
 
 
 class RunRow(Base):

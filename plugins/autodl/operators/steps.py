@@ -137,18 +137,20 @@ class AutoDLProfileOperator(_AutoDLStep):
     :param launcher: override of the spec's ``launcher.type`` (templated; ``spec`` or empty: the spec's).
     :param policy: override of the spec's ``scheduler.algorithm`` (templated; ``spec`` or empty: the spec's).
     :param check_conf: refuse a trigger conf key that is not one of the DAG's Params (when it declares any).
+    :param args: the script's arguments (templated, each element): replace the spec's ``task.args`` for this run.
     """
 
-    template_fields: Sequence[str] = (*_AutoDLStep.template_fields, "launcher", "policy")
+    template_fields: Sequence[str] = (*_AutoDLStep.template_fields, "launcher", "policy", "args")
     step = "profile"
 
     def __init__(self, *, probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
-                 check_conf: bool = True, **kwargs: Any):
+                 check_conf: bool = True, args: list[str] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.probe = probe
         self.launcher = launcher
         self.policy = policy
         self.check_conf = check_conf
+        self.args = args
 
     def _check_conf(self, context) -> None:
         declared = getattr(self.dag, "params", None) or {}
@@ -158,7 +160,8 @@ class AutoDLProfileOperator(_AutoDLStep):
 
     def run_step(self, ctx, context):
         self._check_conf(context)
-        overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
+        overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy),
+                     "args": self.args}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
 
@@ -446,13 +449,24 @@ class AutoDLCollectOperator(_AutoDLStep):
 
 
 class AutoDLReleaseOperator(_AutoDLStep):
-    """Step 6 (``trigger_rule=all_done``): free the lease whatever happened, write the run record."""
+    """Step 6 (``trigger_rule=all_done``), the group's last task: free the lease whatever happened, write the run
+    record, return the run's :class:`autodl.records.RunResult` (XCom ``return_value``). A run that did not succeed
+    fails this task once its record is written (no retry), so the DAG run fails and ``group >> downstream`` does
+    not run; the result is pushed all the same, for a downstream task with ``trigger_rule=all_done``."""
 
     step = "release"
 
     def __init__(self, **kwargs: Any):
-        kwargs["trigger_rule"] = TriggerRule.ALL_DONE  # as_teardown() (group.py) keeps its run-always meaning
+        kwargs["trigger_rule"] = TriggerRule.ALL_DONE
         super().__init__(**kwargs)
+
+    def execute(self, context) -> Any:
+        result = super().execute(context)
+        if result and result.get("outcome") != "succeeded":
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise AirflowFailException(f"the run {result.get('outcome')} (recorded as {result.get('run_key')}; lease "
+                                       f"{'freed' if result.get('lease_released') else 'KEPT'}): {result.get('error')}")
+        return result
 
     def run_step(self, ctx, context):
         handle = self._pull(context, "launch")
