@@ -113,6 +113,33 @@ def note_failure(run_key: str, step: str, message: str) -> None:
     path.write_text(json.dumps(data, indent=2))
 
 
+ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png")
+"""What a run's state folder holds of one training: a new training (a clear and re-run in Airflow) starts
+without them (:func:`begin_attempt`)."""
+
+
+def begin_attempt(run_key: str, log: Callable[[str], None] = print) -> Path | None:
+    """A new training of ``run_key`` was just started: move the earlier attempt's failures, metrics and samples to
+    ``earlier-<n>/`` in the state folder (the record of that attempt is pointed there), so this attempt's error,
+    duration and timeline are its own. Every step before a launch that started a training has succeeded, so the
+    failures they noted belong to the earlier attempt.
+
+    :returns: the folder they went to, or None when there was nothing of an earlier attempt.
+    """
+    folder = state_dir(run_key)
+    present = [name for name in ATTEMPT_FILES if (folder / name).exists()]
+    if not present:
+        return None
+    dest = folder / f"earlier-{1 + len(list(folder.glob('earlier-*')))}"
+    dest.mkdir()
+    for name in present:
+        (folder / name).rename(dest / name)
+    if "samples.jsonl" in present:
+        RecordStore().set_samples_path(run_key, str(folder / "samples.jsonl"), str(dest / "samples.jsonl"))
+    log(f"a new training of {run_key}: the earlier attempt's {', '.join(present)} moved to {dest}")
+    return dest
+
+
 def read_failures(run_key: str) -> dict[str, str]:
     path = state_dir(run_key) / "failure.json"
     return json.loads(path.read_text()) if path.exists() else {}
@@ -418,6 +445,8 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     :returns: ``{"profile", "script", "spec_path", "pool_source", "declared_pool", "overrides"}``.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
+    if run_key:  # the first step: what the folder holds of a training is an earlier attempt's (a clear and re-run)
+        begin_attempt(run_key, log)
     checked = check_overrides(overrides)
     catalog = load_catalog()
     spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog)
@@ -713,6 +742,8 @@ def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[st
 
         write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
     handle = launcher.launch(request).model_copy(update={"host": host})
+    if not handle.reattached:
+        begin_attempt(ctx.run_key, log)
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
     (state_dir(ctx.run_key) / "handle-latest.json").write_text(json.dumps(handle.to_json()))
@@ -1244,6 +1275,12 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     )
     store = RecordStore()
     previous = store.get(ctx.run_key)
+    from autodl.records import same_attempt
+
+    if previous is not None and not same_attempt(record, json.loads(previous.model_dump_json())):
+        log(f"a new attempt of {ctx.run_key} (lease {record.lease_id}, was {previous.lease_id}): the record is this "
+            f"attempt's; the earlier one is kept in its attempts")
+        previous = None  # nothing of another attempt is carried over (its error, its training)
     if previous is not None:  # a second writer (the run's own release after a reaper) keeps what the first knew
         record = record.model_copy(update={
             k: getattr(previous, k) for k in ("dag_id", "run_id", "profile", "placement", "lease_id", "launch", "metrics",
@@ -1256,7 +1293,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                                                "error": previous.error, "oom": None})
             outcome = "stopped"
     store.write(record)
-    if previous is None:  # a retried release must not teach the policy the same run twice
+    if previous is None:  # a retried release must not teach the policy the same run twice (a new attempt teaches)
         try:
             from autodl.policy import observe
 

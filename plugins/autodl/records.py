@@ -74,13 +74,19 @@ class RecordStore:
         self._session = session_factory(url)
 
     def write(self, record: RunRecord) -> RunRecord:
-        """Insert or replace the record of ``record.run_key``."""
-        doc = json.loads(record.model_dump_json())
+        """Insert or replace the record of ``record.run_key``.
+
+        A record of another attempt (its lease differs from the stored one's: Airflow's clear and re-run booked
+        again) keeps the stored one in ``attempts``; the same attempt (a retried release) replaces it.
+        """
         with self._session() as s:
             row = s.get(RunRow, record.run_key)
             if row is None:
                 row = RunRow(run_key=record.run_key)
                 s.add(row)
+            else:
+                record = with_attempts(record, row.document or {})
+            doc = json.loads(record.model_dump_json())
             row.dag_id = record.dag_id
             row.run_id = record.run_id
             row.outcome = record.outcome
@@ -92,6 +98,20 @@ class RecordStore:
             row.error = record.error
             s.commit()
         return record
+
+    def set_samples_path(self, run_key: str, old: str, new: str) -> None:
+        """Point the stored record (and its attempts) at samples moved from ``old`` to ``new`` (a new attempt's
+        training gets a fresh samples file; :func:`autodl.pipeline.begin_attempt`)."""
+        with self._session() as s:
+            row = s.get(RunRow, run_key)
+            if row is None:
+                return
+            doc = json.loads(json.dumps(row.document or {}))
+            for part in [doc, *doc.get("attempts", [])]:
+                if (part.get("metrics") or {}).get("samples_path") == old:
+                    part["metrics"]["samples_path"] = new
+            row.document = doc
+            s.commit()
 
     def get(self, run_key: str) -> RunRecord | None:
         """The record of ``run_key``, or None."""
@@ -106,6 +126,19 @@ class RecordStore:
             if dag_id:
                 q = q.where(RunRow.dag_id == dag_id)
             return [RunRecord.model_validate(r.document) for r in s.execute(q).scalars()]
+
+
+def same_attempt(record: RunRecord, stored: dict) -> bool:
+    """Whether ``record`` is the stored record's attempt again: the same lease, or neither booked one."""
+    return record.lease_id == stored.get("lease_id")
+
+
+def with_attempts(record: RunRecord, stored: dict) -> RunRecord:
+    """``record`` with the stored record's attempts, and the stored record itself when it was another attempt."""
+    earlier = list(stored.get("attempts") or [])
+    if not stored or same_attempt(record, stored):
+        return record.model_copy(update={"attempts": earlier}) if earlier and not record.attempts else record
+    return record.model_copy(update={"attempts": [*earlier, {k: v for k, v in stored.items() if k != "attempts"}]})
 
 
 def utc(dt: datetime) -> datetime:
