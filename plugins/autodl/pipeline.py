@@ -23,6 +23,7 @@ from autodl.catalog import Catalog, load_catalog
 from autodl.config import autodl_home
 from autodl.errors import (
     AutoDLError,
+    ConfigError,
     LeaseError,
     LeaseLost,
     NoFitError,
@@ -710,6 +711,30 @@ def build_request(ctx: RunContext, profile_out: dict[str, Any], selection: dict[
         log_dir=str(state_dir(ctx.run_key)),
     )
     return spec, request
+
+
+def require_booked_worker(host: str | None, run_key: str, launcher_type: str) -> None:
+    """Routed to a GPU host's Celery queue (``[autodl] host_queues``), a local training starts only on a worker
+    that knows it is that host: ``AUTODL_HOST`` set, and equal to the booked host. (Seen: a worker without
+    ``AUTODL_HOST`` started a training booked on another host without a word: declared devices run on CPU
+    wherever the step runs, so :func:`autodl.hosts.require_here` does not check them.)
+
+    :param host: the booked host the step was routed for (``booked_host``); None: not routed, nothing checked.
+    :raises ConfigError: naming the variable, the booked host and this worker's value.
+    """
+    from autodl.hosts import UNKNOWN_HOSTS
+
+    if not host or host in UNKNOWN_HOSTS or launcher_type != "local":
+        return
+    mine = os.environ.get("AUTODL_HOST", "").strip()
+    if not mine:
+        raise ConfigError(f"run {run_key}: not started: it is booked on host {host} and routed to that host's queue, "
+                          f"but this worker has no AUTODL_HOST, so it cannot tell it is {host}. Set AUTODL_HOST={host} "
+                          "on the worker that serves that queue ([autodl] host_queues), then clear the launch task.")
+    if mine != host:
+        raise ConfigError(f"run {run_key}: not started: it is booked on host {host}, but this worker is AUTODL_HOST="
+                          f"{mine}. The queue of {host} in [autodl] host_queues is served by a worker of another host: "
+                          "fix host_queues or the worker's --queues, then clear the launch task.")
 
 
 def step_launch(ctx: RunContext, profile_out: dict[str, Any], selection: dict[str, Any], *,

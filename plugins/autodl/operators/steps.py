@@ -347,7 +347,8 @@ class AutoDLLaunchOperator(_AutoDLStep):
     """Step 4: start the training pinned to the booked devices, detached; push its handle.
 
     :param booked_host: the host of the booked devices, when the step is mapped over the select step's
-        ``autodl_hosts`` XCom (several GPU hosts on Celery); informational: the lease says where.
+        ``autodl_hosts`` XCom (several GPU hosts on Celery): a local training starts only on a worker whose
+        ``AUTODL_HOST`` is that host (:func:`autodl.pipeline.require_booked_worker`).
     """
 
     step = "launch"
@@ -360,6 +361,7 @@ class AutoDLLaunchOperator(_AutoDLStep):
         profile_out = self._pull(context, "profile")
         selection = self._pull(context, "select")
         launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
+        pipeline.require_booked_worker(self.booked_host, ctx.run_key, launcher_type)
         return pipeline.step_launch(ctx, profile_out, selection,
                                     launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
                                     log=self.log.info)
