@@ -1060,8 +1060,14 @@ def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = N
         if not ledger.claim_expired(lease.lease_id, me, now=now):
             continue
         last = lease.heartbeat_at.isoformat() if lease.heartbeat_at else "never"
-        reason = (f"lease {lease.lease_id} expired: no heartbeat since {last} (TTL {lease.ttl_s:g} s; its Airflow task, "
-                  f"triggerer or worker is gone); reclaimed by {me}, its training stopped")
+        if lease.handle is None:  # booked, never launched: say what it waited for (a GPU host's worker, on Celery)
+            reason = (f"lease {lease.lease_id} expired before its training was launched: booked on host {lease.host} "
+                      f"at {lease.created_at.isoformat(timespec='seconds')}, no heartbeat since {last} (TTL "
+                      f"{lease.ttl_s:g} s); nothing started it: with [autodl] host_queues, is the Celery worker of "
+                      f"{lease.host}'s queue running? Reclaimed by {me}")
+        else:
+            reason = (f"lease {lease.lease_id} expired: no heartbeat since {last} (TTL {lease.ttl_s:g} s; its Airflow "
+                      f"task, triggerer or worker is gone); reclaimed by {me}, its training stopped")
         log(f"reaping the lease of {lease.run_key} ({lease.owner.describe()}): {reason}")
         if release_lease(lease, reason=reason, log=log, launcher_kwargs_for=launcher_kwargs_for) is not None:
             freed.append(lease.run_key)

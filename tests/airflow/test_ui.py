@@ -275,5 +275,6 @@ def test_devices_held_from_another_pool_and_expired_leases_are_shown(api, seeded
     html = get(api, "/autodl/").text
     row = html.split(f'<tr data-device="{other}">', 1)[1].split("</tr>", 1)[0]
     assert "another pool" in row and "free" not in row
+    assert "booked, not launched yet: waiting for a worker on gpu-node-9" in html
     assert 'class="tag expired"' in html and "not comparable" in html.split('id="runs-table"', 1)[1]
     assert "not comparable" in get(api, f"/autodl/runs/{DONE_KEY}").text

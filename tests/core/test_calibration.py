@@ -142,3 +142,6 @@ def test_leases_reap_json_prints_json(capsys):
     assert cli.main(["leases", "--reap", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["reaped"] == ["d.g.old"] and isinstance(out["log"], list)
+    # booked, never launched (on Celery: no worker of the host's queue took the launch): the record says so
+    error = RecordStore().get("d.g.old").error
+    assert "expired before its training was launched: booked on host h" in error and "Celery worker" in error

@@ -78,6 +78,8 @@ class LeaseRow(_View):
     created_at: datetime
     held_s: float
     expires_at: datetime | None = None
+    launched: bool = Field(True, description="False while the booking waits for its training to be started (on "
+                                             "Celery: for a worker of the booked host's queue).")
     expired: bool = Field(False, description="Its TTL ran out (no heartbeat): the next reap frees it "
                                              "(``autodl leases --reap``); its run is probably gone.")
     holder: Holder
@@ -212,7 +214,8 @@ def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: d
     return [LeaseRow(lease_id=le.lease_id, run_key=le.run_key, device_ids=le.device_ids, host=le.host, model=le.model,
                      created_at=le.created_at, held_s=max(0.0, (now - le.created_at).total_seconds()),
                      expires_at=getattr(le, "expires_at", None), holder=lease_holder(le, base_path),
-                     expired=bool(getattr(le, "expires_at", None) and le.expires_at <= now))
+                     expired=bool(getattr(le, "expires_at", None) and le.expires_at <= now),
+                     launched=getattr(le, "handle", None) is not None)
             for le in leases]
 
 
