@@ -256,9 +256,14 @@ def calibrate_profile(profile, *, url: str | None = None, threshold: float | Non
 
 
 def _raised(profile, floor: int, note, threshold: float | None, *, fixed: bool = False, extra_notes=()):
-    """``profile`` with its peak raised to ``floor``, the rise counted as activations (the part that scales with the
-    batch, as :func:`autodl.oom.floor_at_batch` assumes), so the largest batch per device and the advice (AMP,
-    recompute, a smaller batch) are worked out from the raised figure, not from the estimate that failed."""
+    """``profile`` with its peak raised to ``floor``, so the largest batch per device and the advice (AMP, recompute,
+    a smaller batch) are worked out from the raised figure, not from the estimate that failed.
+
+    :param fixed: the failed allocation does not scale with the batch (:func:`autodl.oom.scaling_of`): the rise is
+        counted as workspace, so no smaller batch is worked out to fit; otherwise as activations (the part that
+        scales with the batch, as :func:`autodl.oom.floor_at_batch` assumes).
+    :param extra_notes: findings added before ``note`` (host-memory failures that raised nothing).
+    """
     from autodl.catalog import load_catalog
 
     extra = floor - profile.peak_memory_bytes

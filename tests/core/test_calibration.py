@@ -17,7 +17,7 @@ import pytest
 
 from autodl import cli, pipeline
 from autodl.oom import calibration_tag, explain
-from autodl.records import RecordStore, calibrate_profile, find_calibration
+from autodl.records import RecordStore, find_calibration
 from autodl.types import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
