@@ -380,6 +380,9 @@ class AutoDLCollectOperator(_AutoDLStep):
     def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, booked_host: str | None = None,
                  **kwargs: Any):
         super().__init__(**kwargs)
+        if not float(sample_interval_s) > 0:
+            raise ValueError(f"sample_interval_s: {sample_interval_s!r} is not a positive number of seconds; "
+                             "pass e.g. sample_interval_s=1.0")
         self.sample_interval_s = sample_interval_s
         self.deferrable = deferrable
         self.booked_host = booked_host
@@ -421,8 +424,9 @@ class AutoDLCollectOperator(_AutoDLStep):
             backstop = None
             if limits.deadline_ts is not None:
                 backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
+            # the configured interval, as in the worker (a 1 s floor here left short runs with a few samples)
             self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
-                                              interval_s=max(1.0, float(self.sample_interval_s))),
+                                              interval_s=float(self.sample_interval_s)),
                        method_name="execute_complete", timeout=backstop)
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
