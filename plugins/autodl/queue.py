@@ -86,8 +86,9 @@ class AdmissionQueue:
         A run keeps the place it got when it first joined: ``enqueued_at``, the deadline
         (``enqueued_at + timeout_s``) and ``expected_runtime_s`` (the queue's sort key,
         :func:`autodl.policy.admission.queue_key`) are set once, so retries and reschedules never move it, and
-        every waiter sees the same order. (Seen: the expected runtime refreshed by each waiter's own poll from
-        the DAG's newest records made two waiters each count the other first: both said "#2 of 2".)
+        every waiter sees the same order. (Seen: two waiters both said "#2 of 2". An expected runtime refreshed by
+        each waiter's own poll from the DAG's newest records lets each count the other first; whether that was
+        the cause of the report is not known.)
         """
         now = now or utcnow()
         with self._session() as s:

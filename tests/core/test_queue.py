@@ -91,9 +91,9 @@ def test_candidate_groups_and_free_devices():
 
 
 def test_every_waiter_sees_one_order_while_the_expected_runtimes_change(autodl_home):
-    """Seen in a real Airflow: both waiters once said "#2 of 2". Each poll refreshed its own run's expected runtime
-    from the DAG's newest records (the queue's sort key), so each waiter counted the other first. The runtime
-    a run joined with stays while it waits."""
+    """Seen in a real Airflow: both waiters once said "#2 of 2". One way to get that: each poll refreshed its own
+    run's expected runtime (the queue's sort key), so each waiter could count the other first. The runtime a run
+    joined with stays while it waits."""
     q = AdmissionQueue()
     t0 = utcnow()
 
