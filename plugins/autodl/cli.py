@@ -63,6 +63,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec else TaskSpec()
     script = spec.script_path(args.script)
     profile = profile_script(script, spec, catalog=load_catalog(), probe=args.probe)
+    from autodl.records import calibrate_profile  # as the DAG's profile step: past out-of-memory runs raise it
+
+    profile = calibrate_profile(profile, threshold=spec.resource_policy.memory_threshold)
     if args.json:
         _print_json(profile.to_json())
         return 3 if profile.errors else 0
@@ -223,7 +226,11 @@ def cmd_leases(args: argparse.Namespace) -> int:
     if args.reap:
         from autodl.pipeline import reap_expired
 
-        freed = reap_expired(log=print)
+        lines: list[str] = []
+        freed = reap_expired(log=lines.append if args.json else print)
+        if args.json:  # what was freed, and what the reaper said, as one JSON document
+            _print_json({"reaped": freed, "log": lines})
+            return 0
         print(f"reaped {len(freed)} expired lease(s)" + (f": {', '.join(freed)}" if freed else ""))
         return 0
     leases = Ledger().leases()
@@ -387,6 +394,44 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibration(args: argparse.Namespace) -> int:
+    """What out-of-memory runs teach the estimate (per run: script, batch, memory, device), or forget it."""
+    from autodl.records import RecordStore, clear_calibration
+
+    if args.clear:
+        script = str(Path(args.script).resolve()) if args.script else None
+        cleared = clear_calibration(script)
+        if args.json:
+            _print_json({"cleared": cleared})
+        else:
+            print(f"cleared {len(cleared)} out-of-memory run(s) from calibration" + (f": {', '.join(cleared)}" if cleared else ""))
+        return 0
+    rows = []
+    for r in RecordStore().list(limit=args.limit):
+        if r.outcome != "failed" or not r.oom or (args.script and r.script != str(Path(args.script).resolve())):
+            continue
+        tag = r.oom.get("calibration") or {}
+        rows.append({"run_key": r.run_key, "script": r.script, "recorded_at": r.recorded_at.isoformat(),
+                     "batch_size": r.oom.get("batch_size"), "wanted_bytes": r.oom.get("wanted_bytes"),
+                     "requested_bytes": r.oom.get("requested_bytes"), "memory": tag.get("memory"),
+                     "device_kind": tag.get("device_kind"), "script_sha256": tag.get("script_sha256"),
+                     "cleared_at": tag.get("cleared_at")})
+    if args.json:
+        _print_json(rows)
+        return 0
+    from rich.table import Table
+
+    t = Table(title="out-of-memory runs that calibrate estimates (newest first)")
+    for col in ("run", "script", "batch", "memory", "device", "wanted GiB", "cleared"):
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(row["run_key"], row["script"].rsplit("/", 1)[-1], str(row["batch_size"]), str(row["memory"] or "?"),
+                  str(row["device_kind"] or "?"), _gib(row["wanted_bytes"]), row["cleared_at"] or "")
+    t.caption = "autodl calibration --clear [--script PATH] forgets them (the records stay); a changed script is not matched"
+    _console().print(t)
+    return 0
+
+
 # --------------------------------------------------------------------------------------- main
 ECHO_CHARS = 120
 """A user's argument quoted in a message is cut to this many characters (it names the input; the user has it)."""
@@ -545,6 +590,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--plot", metavar="RUN_KEY", type=_run_key, help="draw the run's memory/utilization timeline (PNG beside its log)")
     sp.add_argument("--out", type=_path_arg("output file"), help="with --plot: write the PNG here instead")
     sp.set_defaults(func=cmd_runs)
+
+    sp = sub.add_parser("calibration", help="out-of-memory runs that raise later estimates (and forgetting them)")
+    sp.add_argument("--clear", action="store_true", help="forget them: later estimates are no longer raised from them")
+    sp.add_argument("--script", type=_path_arg("training script"), help="only this script's runs")
+    sp.add_argument("--limit", type=_count, default=200, help="newest N records searched (1..100000)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_calibration)
 
     sp = sub.add_parser("exporter", help="serve autodl's own metrics (leases, waiting runs, estimate error, outcomes) for Prometheus")
     sp.add_argument("--port", type=_port, default=9108, help="TCP port (0-65535; default 9108)")

@@ -33,6 +33,8 @@ the card), whether the device was *busy* (another process's memory made the diff
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -120,6 +122,8 @@ class OOMReport(BaseModel):
     allocator_strategy: str
     allocator_strategy_source: Literal["training", "environment", "paddle default"]
     verdict: Literal["busy", "too_big", "unknown"]
+    memory: Literal["device", "host"] = Field("device", description="Whose allocator failed: the device's, or the "
+                                                                    "host's (CPU) memory.")
     batch_size: int | None = None
     fitting_batch_size: int | None = Field(None, description="Largest per-device batch that would have fit (at most).")
     message: str = Field(description="The error text found in the log.")
@@ -287,10 +291,13 @@ def explain(
         parts.append("busy or too big cannot be told: neither NVML per-process memory nor the training's own report "
                      "covers that device" + (f"; a per-device batch of at most {fitting} would fit if it is the run's own memory"
                                              if fitting is not None and batch else ""))
+    if fitting is not None and batch and verdict != "busy":
+        parts.append("that batch assumes the failed allocation scales with the batch: one batch size cannot tell; "
+                     "a second failure at another batch size does (see `autodl calibration`)")
     return OOMReport(
         device=f["device"], requested_bytes=requested, free_bytes=free, device_used_bytes=used, device_total_bytes=total,
         run_bytes=run, others_bytes=others, wanted_bytes=wanted, fixed_bytes=fixed, allocator_strategy=strategy,
-        allocator_strategy_source=strategy_source, verdict=verdict, batch_size=batch, fitting_batch_size=fitting,
+        allocator_strategy_source=strategy_source, verdict=verdict, memory="host" if host else "device", batch_size=batch, fitting_batch_size=fitting,
         message=f["message"], explanation="; ".join(parts) + ".",
     )
 
@@ -306,3 +313,126 @@ def floor_at_batch(oom: dict[str, Any], batch_size: int) -> int | None:
         return None
     fixed = min(int(oom.get("fixed_bytes") or 0), int(wanted))
     return int(fixed + (int(wanted) - fixed) * batch_size / int(batch))
+
+
+# ---------------------------------------------------------------------------------- calibration
+CALIBRATION_CONFIG_FIELDS = ("model_name", "params", "amp", "dtype", "recompute", "distributed", "num_gpus",
+                             "optimizer", "input_shape", "sequence_length")
+"""The profile's fields that, with the script's content and the batch, decide what a run allocates: an
+out-of-memory run calibrates only runs that agree on all of them (the spec's model, precision and gang)."""
+
+SAME_REQUEST_RATIO = 1.1
+"""Two failed allocations at different batch sizes within this ratio are the same allocation: it does not scale
+with the batch. Paddle prints sizes to 6 decimals of a GiB/MiB, so equal requests read equal; 10 % leaves room
+for allocator rounding (auto_growth's chunk alignment)."""
+
+
+def script_sha256(path: str | Path | None) -> str | None:
+    """SHA-256 of the script's bytes (hex), or None when it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+    except OSError:
+        return None
+
+
+def config_sha256(profile: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the :data:`CALIBRATION_CONFIG_FIELDS` of a profile (as JSON)."""
+    picked = {k: profile.get(k) for k in CALIBRATION_CONFIG_FIELDS}
+    return hashlib.sha256(json.dumps(picked, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def memory_of(oom: dict[str, Any]) -> str:
+    """``device`` or ``host``: whose memory an OOM report is about (reports older than the field: by the device
+    Paddle named; ``cpu``/``Place(cpu)`` is host memory)."""
+    if oom.get("memory") in ("device", "host"):
+        return str(oom["memory"])
+    return "host" if "cpu" in str(oom.get("device", "")).lower() else "device"
+
+
+def calibration_tag(oom: dict[str, Any], *, script: str | Path | None, profile: dict[str, Any] | None,
+                    device_kind: str | None) -> dict[str, Any]:
+    """``oom`` with what it calibrates: ``calibration = {script_sha256, config_sha256, batch_size, device_kind,
+    memory}`` (see :func:`calibration_matches`).
+
+    :param device_kind: what the training ran on: ``cpu`` (a declared pool) or the device's vendor/model.
+    """
+    profile = profile or {}
+    tag = {"script_sha256": script_sha256(script), "config_sha256": config_sha256(profile),
+           "batch_size": oom.get("batch_size") or profile.get("batch_size"), "device_kind": device_kind,
+           "memory": memory_of(oom), "cleared_at": None}
+    return {**oom, "calibration": tag}
+
+
+class Calibration(BaseModel):
+    """What past out-of-memory runs of the same script and configuration say the next one needs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    floor_bytes: int | None = Field(description="The least peak per device the estimate may give, bytes; None when "
+                                                "only host memory ran out.")
+    run_key: str | None = Field(description="The run the floor comes from.")
+    batch_size: int | None = Field(description="That run's per-device batch.")
+    device_kind: str | None = Field(description="What that run's training ran on (``cpu`` on a declared pool).")
+    scaling: Literal["scales", "fixed", "unknown"] = Field(
+        description="``fixed``: the same allocation failed at two batch sizes (a smaller batch does not help); "
+                    "``scales``: it grew with the batch; ``unknown``: one batch size seen.")
+    host_runs: list[str] = Field(default_factory=list, description="Runs of the script that ran out of host "
+                                                                   "memory: they never raise the device estimate.")
+
+
+def calibration_matches(oom: dict[str, Any], *, script: str, recorded_script: str | None, sha: str | None,
+                        config: str | None) -> bool:
+    """Whether a recorded OOM report calibrates a run of ``script`` (content ``sha``, configuration ``config``).
+
+    A report tagged by :func:`calibration_tag` matches on content and configuration (a changed script or spec
+    no longer matches); an untagged one (recorded before tags) on the script path. Cleared ones never match.
+    """
+    tag = oom.get("calibration")
+    if not tag:
+        return recorded_script == script
+    if tag.get("cleared_at"):
+        return False
+    if tag.get("script_sha256") and sha and tag["script_sha256"] != sha:
+        return False
+    if config and tag.get("config_sha256") and tag["config_sha256"] != config:
+        return False
+    return recorded_script == script or (sha is not None and tag.get("script_sha256") == sha)
+
+
+def scaling_of(reports: list[dict[str, Any]]) -> str:
+    """``fixed`` / ``scales`` / ``unknown``: whether the failed allocation grows with the batch, from reports at
+    two or more batch sizes (:data:`SAME_REQUEST_RATIO`)."""
+    by_batch: dict[int, int] = {}
+    for r in reports:
+        size = r.get("requested_bytes") or r.get("wanted_bytes")
+        if r.get("batch_size") and size:
+            by_batch[int(r["batch_size"])] = max(by_batch.get(int(r["batch_size"]), 0), int(size))
+    if len(by_batch) < 2:
+        return "unknown"
+    sizes = list(by_batch.values())
+    return "fixed" if max(sizes) <= SAME_REQUEST_RATIO * min(sizes) else "scales"
+
+
+def calibrate(reports: list[tuple[str, dict[str, Any]]], batch_size: int) -> Calibration | None:
+    """The :class:`Calibration` from matching OOM reports ``(run key, report)``, newest first; None when there
+    are none.
+
+    Device-memory reports give the floor: the largest ``wanted_bytes`` when the allocation is ``fixed``, else
+    each rescaled to ``batch_size`` (:func:`floor_at_batch`). Host-memory reports are listed, never a floor.
+    """
+    device = [(k, r) for k, r in reports if memory_of(r) == "device"]
+    host = [k for k, r in reports if memory_of(r) == "host"]
+    if not reports:
+        return None
+    scaling = scaling_of([r for _k, r in device])
+    best: tuple[int, str, dict[str, Any]] | None = None
+    for key, r in device:
+        floor = int(r["wanted_bytes"]) if scaling == "fixed" and r.get("wanted_bytes") else floor_at_batch(r, batch_size)
+        if floor is not None and (best is None or floor > best[0]):
+            best = (floor, key, r)
+    if best is None:
+        return Calibration(floor_bytes=None, run_key=None, batch_size=None, device_kind=None, scaling=scaling,
+                           host_runs=host)
+    floor, key, r = best
+    return Calibration(floor_bytes=floor, run_key=key, batch_size=r.get("batch_size"), scaling=scaling,
+                       device_kind=(r.get("calibration") or {}).get("device_kind"), host_runs=host)

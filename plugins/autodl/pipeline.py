@@ -27,6 +27,7 @@ from autodl.catalog import Catalog, load_catalog
 from autodl.config import autodl_home
 from autodl.errors import (
     AutoDLError,
+    ConfigError,
     LeaseError,
     LeaseLost,
     NoFitError,
@@ -131,6 +132,36 @@ def note_failure(run_key: str, step: str, message: str) -> None:
     RunState().note_failure(run_key, step, message)
 
 
+ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png")
+"""What a run's state folder holds of one training: a new training (a clear and re-run in Airflow) starts
+without them (:func:`begin_attempt`)."""
+
+
+def begin_attempt(run_key: str, log: Callable[[str], None] = print) -> Path | None:
+    """A new training of ``run_key`` was just started: move the earlier attempt's failures, metrics and samples to
+    ``earlier-<n>/`` in the state folder (the record of that attempt is pointed there), so this attempt's error,
+    duration and timeline are its own. Every step before a launch that started a training has succeeded, so the
+    failures they noted belong to the earlier attempt.
+
+    :returns: the folder they went to, or None when there was nothing of an earlier attempt.
+    """
+    folder = state_dir(run_key)
+    present = [name for name in ATTEMPT_FILES if (folder / name).exists()]
+    facts = RunState().forget_attempt(run_key)   # the earlier training's metrics, report and failures
+    if not present:
+        if facts:
+            log(f"a new training of {run_key}: the earlier attempt's metrics, report and failures were cleared")
+        return None
+    dest = folder / f"earlier-{1 + len(list(folder.glob('earlier-*')))}"
+    dest.mkdir()
+    for name in present:
+        (folder / name).rename(dest / name)
+    if "samples.jsonl" in present:
+        RecordStore().set_samples_path(run_key, str(folder / "samples.jsonl"), str(dest / "samples.jsonl"))
+    log(f"a new training of {run_key}: the earlier attempt's {', '.join(present)} moved to {dest}")
+    return dest
+
+
 def read_failures(run_key: str) -> dict[str, str]:
     """``{step: why it failed}`` of the run's failed steps, from the run state."""
     return RunState().failures(run_key)
@@ -221,6 +252,7 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
 OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "launcher": ("launcher", "type", typing.get_args(LauncherSection.model_fields["type"].annotation)),
     "policy": ("scheduler", "algorithm", typing.get_args(SchedulerSection.model_fields["algorithm"].annotation)),
+    "args": ("task", "args", ()),  # a list of strings (templated per run), not one of a set of values
 }
 """Run-time overrides of the spec (e.g. from a DAG's Params): name -> (spec section, field, allowed values).
 The allowed values are the spec's own (``launcher.type``, ``scheduler.algorithm``)."""
@@ -229,16 +261,24 @@ KEEP_SPEC = ("", "spec", "None", None)
 """Override values that mean "as the spec says"."""
 
 
-def check_overrides(overrides: dict[str, Any] | None) -> dict[str, str]:
+def check_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
     """The overrides that change something, validated.
 
     :param overrides: name -> value; ``"spec"``, ``""`` or None mean "as the spec says" and are dropped.
     :raises SpecError: for an unknown name or value, naming the known ones.
     """
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     for name, value in (overrides or {}).items():
         if name not in OVERRIDES:
             raise SpecError(f"unknown override {name!r}; known: {', '.join(OVERRIDES)}.")
+        if name == "args":
+            if value is None:
+                continue
+            if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(a, str) for a in value):
+                raise SpecError(f"args: the script's arguments are a list of strings (each may be templated, e.g. "
+                                f"['--data', '{{{{ ti.xcom_pull(task_ids=\"prepare\") }}}}']), got {type(value).__name__}.")
+            out[name] = [str(a) for a in value]
+            continue
         if value in KEEP_SPEC:
             continue
         allowed = OVERRIDES[name][2]
@@ -250,7 +290,7 @@ def check_overrides(overrides: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def apply_overrides(spec: TaskSpec, overrides: dict[str, str] | None) -> TaskSpec:
+def apply_overrides(spec: TaskSpec, overrides: dict[str, Any] | None) -> TaskSpec:
     """``spec`` with the (already checked) overrides applied."""
     for name, value in (overrides or {}).items():
         section, key, _ = OVERRIDES[name]
@@ -447,6 +487,8 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     :returns: the :class:`ProfileResult`.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
+    if run_key:  # the first step: what the folder holds of a training is an earlier attempt's (a clear and re-run)
+        begin_attempt(run_key, log)
     checked = check_overrides(overrides)
     catalog = load_catalog()
     spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog)
@@ -747,6 +789,30 @@ def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],
     return spec, request
 
 
+def require_booked_worker(host: str | None, run_key: str, launcher_type: str) -> None:
+    """Routed to a GPU host's Celery queue (``[autodl] host_queues``), a local training starts only on a worker
+    that knows it is that host: ``AUTODL_HOST`` set, and equal to the booked host. (Seen: a worker without
+    ``AUTODL_HOST`` started a training booked on another host without a word: declared devices run on CPU
+    wherever the step runs, so :func:`autodl.hosts.require_here` does not check them.)
+
+    :param host: the booked host the step was routed for (``booked_host``); None: not routed, nothing checked.
+    :raises ConfigError: naming the variable, the booked host and this worker's value.
+    """
+    from autodl.hosts import UNKNOWN_HOSTS
+
+    if not host or host in UNKNOWN_HOSTS or launcher_type != "local":
+        return
+    mine = os.environ.get("AUTODL_HOST", "").strip()
+    if not mine:
+        raise ConfigError(f"run {run_key}: not started: it is booked on host {host} and routed to that host's queue, "
+                          f"but this worker has no AUTODL_HOST, so it cannot tell it is {host}. Set AUTODL_HOST={host} "
+                          "on the worker that serves that queue ([autodl] host_queues), then clear the launch task.")
+    if mine != host:
+        raise ConfigError(f"run {run_key}: not started: it is booked on host {host}, but this worker is AUTODL_HOST="
+                          f"{mine}. The queue of {host} in [autodl] host_queues is served by a worker of another host: "
+                          "fix host_queues or the worker's --queues, then clear the launch task.")
+
+
 def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection | dict[str, Any], *,
                 launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Step 4: start the training detached (or reattach to the attempt still running).
@@ -778,6 +844,8 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
 
         write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
     handle = launcher.launch(request).model_copy(update={"host": host})
+    if not handle.reattached:
+        begin_attempt(ctx.run_key, log)
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
     RunState().put(ctx.run_key, RunState.HANDLE, handle)
@@ -1115,8 +1183,14 @@ def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = N
         if not ledger.claim_expired(lease.lease_id, me, now=now):
             continue
         last = lease.heartbeat_at.isoformat() if lease.heartbeat_at else "never"
-        reason = (f"lease {lease.lease_id} expired: no heartbeat since {last} (TTL {lease.ttl_s:g} s; its Airflow task, "
-                  f"triggerer or worker is gone); reclaimed by {me}, its training stopped")
+        if lease.handle is None:  # booked, never launched: say what it waited for (a GPU host's worker, on Celery)
+            reason = (f"lease {lease.lease_id} expired before its training was launched: booked on host {lease.host} "
+                      f"at {lease.created_at.isoformat(timespec='seconds')}, no heartbeat since {last} (TTL "
+                      f"{lease.ttl_s:g} s); nothing started it: with [autodl] host_queues, is the Celery worker of "
+                      f"{lease.host}'s queue running? Reclaimed by {me}")
+        else:
+            reason = (f"lease {lease.lease_id} expired: no heartbeat since {last} (TTL {lease.ttl_s:g} s; its Airflow "
+                      f"task, triggerer or worker is gone); reclaimed by {me}, its training stopped")
         log(f"reaping the lease of {lease.run_key} ({lease.owner.describe()}): {reason}")
         if release_lease(lease, reason=reason, log=log, launcher_kwargs_for=launcher_kwargs_for) is not None:
             freed.append(lease.run_key)
@@ -1252,7 +1326,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     :param stopped: the manual stop of this run (``autodl leases --release``); default: the one the store
         holds for the run's lease, if any. A training stopped by hand that did not end by itself with exit 0
         is recorded with outcome ``stopped`` and who stopped it (``stopped``), never as a failure.
-    :returns: ``{"run_key", "outcome", "record_url", "lease_released"}``.
+    :returns: the run's :class:`autodl.records.RunResult` as JSON (outcome, record key, peaks, duration).
     """
     from autodl.queue import AdmissionQueue
 
@@ -1328,6 +1402,15 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     oom = (metrics_json or {}).get("oom") if outcome == "failed" else None
     if outcome == "failed" and oom:
         error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
+        from autodl.oom import calibration_tag  # what this OOM calibrates: script content, configuration, memory
+
+        oom = calibration_tag(oom, script=(profile_out or {}).get("script") or script, profile=profile,
+                              device_kind="cpu" if declared else ((placement or {}).get("model") or "gpu"))
+    if outcome == "not_started" and not error:  # Airflow itself ended a step (a lost worker, an API timeout)
+        step = "profile" if profile_out is None else "select_device" if selection is None else "launch"
+        error = (f"{step}: never started, and no step recorded why: the {step} task ended without a result and "
+                 "without an autodl error (Airflow failed it: a lost worker, the execution API timing out, a task "
+                 "marked failed); its log in Airflow says more, and a retry of it is safe")
     if outcome == "failed" and not error and exit_code is not None:
         error = f"training failed with exit code {exit_code}"
     record = RunRecord(
@@ -1345,6 +1428,12 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     )
     store = RecordStore()
     previous = store.get(ctx.run_key)
+    from autodl.records import same_attempt
+
+    if previous is not None and not same_attempt(record, json.loads(previous.model_dump_json())):
+        log(f"a new attempt of {ctx.run_key} (lease {record.lease_id}, was {previous.lease_id}): the record is this "
+            f"attempt's; the earlier one is kept in its attempts")
+        previous = None  # nothing of another attempt is carried over (its error, its training)
     if previous is not None:  # a second writer (the run's own release after a reaper) keeps what the first knew
         record = record.model_copy(update={
             k: getattr(previous, k) for k in ("dag_id", "run_id", "profile", "placement", "lease_id", "launch", "metrics",
@@ -1357,7 +1446,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
                                                "error": previous.error, "oom": None})
             outcome = "stopped"
     store.write(record)
-    if previous is None:  # a retried release must not teach the policy the same run twice
+    if previous is None:  # a retried release must not teach the policy the same run twice (a new attempt teaches)
         try:
             from autodl.policy import observe
 
@@ -1368,5 +1457,6 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     from autodl.store import redact_url
 
     log(f"run record written: {ctx.run_key} outcome={outcome} store={redact_url(store_url())}")
-    return {"run_key": ctx.run_key, "outcome": outcome, "record_store": redact_url(store_url()),
-            "lease_released": bool(released), "declared_pool": declared}
+    from autodl.records import RunResult
+
+    return RunResult.of(record, record_store=redact_url(store_url()), lease_released=bool(released)).model_dump(mode="json")

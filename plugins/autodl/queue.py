@@ -84,19 +84,23 @@ class AdmissionQueue:
              now: datetime | None = None) -> QueueEntry:
         """Enter the queue, or (already in it) refresh the request and the heartbeat.
 
-        A run keeps the place it got when it first joined: ``enqueued_at`` and the deadline
-        (``enqueued_at + timeout_s``) are set once, so retries and reschedules never move it back.
+        A run keeps the place it got when it first joined: ``enqueued_at``, the deadline
+        (``enqueued_at + timeout_s``) and ``expected_runtime_s`` (the queue's sort key,
+        :func:`autodl.policy.admission.queue_key`) are set once, so retries and reschedules never move it, and
+        every waiter sees the same order. (Seen: two waiters both said "#2 of 2". An expected runtime refreshed by
+        each waiter's own poll from the DAG's newest records lets each count the other first; whether that was
+        the cause of the report is not known.)
         """
         now = now or utcnow()
         with self._session() as s:
             row = s.get(QueueRow, run_key)
             if row is None:
-                row = QueueRow(run_key=run_key, enqueued_at=now,
+                row = QueueRow(run_key=run_key, enqueued_at=now, expected_runtime_s=expected_runtime_s,
                                deadline_at=now + timedelta(seconds=timeout_s) if timeout_s else None)
                 s.add(row)
             row.dag_id, row.run_id, row.owner_user = dag_id, run_id, owner_user
             row.num_gpus, row.needed_bytes, row.vendors = int(num_gpus), int(needed_bytes), vendors
-            row.candidates, row.pool, row.expected_runtime_s = candidates, pool, expected_runtime_s
+            row.candidates, row.pool = candidates, pool
             row.heartbeat_at, row.stale_after_s = now, float(stale_after_s)
             try:
                 s.commit()

@@ -10,11 +10,43 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import JSON, BigInteger, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.store import Base, session_factory
 from autodl.types import RunRecord
+
+
+class RunResult(BaseModel):
+    """A run's result: the ``release_and_record`` step's XCom, which is the task group's result
+    (``AutoDLTrainOperator.result``); bytes per device, seconds. Figures the run never produced are None."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_key: str = Field(description="The record's key in autodl's store (``autodl runs --json``, the GPU page).")
+    outcome: str = Field(description="``succeeded``, ``failed``, ``stopped`` or ``not_started``.")
+    error: str | None = Field(None, description="Why it did not succeed (as the record says).")
+    record_store: str = Field(description="The store the record is in (password redacted).")
+    lease_released: bool
+    declared_pool: bool
+    device_model: str | None = None
+    estimated_peak_bytes: int | None = None
+    actual_peak_bytes: int | None = Field(None, description="The run's own peak (on a declared pool: host RSS).")
+    allocated_peak_bytes: int | None = None
+    reserved_peak_bytes: int | None = None
+    duration_s: float | None = None
+    exit_code: int | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord, *, record_store: str, lease_released: bool) -> "RunResult":
+        """The result of ``record``."""
+        m = record.metrics or {}
+        return cls(run_key=record.run_key, outcome=record.outcome, error=record.error, record_store=record_store,
+                   lease_released=lease_released, declared_pool=record.declared_pool, device_model=record.device_model,
+                   estimated_peak_bytes=record.estimated_peak_bytes, actual_peak_bytes=record.actual_peak_bytes,
+                   allocated_peak_bytes=record.allocated_peak_bytes, reserved_peak_bytes=record.reserved_peak_bytes,
+                   duration_s=m.get("duration_s"), exit_code=m.get("exit_code"))
 
 
 class RunRow(Base):
@@ -42,13 +74,19 @@ class RecordStore:
         self._session = session_factory(url)
 
     def write(self, record: RunRecord) -> RunRecord:
-        """Insert or replace the record of ``record.run_key``."""
-        doc = json.loads(record.model_dump_json())
+        """Insert or replace the record of ``record.run_key``.
+
+        A record of another attempt (its lease differs from the stored one's: Airflow's clear and re-run booked
+        again) keeps the stored one in ``attempts``; the same attempt (a retried release) replaces it.
+        """
         with self._session() as s:
             row = s.get(RunRow, record.run_key)
             if row is None:
                 row = RunRow(run_key=record.run_key)
                 s.add(row)
+            else:
+                record = with_attempts(record, row.document or {})
+            doc = json.loads(record.model_dump_json())
             row.dag_id = record.dag_id
             row.run_id = record.run_id
             row.outcome = record.outcome
@@ -60,6 +98,20 @@ class RecordStore:
             row.error = record.error
             s.commit()
         return record
+
+    def set_samples_path(self, run_key: str, old: str, new: str) -> None:
+        """Point the stored record (and its attempts) at samples moved from ``old`` to ``new`` (a new attempt's
+        training gets a fresh samples file; :func:`autodl.pipeline.begin_attempt`)."""
+        with self._session() as s:
+            row = s.get(RunRow, run_key)
+            if row is None:
+                return
+            doc = json.loads(json.dumps(row.document or {}))
+            for part in [doc, *doc.get("attempts", [])]:
+                if (part.get("metrics") or {}).get("samples_path") == old:
+                    part["metrics"]["samples_path"] = new
+            row.document = doc
+            s.commit()
 
     def get(self, run_key: str) -> RunRecord | None:
         """The record of ``run_key``, or None."""
@@ -76,79 +128,154 @@ class RecordStore:
             return [RunRecord.model_validate(r.document) for r in s.execute(q).scalars()]
 
 
+def same_attempt(record: RunRecord, stored: dict) -> bool:
+    """Whether ``record`` is the stored record's attempt again: the same lease, or neither booked one."""
+    return record.lease_id == stored.get("lease_id")
+
+
+def with_attempts(record: RunRecord, stored: dict) -> RunRecord:
+    """``record`` with the stored record's attempts, and the stored record itself when it was another attempt."""
+    earlier = list(stored.get("attempts") or [])
+    if not stored or same_attempt(record, stored):
+        return record.model_copy(update={"attempts": earlier}) if earlier and not record.attempts else record
+    return record.model_copy(update={"attempts": [*earlier, {k: v for k, v in stored.items() if k != "attempts"}]})
+
+
 def utc(dt: datetime) -> datetime:
     """``dt`` as timezone-aware UTC (SQLite returns naive datetimes)."""
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
-def oom_floor(script: str, batch_size: int, *, url: str | None = None, limit: int = 200) -> tuple[int, str] | None:
-    """The least peak the estimate may give ``script`` at ``batch_size``, learnt from its runs that ran out of memory.
+def _oom_reports(script: str, *, sha: str | None, config: str | None, url: str | None,
+                 limit: int) -> list[tuple[str, dict]]:
+    """``(run key, OOM report)`` of the newest ``limit`` failed runs that calibrate ``script`` (newest first;
+    :func:`autodl.oom.calibration_matches`)."""
+    from autodl.oom import calibration_matches
 
-    A failed run whose record holds an OOM report (:class:`autodl.oom.OOMReport`) needed at least its
-    ``wanted_bytes`` at its batch; rescaled to ``batch_size`` (:func:`autodl.oom.floor_at_batch`), the
-    largest such figure over the newest ``limit`` failed runs of the same script is the floor.
-
-    :param script: the script path as recorded (``RunRecord.script``).
-    :returns: ``(bytes, run key of the run it comes from)``, or None when no such run is recorded.
-    """
-    from autodl.oom import floor_at_batch
-
-    best: tuple[int, str] | None = None
+    found = []
     with RecordStore(url)._session() as s:
         q = (select(RunRow).where(RunRow.outcome == "failed").order_by(RunRow.recorded_at.desc()).limit(limit))
         for row in s.execute(q).scalars():
             doc = row.document or {}
-            if doc.get("script") != script or not doc.get("oom"):
+            if doc.get("oom") and calibration_matches(doc["oom"], script=script, recorded_script=doc.get("script"),
+                                                      sha=sha, config=config):
+                found.append((row.run_key, doc["oom"]))
+    return found
+
+
+def find_calibration(script: str, batch_size: int, *, profile: dict | None = None, url: str | None = None,
+                     limit: int = 200):
+    """What the same script (same content, same configuration) needed when it ran out of memory.
+
+    :param script: the script path as recorded (``RunRecord.script``); its content is hashed to match.
+    :param profile: the new run's profile (as JSON) for the configuration hash; None matches any configuration.
+    :returns: an :class:`autodl.oom.Calibration`, or None when no such run is recorded (or all are cleared).
+    """
+    from autodl.oom import calibrate, config_sha256, script_sha256
+
+    config = config_sha256(profile) if profile is not None else None
+    reports = _oom_reports(script, sha=script_sha256(script), config=config, url=url, limit=limit)
+    return calibrate(reports, batch_size)
+
+
+def oom_floor(script: str, batch_size: int, *, url: str | None = None, limit: int = 200) -> tuple[int, str] | None:
+    """``(bytes, run key)`` of :func:`find_calibration`'s device-memory floor for ``script`` at ``batch_size``, or None."""
+    found = find_calibration(script, batch_size, url=url, limit=limit)
+    if found is None or found.floor_bytes is None or found.run_key is None:
+        return None
+    return found.floor_bytes, found.run_key
+
+
+def clear_calibration(script: str | None = None, *, url: str | None = None) -> list[str]:
+    """Forget what out-of-memory runs taught the estimate (``autodl calibration --clear``); the records stay.
+
+    :param script: only this script's runs (its path as recorded); None: every script's.
+    :returns: the run keys whose OOM reports no longer calibrate anything.
+    """
+    cleared = []
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with RecordStore(url)._session() as s:
+        for row in s.execute(select(RunRow).where(RunRow.outcome == "failed")).scalars():
+            doc = dict(row.document or {})
+            oom = doc.get("oom")
+            if not oom or (script is not None and doc.get("script") != script):
                 continue
-            floor = floor_at_batch(doc["oom"], batch_size)
-            if floor is not None and (best is None or floor > best[0]):
-                best = (floor, row.run_key)
-    return best
+            tag = dict(oom.get("calibration") or {})
+            if tag.get("cleared_at"):
+                continue
+            doc["oom"] = {**oom, "calibration": {**tag, "cleared_at": now}}
+            row.document = doc
+            cleared.append(row.run_key)
+        s.commit()
+    return cleared
 
 
 def calibrate_profile(profile, *, url: str | None = None, threshold: float | None = None):
-    """``profile`` with its peak raised to what the same script needed when it ran out of memory (:func:`oom_floor`).
+    """``profile`` with its peak raised to what the same script needed when it ran out of memory (:func:`find_calibration`).
 
-    The raise is said in a warning finding (code ``oom-calibration``). A store that cannot be read
-    leaves the profile as it is, with a warning saying so: calibration never blocks a run.
+    The raise is said in a warning finding (code ``oom-calibration``): from what to what, after which run, and
+    how to clear it; host-memory failures are said, never raised from. A store that cannot be read leaves the
+    profile as it is, with a warning saying so: calibration never blocks a run.
 
     :param profile: a :class:`~autodl.types.ResourceProfile`.
     :param threshold: the fraction of device memory a run may plan to use, for the largest batch per device
         (``resource_policy.memory_threshold``; default the spec's default).
-    :returns: the same profile, or a copy with ``peak_memory_bytes`` raised (the rise counted as activations).
+    :returns: the same profile, or a copy with ``peak_memory_bytes`` raised (the rise counted as activations when
+        the failed allocation scales with the batch or is not known not to, as workspace when it does not).
     """
     from autodl.types import Finding
 
     try:
-        found = oom_floor(profile.script, profile.batch_size, url=url)
+        found = find_calibration(profile.script, profile.batch_size, profile=profile.to_json(), url=url)
     except Exception as exc:  # noqa: BLE001 - a store problem must not stop profiling
         note = Finding(severity="warning", code="oom-calibration",
                        message=f"could not read past out-of-memory runs of this script ({type(exc).__name__}); estimate not checked against them")
         return profile.model_copy(update={"findings": [*profile.findings, note]})
-    if found is None or found[0] <= profile.peak_memory_bytes:
+    if found is None:
         return profile
-    floor, run_key = found
     gib = 1 << 30
+    clear = f"`autodl calibration --clear --script {profile.script}` forgets it"
+    notes = []
+    if found.host_runs:
+        notes.append(Finding(severity="info", code="oom-calibration",
+                             message=f"run {found.host_runs[0]} of this script ran out of host (CPU) memory: the device "
+                                     "estimate is not raised from it"))
+    if found.floor_bytes is None or found.floor_bytes <= profile.peak_memory_bytes:
+        return profile.model_copy(update={"findings": [*profile.findings, *notes]}) if notes else profile
+    how = {"fixed": " (the same allocation failed at two batch sizes: it does not scale with the batch, so a smaller "
+                    "batch does not help)",
+           "scales": " (rescaled from its batch: the failed allocation grew with the batch)",
+           "unknown": "" if found.batch_size == profile.batch_size else
+                      f" (rescaled from batch {found.batch_size}, assuming it scales with the batch)"}[found.scaling]
     note = Finding(severity="warning", code="oom-calibration",
-                   message=f"estimate raised from {profile.peak_memory_bytes / gib:.2f} to {floor / gib:.2f} GiB per device: "
-                           f"run {run_key} of this script ran out of memory needing that much at batch {profile.batch_size}")
-    return _raised(profile, floor, note, threshold)
+                   message=f"estimate raised from {profile.peak_memory_bytes / gib:.2f} to {found.floor_bytes / gib:.2f} GiB "
+                           f"per device after run {found.run_key}, which ran out of memory on "
+                           f"{found.device_kind or 'an unknown device'} at batch {found.batch_size}{how}; "
+                           f"a change to the script, or {clear}")
+    return _raised(profile, found.floor_bytes, note, threshold, fixed=found.scaling == "fixed", extra_notes=notes)
 
 
-def _raised(profile, floor: int, note, threshold: float | None):
-    """``profile`` with its peak raised to ``floor``, the rise counted as activations (the part that scales with the
-    batch, as :func:`autodl.oom.floor_at_batch` assumes), so the largest batch per device and the advice (AMP,
-    recompute, a smaller batch) are worked out from the raised figure, not from the estimate that failed."""
+def _raised(profile, floor: int, note, threshold: float | None, *, fixed: bool = False, extra_notes=()):
+    """``profile`` with its peak raised to ``floor``, so the largest batch per device and the advice (AMP, recompute,
+    a smaller batch) are worked out from the raised figure, not from the estimate that failed.
+
+    :param fixed: the failed allocation does not scale with the batch (:func:`autodl.oom.scaling_of`): the rise is
+        counted as workspace, so no smaller batch is worked out to fit; otherwise as activations (the part that
+        scales with the batch, as :func:`autodl.oom.floor_at_batch` assumes).
+    :param extra_notes: findings added before ``note`` (host-memory failures that raised nothing).
+    """
     from autodl.catalog import load_catalog
 
     extra = floor - profile.peak_memory_bytes
-    activations = profile.breakdown.activations_bytes + extra
-    raised = profile.model_copy(update={
-        "peak_memory_bytes": floor,
-        "breakdown": profile.breakdown.model_copy(update={"activations_bytes": activations}),
-        "activation_bytes_per_sample": activations // max(1, profile.batch_size),
-        "findings": [*profile.findings, note],
-    })
+    if fixed:  # batch-independent: workspace, so no smaller batch is worked out to fit
+        update = {"breakdown": profile.breakdown.model_copy(update={
+            "workspace_bytes": profile.breakdown.workspace_bytes + extra})}
+    else:
+        activations = profile.breakdown.activations_bytes + extra
+        update = {"breakdown": profile.breakdown.model_copy(update={"activations_bytes": activations}),
+                  "activation_bytes_per_sample": activations // max(1, profile.batch_size)}
+    raised = profile.model_copy(update={"peak_memory_bytes": floor, **update,
+                                        "findings": [*profile.findings, *extra_notes, note]})
     try:
         models = load_catalog().models
     except Exception:  # noqa: BLE001 - the figures below are advice; the raised peak is what matters

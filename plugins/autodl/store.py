@@ -304,6 +304,17 @@ class RunState:
                              .order_by(RunStateRow.written_at)).scalars()
             return {row["step"]: row["message"] for row in rows}
 
+    def forget_attempt(self, run_key: str) -> int:
+        """Delete what one training left of the run (its metrics, report and the steps' failures), when a new
+        training of the same run key starts (a clear and re-run); returns how many rows went."""
+        with self._session() as s:
+            gone = s.execute(delete(RunStateRow).where(
+                RunStateRow.run_key == run_key,
+                (RunStateRow.name.in_([self.METRICS, self.REPORT]) | RunStateRow.name.startswith(self.FAILURE_PREFIX)),
+            )).rowcount
+            s.commit()
+            return gone or 0
+
     def forget(self, run_key: str) -> int:
         """Delete every fact of the run (a run key used again from scratch); returns how many rows went."""
         with self._session() as s:

@@ -423,6 +423,10 @@ class RunRecord(_Frozen):
                           "epoch it resumed from); None when it wrote nothing.")
     stopped: StopMark | None = Field(
         None, description="Who stopped the training by hand and when (outcome ``stopped``); None otherwise.")
+    attempts: list[dict[str, Any]] = Field(
+        default_factory=list, description="The run's earlier attempts (a clear and re-run in Airflow books and "
+                                          "trains again), oldest first, each the record it had then; the record "
+                                          "itself is the last attempt (autodl.records.RecordStore.write).")
     recorded_at: datetime = Field(default_factory=utcnow)
 
     @field_validator("error")

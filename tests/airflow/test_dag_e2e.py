@@ -32,7 +32,7 @@ def run(dag, conf):
     dr = dag.test(run_conf=conf)
     with create_session() as session:
         tis = dr.get_task_instances(session=session)
-        states = {ti.task_id.split(".", 1)[1]: str(ti.state) for ti in tis}
+        states = {ti.task_id.split(".", 1)[-1]: str(ti.state) for ti in tis}
         states["<dag run>"] = str(session.get(DagRun, dr.id).state)
     return dr, states
 
@@ -44,10 +44,11 @@ def test_dag_has_the_six_steps_in_order():
     for before, after in zip(ids, ids[1:]):
         assert before in dag.get_task(after).upstream_task_ids
     release = dag.get_task(ids[-1])
-    # a teardown that runs whatever happened (no setup attached) and leaves the run's state to the work
-    assert release.is_teardown and not release.on_failure_fail_dagrun
-    assert str(release.trigger_rule).endswith("all_done_setup_success") or "ALL_DONE_SETUP_SUCCESS" in str(release.trigger_rule)
+    # the group's last task: it runs whatever happened, and fails (after recording) a run that did not succeed
+    assert not release.is_teardown and release.trigger_rule == "all_done"
     assert set(ids[:-1]) <= release.upstream_task_ids
+    # every step is retried after a failure of Airflow's own (issue 25: the profile step had retries=0)
+    assert all(dag.get_task(i).retries >= 3 for i in ids)
     wait, select, collect = dag.get_task(ids[1]), dag.get_task(ids[2]), dag.get_task(ids[4])
     # waiting and following happen in the triggerer by default; reschedule is the fallback mode
     assert wait.deferrable and select.deferrable and collect.deferrable and wait.mode == "reschedule"
@@ -101,8 +102,8 @@ def test_failing_training_is_recorded_failed_and_lease_freed(airflow_db, autodl_
     dag = load_example_dag()
     _dr, states = run(dag, {"spec": str(REPO / "include/specs/simple_cnn.yaml"), "script": str(script), "pool": "auto"})
     assert states["collect_metrics"] == "failed"
-    assert states["release_and_record"] == "success"
-    assert states["<dag run>"] == "failed"  # the release teardown does not mask the failed training
+    assert states["release_and_record"] == "failed"  # recorded, lease freed, and the run's failure said
+    assert states["<dag run>"] == "failed"
     assert Ledger().leases() == []
     rec = RecordStore().list()[0]
     assert rec.outcome == "failed" and rec.metrics["exit_code"] == 3
@@ -115,7 +116,7 @@ def test_model_that_fits_nowhere_fails_fast_without_lease(airflow_db, autodl_hom
     dag = load_example_dag()
     _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
     assert states["profile"] == "failed"
-    assert states["release_and_record"] == "success" and states["<dag run>"] == "failed"
+    assert states["release_and_record"] == "failed" and states["<dag run>"] == "failed"
     assert Ledger().leases() == []
     rec = RecordStore().list()[0]
     assert rec.outcome == "not_started"
@@ -138,7 +139,7 @@ def test_wait_times_out_after_the_spec_timeout_when_the_pool_stays_busy(airflow_
     _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
     assert states["profile"] == "success"
     assert states["wait_for_pool"] == "failed"
-    assert states["launch"] == "upstream_failed" and states["release_and_record"] == "success"
+    assert states["launch"] == "upstream_failed" and states["release_and_record"] == "failed"
     assert states["<dag run>"] == "failed"
     assert [le.run_key for le in ledger.leases()] == ["someone-else"]
     rec = RecordStore().list()[0]
@@ -161,7 +162,7 @@ def test_bad_input_fails_in_profile_with_the_message_and_no_lease(airflow_db, au
         expected = "resource_policy.memory_threshold"
     dag = load_example_dag()
     _dr, states = run(dag, {"spec": str(spec), "script": "", "pool": "auto"})
-    assert states["profile"] == "failed" and states["release_and_record"] == "success"
+    assert states["profile"] == "failed" and states["release_and_record"] == "failed"
     assert states["<dag run>"] == "failed"
     assert Ledger().leases() == []
     rec = RecordStore().list()[0]
@@ -181,7 +182,47 @@ def test_downstream_of_the_group_waits_for_a_good_training():
         train = AutoDLTrainOperator(task_id="train", spec=str(REPO / "include/specs/simple_cnn.yaml"))
         evaluate = EmptyOperator(task_id="evaluate")
         prepare >> train >> evaluate
-    assert dag.get_task("evaluate").upstream_task_ids == {"train.collect_metrics"}
+    assert dag.get_task("evaluate").upstream_task_ids == {"train.release_and_record"}  # waits for the record
     assert dag.get_task("train.profile").upstream_task_ids == {"prepare"}
     # a literal spec path is read at parse time for the sensor's timeout
     assert float(dag.get_task("train.wait_for_pool").timeout) == 3600
+
+
+def test_downstream_gets_the_runs_result_and_templated_args(airflow_db, autodl_home, tmp_path):
+    """Issue 25: `train >> downstream` ran beside release_and_record and got None for the outcome; `task.args`
+    could not be templated. Now the downstream runs after the record and pulls ``train.result`` (a RunResult);
+    the script gets the args rendered for this run."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from autodl.operators import AutoDLTrainOperator
+
+    script = tmp_path / "echo_args.py"
+    script.write_text("import sys\nimport paddle\n\nBATCH_SIZE = 4\n\nif __name__ == '__main__':\n"
+                      "    print('ARGS', sys.argv[1:], flush=True)\n")
+    seen = tmp_path / "seen.json"
+    with DAG("autodl_result_check", start_date=datetime(2026, 1, 1), schedule=None) as dag:
+        train = AutoDLTrainOperator(task_id="train", script=str(script), spec=str(REPO / "include/specs/simple_cnn.yaml"),
+                                    args=["--run", "{{ run_id }}"], sample_interval_s=0.2)
+
+        @task
+        def downstream(result):
+            import json
+
+            seen.write_text(json.dumps(result))
+
+        train >> downstream(train.result)
+    from tests.airflow.test_multi_host import serialize
+
+    serialize(dag)
+    dr, states = run(dag, None)
+    assert states["release_and_record"] == "success" and states["<dag run>"] == "success", states
+    import json
+
+    result = json.loads(seen.read_text())
+    rec = RecordStore().get(result["run_key"])
+    assert result["outcome"] == "succeeded" == rec.outcome and result["exit_code"] == 0
+    assert result["estimated_peak_bytes"] == rec.estimated_peak_bytes and result["actual_peak_bytes"] == rec.actual_peak_bytes
+    log = Path(rec.launch["log_path"]).read_text()
+    assert f"ARGS ['--run', '{dr.run_id}']" in log

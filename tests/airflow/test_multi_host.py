@@ -96,6 +96,7 @@ def test_runs_placed_on_each_host_go_to_that_hosts_queue(airflow_db, monkeypatch
     dag = build_dag("autodl_two_hosts_routing", CASES / "spec_local.yaml", CASES / "pool_two_hosts.yaml")
     serialize(dag)
     for host, busy in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+        monkeypatch.setenv("AUTODL_HOST", host)  # as on that host's worker (dag.test runs every task here)
         dr, tis = run_on(dag, busy)
         assert all(state == "success" for state, _ in tis.values()), tis
         assert tis[("launch", 0)][1] == QUEUES[host] and tis[("collect_metrics", 0)][1] == QUEUES[host], tis
@@ -119,6 +120,24 @@ def test_local_launch_refuses_a_host_it_is_not_on(monkeypatch):
     with pytest.raises(LaunchError, match="booked devices are on host gpu-b, but this step runs on gpu-a"):
         require_here("gpu-b", "start the training", "k")
 
+
+
+def test_a_routed_launch_refuses_a_worker_that_is_not_the_booked_host(monkeypatch):
+    """Issue 25: a worker whose AUTODL_HOST was unset launched a training booked on another host without a word
+    (declared devices run on CPU anywhere, so the host check let it through)."""
+    from autodl.errors import ConfigError
+    from autodl.pipeline import require_booked_worker
+
+    monkeypatch.delenv("AUTODL_HOST", raising=False)
+    with pytest.raises(ConfigError, match="booked on host gpu-b .* this worker has no AUTODL_HOST.*AUTODL_HOST=gpu-b"):
+        require_booked_worker("gpu-b", "k", "local")
+    monkeypatch.setenv("AUTODL_HOST", "gpu-a")
+    with pytest.raises(ConfigError, match="booked on host gpu-b, but this worker is AUTODL_HOST=gpu-a"):
+        require_booked_worker("gpu-b", "k", "local")
+    monkeypatch.setenv("AUTODL_HOST", "gpu-b")
+    require_booked_worker("gpu-b", "k", "local")
+    require_booked_worker(None, "k", "local")  # not routed: require_here checks what it can
+    require_booked_worker("gpu-b", "k", "docker")  # a Docker connection per host starts it there from anywhere
 
 
 # ------------------------------------------------------------------------------ real Celery workers

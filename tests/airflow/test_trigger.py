@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from autodl import pipeline
 from autodl.ledger import Ledger
 from autodl.queue import AdmissionQueue
@@ -230,3 +232,34 @@ def test_a_quick_grant_books_at_once_but_fires_after_the_minimum_deferral(autodl
 
     fired_when_booked, event = asyncio.run(scenario())
     assert not fired_when_booked and event.payload["status"] == "booked"
+
+
+def test_the_triggerer_samples_at_the_configured_interval(autodl_home, tmp_path):
+    """Issue 25: short runs followed from the triggerer got 0-5 samples at a 0.5 s interval: the deferred collect
+    step clamped the interval to 1 s and added each poll's own time to it. The trigger now gets the configured
+    interval and keeps it from tick to tick."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from autodl.operators.steps import AutoDLCollectOperator
+
+    ctx, handle = launched(tmp_path, "import time\ntime.sleep(3)\n")
+    out = profile_out(0.5)
+
+    class TI:
+        start_date = None
+
+        def xcom_pull(self, task_ids):
+            return {"g.launch": handle, "g.profile": out}[task_ids]
+
+    op = AutoDLCollectOperator(task_id="g.collect_metrics", group_id="g", sample_interval_s=0.2)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.run_step(ctx, {"ti": TI()})
+    trigger = deferred.value.trigger
+    assert trigger.interval_s == 0.2
+    classpath, kwargs = trigger.serialize()
+    event = asyncio.run(first_event(type(trigger)(**{**kwargs, "min_deferral_s": 0})))
+    assert event.payload["status"] == "ended" and event.payload["exit_code"] == 0
+    # 3 s at 0.2 s is 15 ticks; a 1 s floor gave at most 4
+    assert event.payload["metrics"]["samples"] >= 8, event.payload["metrics"]
+    with pytest.raises(ValueError, match="sample_interval_s"):
+        AutoDLCollectOperator(task_id="c", group_id="g", sample_interval_s=0)

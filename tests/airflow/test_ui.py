@@ -135,7 +135,8 @@ def test_json_endpoints(api, seeded):
     assert queue["available"] is True and [(q["position"], q["run_key"]) for q in queue["rows"]] == [(1, WAITING_KEY)]
     runs = get(api, "/autodl/api/runs").json()
     assert [r["run_key"] for r in runs] == [DONE_KEY]
-    assert runs[0]["estimate_ratio"] == round(1 / 1.5, 3) and runs[0]["duration_s"] == 75.0
+    # a GPU estimate vs the host RSS of a CPU run (declared pool): not comparable, no ratio (issue 25: ratios 21-275)
+    assert runs[0]["estimate_ratio"] is None and runs[0]["comparable"] is False and runs[0]["duration_s"] == 75.0
     detail = get(api, f"/autodl/api/runs/{DONE_KEY}").json()
     assert [c["rank"] for c in detail["ranking"]] == [1, 2, None]
     assert detail["timeline"] is True and detail["record"]["report"]["resumed_epoch"] == 3
@@ -258,3 +259,22 @@ def test_plugin_registers_once_with_its_page():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"names": ["autodl"], "errors": {}, "apps": ["/autodl"], "views": ["gpus"]}
+
+
+def test_devices_held_from_another_pool_and_expired_leases_are_shown(api, seeded):
+    """Issue 25: the pool table showed only the server's pool and called devices free while a run held a device
+    of another pool file; an expired lease looked live; a GPU estimate was compared with a CPU reading."""
+    other = "GPU-other000-h100-0000-0000-000000000000"
+    Ledger().book("d.g.manual__other", [other], host="gpu-node-9", model="H100-SXM5-80GB", ttl_s=-1)
+    pool = get(api, "/autodl/api/pool").json()
+    by_id = {d["device_id"]: d for d in pool["devices"]}
+    assert by_id[other]["outside_pool"] is True and by_id[other]["holder"]["run_key"] == "d.g.manual__other"
+    assert by_id[other]["memory_total_bytes"] is None and by_id[A100]["outside_pool"] is False
+    leases = {le["run_key"]: le for le in get(api, "/autodl/api/leases").json()}
+    assert leases["d.g.manual__other"]["expired"] is True and leases[RUN_KEY]["expired"] is False
+    html = get(api, "/autodl/").text
+    row = html.split(f'<tr data-device="{other}">', 1)[1].split("</tr>", 1)[0]
+    assert "another pool" in row and "free" not in row
+    assert "booked, not launched yet: waiting for a worker on gpu-node-9" in html
+    assert 'class="tag expired"' in html and "not comparable" in html.split('id="runs-table"', 1)[1]
+    assert "not comparable" in get(api, f"/autodl/runs/{DONE_KEY}").text

@@ -88,3 +88,24 @@ def test_candidate_groups_and_free_devices():
     fits = lambda d: d.memory_total_bytes >= 30 * GiB  # noqa: E731
     assert candidate_groups(inv, fits, ranked=[("h2", "A100-SXM4-40GB")]) == [["h2-0", "h2-1"], ["h1-0", "h1-1"]]
     assert free_devices(inv, frozenset({"h1-0"})) == {"h1-1", "h2-0", "h3-0"}
+
+
+def test_every_waiter_sees_one_order_while_the_expected_runtimes_change(autodl_home):
+    """Seen in a real Airflow: both waiters once said "#2 of 2". One way to get that: each poll refreshed its own
+    run's expected runtime (the queue's sort key), so each waiter could count the other first. The runtime a run
+    joined with stays while it waits."""
+    q = AdmissionQueue()
+    t0 = utcnow()
+
+    def poll(key, at, runtime_s):
+        q.join(key, num_gpus=1, needed_bytes=GiB, candidates=[["G0"]], stale_after_s=stale_after(5.0),
+               owner_user="u", now=t0 + timedelta(seconds=at), expected_runtime_s=runtime_s)
+        return [e.run_key for e in q.in_order(t0 + timedelta(seconds=at))]
+
+    assert poll("a", 0, 100.0) == ["a"]
+    assert poll("b", 1, 200.0) == ["a", "b"]
+    # a run of the DAG was recorded meanwhile: a's next poll would have made it the longer job
+    seen_by_a = poll("a", 2, 10_000.0)
+    seen_by_b = poll("b", 3, 50.0)
+    assert seen_by_a == seen_by_b == ["a", "b"]
+    assert q.get("a").expected_runtime_s == 100.0

@@ -317,15 +317,14 @@ def test_paddle3_cpu_oom_through_the_pipeline_is_explained(tmp_path, catalog):
     from autodl.records import RecordStore
 
     assert RecordStore().get(ctx.run_key).oom["requested_bytes"] == 2**40
-    # the next estimate is raised to what failed, and what is advised is worked out from that figure
+    # host (CPU) memory ran out, not a device's: the next device estimate is not raised from it (issue 25: a
+    # host-memory failure on a declared pool raised the device estimate), and a finding says so
     _spec, again = pipeline.profile_run(None, str(spec), probe=False)
-    assert again.peak_memory_bytes >= 2**40 and any(f.code == "oom-calibration" for f in again.findings)
-    assert abs(again.peak_at_batch(again.batch_size) - again.peak_memory_bytes) < again.batch_size  # whole bytes per sample
+    assert again.peak_memory_bytes < 2**40 and RecordStore().get(ctx.run_key).oom["memory"] == "host"
+    assert any(f.code == "oom-calibration" and "host (CPU) memory" in f.message for f in again.findings)
     a100 = catalog.get("A100-SXM4-80GB")
-    assert again.max_batch_size_by_device["A100-SXM4-80GB"] == again.max_batch_size(a100.memory_bytes, 0.85) < 32
     lines = advice(again, [a100], 0.85)
     assert not any("model states alone do not fit" in line for line in lines)
-    assert not any("would fit batch 32 (0." in line for line in lines)   # not the failed estimate's 0.5 GiB
 
 
 # ------------------------------------------------------------------------------------------ CLI: plot, exporter

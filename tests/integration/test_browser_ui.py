@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -176,3 +178,58 @@ def test_gpu_page_trigger_form_and_a_run_that_succeeds(airflow, browser, shots):
                      f"{IFRAME_DOC}.querySelector('#runs-table').innerText.includes('succeeded')",
                      "the run in the GPU page's recent runs")
     browser.screenshot(shots / "06-gpu-page-after-run.png")
+
+
+def book_lease(airflow: AirflowServer, run_key: str) -> str:
+    """A lease on the first device of the server's pool, booked in the server's autodl store (as a run's
+    select_device step would); returns the device id."""
+    pool = http_json(f"{airflow.url}/autodl/api/pool", token=airflow.token())
+    device = pool["devices"][0]
+    code = ("import sys\nfrom autodl.ledger import Ledger\n"
+            "Ledger().book(sys.argv[1], [sys.argv[2]], host=sys.argv[3], model=sys.argv[4])")
+    subprocess.run([sys.executable, "-c", code, run_key, device["device_id"], device["host"], device["model"]],
+                   env=airflow.env, check=True, capture_output=True, text=True)
+    return device["device_id"]
+
+
+def test_release_from_the_gpu_page_reached_through_airflows_nav(airflow, browser, shots):
+    """Seen in Airflow 3.3.2: the page is an iframe whose sandbox lacks ``allow-modals``, so the Release
+    button's ``confirm()`` was ignored ("Ignored call to 'confirm()'" in the console) and nothing was
+    released. The confirmation is in the page now: cancel keeps the lease, confirm frees it."""
+    run_key = f"{DAG_ID}.{GROUP}.manual__2026-12-01T00:00:00+00:00"
+    book_lease(airflow, run_key)
+    browser.navigate(f"{airflow.url}/")
+    browser.wait_for("!!document.querySelector('input[name=username]') || document.body.innerText.includes('Health')",
+                     "the login form or the Home page")
+    if browser.eval("!!document.querySelector('input[name=username]')"):  # this test run alone
+        login(browser, airflow, shots)
+    nav = "document.querySelector('a[href=\"/plugin/gpus\"]')"
+    browser.wait_for(f"!!{nav}", "the GPUs entry in Airflow's nav")
+    browser.eval(f"{nav}.click()")
+    button = (f"{IFRAME_DOC} && Array.from({IFRAME_DOC}.querySelectorAll('button[data-release]'))"
+              f".find(b => b.getAttribute('data-release') === {js(run_key)})")
+    browser.wait_for(f"!!({button})", "the lease's release button in the GPU page")
+    assert browser.eval("location.pathname").startswith("/plugin/gpus")  # Airflow's page, the GPU page in its frame
+    frame_sandbox = browser.eval("document.querySelector('iframe').getAttribute('sandbox') || ''")
+    assert "allow-modals" not in frame_sandbox  # what made confirm() a no-op
+
+    row = f"({button}).closest('tr')"
+    browser.eval(f"({button}).click()")
+    browser.wait_for(f"!{row}.querySelector('.confirm-release').hidden", "the in-page confirmation")
+    browser.screenshot(shots / "07-release-confirm.png")
+    browser.eval(f"{row}.querySelector('button[data-cancel]').click()")  # cancel: nothing released
+    assert browser.eval(f"({button}).hidden") is False
+    assert [le["run_key"] for le in http_json(f"{airflow.url}/autodl/api/leases", token=airflow.token())] == [run_key]
+
+    browser.eval(f"({button}).click()")
+    browser.eval(f"{row}.querySelector('button[data-confirm-release]').click()")
+    box = f"({IFRAME_DOC}) && ({IFRAME_DOC}).querySelector('#action-status')"
+    status = browser.wait_for(f"({box}) && !({box}).hidden && !({box}).innerText.startsWith('releasing') && "
+                              f"!({button}) && ({box}).innerText", "the release's answer on the page read again")
+    browser.screenshot(shots / "08-released.png")
+    assert status.startswith(f"released: {run_key}")
+    assert http_json(f"{airflow.url}/autodl/api/leases", token=airflow.token()) == []
+    pool = browser.eval(f"({IFRAME_DOC}).querySelector('#pool-table').innerText")
+    assert "manual__2026-12-01T00:00:00" not in pool  # the page was read again: the device is free
+    record = http_json(f"{airflow.url}/autodl/api/runs/{quote(run_key, safe='')}", token=airflow.token())["record"]
+    assert "released by hand" in record["error"]

@@ -141,3 +141,23 @@ def test_gang_bookings_never_deadlock_on_postgres(pg_url):
     time.sleep(1.0)  # the racers' statistics reach the shared counters when their backends flush them
     assert deadlocks() - before == 0  # a lost race was never a deadlock the server had to break
     engine.dispose()
+
+
+def test_attempts_and_calibration_clear_on_postgres(pg_url):
+    """The JSON documents are rewritten in place on PostgreSQL too: a re-run's record keeps the earlier attempt,
+    and ``autodl calibration --clear`` marks the OOM reports (the records stay)."""
+    from autodl.records import clear_calibration, find_calibration
+
+    store = RecordStore(pg_url)
+    oom = {"wanted_bytes": 64 << 30, "requested_bytes": 60 << 30, "batch_size": 32, "memory": "device",
+           "calibration": {"script_sha256": None, "config_sha256": None, "memory": "device", "cleared_at": None}}
+    store.write(RunRecord(run_key="k", script="/x.py", outcome="failed", declared_pool=False, lease_id="L1",
+                          error="out of memory", oom=oom))
+    store.write(RunRecord(run_key="k", script="/x.py", outcome="failed", declared_pool=False, lease_id="L2",
+                          error="out of memory again", oom=oom))
+    rec = store.get("k")
+    assert rec.error == "out of memory again" and [a["lease_id"] for a in rec.attempts] == ["L1"]
+    assert find_calibration("/x.py", 32, url=pg_url).floor_bytes == 64 << 30
+    assert clear_calibration("/x.py", url=pg_url) == ["k"]
+    assert find_calibration("/x.py", 32, url=pg_url) is None
+    assert RecordStore(pg_url).get("k").oom["calibration"]["cleared_at"]

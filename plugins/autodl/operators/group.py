@@ -5,7 +5,8 @@
     prepare >> train >> evaluate
 
 builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device >> train_cnn.launch
->> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``).
+>> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``: the
+group's last task, whose XCom ``train.result`` is the run's :class:`autodl.records.RunResult`).
 ``wait_for_pool`` waits in autodl's admission queue and books the devices it grants; ``collect_metrics``
 follows the training from the triggerer (both deferrable by default).
 
@@ -54,6 +55,10 @@ def _spec_scheduler(spec: str | None) -> tuple[int, int]:
     return sched.timeout, sched.poke_interval
 
 
+TRANSIENT_RETRIES = 3
+"""Least retries of every step: seen in a real Airflow 3.3.2 under load, one execution-API call past its 5 s
+timeout failed a profile step that had no retry, and with it the whole run."""
+
 DEFERRED_STEP_RETRIES = 3
 """Retries of the select and collect steps: a try failed by Airflow itself (a stale executor event after a
 quick resume, apache/airflow#72716) is followed again; a training that failed is final (no retry)."""
@@ -86,24 +91,27 @@ class AutoDLTrainOperator(TaskGroup):
     :param execution_timeout: the longest the training may run (the collect step's
         ``execution_timeout``); past it the training is stopped and the record says why. The spec's
         ``scheduler.max_run_time`` does the same from the spec.
-    :param retries: retries of the launch and release steps (at least :data:`DEFERRED_STEP_RETRIES` for
-        select and collect; profile errors and failed trainings never retry).
+    :param retries: retries of every step (at least :data:`TRANSIENT_RETRIES`; autodl's refusals — a bad spec,
+        nothing fits — and failed trainings never retry).
+    :param args: the script's arguments for this run (templated, each element), replacing the spec's ``task.args``.
     """
 
     def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
                  probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
                  deferrable: bool = True,
                  wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
-                 execution_timeout: timedelta | None = None, **group_kwargs: Any):
+                 execution_timeout: timedelta | None = None, args: list[str] | None = None, **group_kwargs: Any):
         super().__init__(group_id=task_id, **group_kwargs)
         self.script = script
         self.spec = spec
         timeout, poke = _spec_scheduler(spec)
         timeout = wait_timeout_s or timeout
         common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
-        retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
+        # every step is idempotent: a try failed by Airflow itself (the execution API timing out under load, a
+        # lost worker) is retried; autodl's own refusals and a failed training fail at once (PERMANENT_ERRORS)
+        retry = {"retries": max(retries, TRANSIENT_RETRIES), "retry_delay": timedelta(seconds=5)}
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
-                                             retries=0, **common)
+                                             args=args, **common, **retry)
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
@@ -133,11 +141,14 @@ class AutoDLTrainOperator(TaskGroup):
             self.collect = AutoDLCollectOperator(**collect_kwargs)
         self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
         self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
-        # release also runs when anything before launch failed (it waits for every upstream to be done).
+        # release also runs when anything before launch failed (it waits for every upstream to be done). It is the
+        # group's only leaf: `group >> downstream` waits for the record, and a run that did not succeed fails it
+        # (after recording), so the DAG run fails and downstream does not run. A DAG run marked failed skips it:
+        # the listeners (autodl/listeners.py) free that run's lease.
         [self.profile, self.wait, self.select, self.launch] >> self.release
-        # A teardown: it runs whatever happened upstream, and the DAG run's state comes from the work, so
-        # a failed or never-started training fails the run. (on_failure_fail_dagrun=True would make the
-        # release a leaf again and let its success mask a failed training; a failed release shows as a
-        # failed, retried task instead.) `group >> downstream` attaches to collect_metrics, so downstream
-        # tasks run only after a good training.
-        self.release.as_teardown()
+
+    @property
+    def result(self) -> XComArg:
+        """The run's :class:`autodl.records.RunResult` as JSON (``release_and_record``'s XCom): ``outcome``,
+        ``run_key`` (the record), ``estimated_peak_bytes``, ``actual_peak_bytes``, ``duration_s``, ..."""
+        return XComArg(self.release)

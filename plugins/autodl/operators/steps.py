@@ -152,18 +152,20 @@ class AutoDLProfileOperator(_AutoDLStep):
     :param launcher: override of the spec's ``launcher.type`` (templated; ``spec`` or empty: the spec's).
     :param policy: override of the spec's ``scheduler.algorithm`` (templated; ``spec`` or empty: the spec's).
     :param check_conf: refuse a trigger conf key that is not one of the DAG's Params (when it declares any).
+    :param args: the script's arguments (templated, each element): replace the spec's ``task.args`` for this run.
     """
 
-    template_fields: Sequence[str] = (*_AutoDLStep.template_fields, "launcher", "policy")
+    template_fields: Sequence[str] = (*_AutoDLStep.template_fields, "launcher", "policy", "args")
     step = "profile"
 
     def __init__(self, *, probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
-                 check_conf: bool = True, **kwargs: Any):
+                 check_conf: bool = True, args: list[str] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.probe = probe
         self.launcher = launcher
         self.policy = policy
         self.check_conf = check_conf
+        self.args = args
 
     def _check_conf(self, context) -> None:
         declared = getattr(self.dag, "params", None) or {}
@@ -173,7 +175,8 @@ class AutoDLProfileOperator(_AutoDLStep):
 
     def run_step(self, ctx, context):
         self._check_conf(context)
-        overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
+        overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy),
+                     "args": self.args}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=self.log.info, run_key=ctx.run_key,
                                      overrides=overrides).model_dump(mode="json")
@@ -369,7 +372,8 @@ class AutoDLLaunchOperator(_AutoDLStep):
     """Step 4: start the training pinned to the booked devices, detached; push its handle.
 
     :param booked_host: the host of the booked devices, when the step is mapped over the select step's
-        ``autodl_hosts`` XCom (several GPU hosts on Celery); informational: the lease says where.
+        ``autodl_hosts`` XCom (several GPU hosts on Celery): a local training starts only on a worker whose
+        ``AUTODL_HOST`` is that host (:func:`autodl.pipeline.require_booked_worker`).
     """
 
     step = "launch"
@@ -382,6 +386,7 @@ class AutoDLLaunchOperator(_AutoDLStep):
         profile_out = self._handed(context, "profile")
         selection = self._handed(context, "select")
         launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
+        pipeline.require_booked_worker(self.booked_host, ctx.run_key, launcher_type)
         return pipeline.step_launch(ctx, profile_out, selection,
                                     launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
                                     log=self.log.info)
@@ -400,6 +405,9 @@ class AutoDLCollectOperator(_AutoDLStep):
     def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, booked_host: str | None = None,
                  **kwargs: Any):
         super().__init__(**kwargs)
+        if not float(sample_interval_s) > 0:
+            raise ValueError(f"sample_interval_s: {sample_interval_s!r} is not a positive number of seconds; "
+                             "pass e.g. sample_interval_s=1.0")
         self.sample_interval_s = sample_interval_s
         self.deferrable = deferrable
         self.booked_host = booked_host
@@ -441,8 +449,9 @@ class AutoDLCollectOperator(_AutoDLStep):
             backstop = None
             if limits.deadline_ts is not None:
                 backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
+            # the configured interval, as in the worker (a 1 s floor here left short runs with a few samples)
             self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
-                                              interval_s=max(1.0, float(self.sample_interval_s))),
+                                              interval_s=float(self.sample_interval_s)),
                        method_name="execute_complete", timeout=backstop)
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
@@ -471,13 +480,24 @@ class AutoDLCollectOperator(_AutoDLStep):
 
 
 class AutoDLReleaseOperator(_AutoDLStep):
-    """Step 6 (``trigger_rule=all_done``): free the lease whatever happened, write the run record."""
+    """Step 6 (``trigger_rule=all_done``), the group's last task: free the lease whatever happened, write the run
+    record, return the run's :class:`autodl.records.RunResult` (XCom ``return_value``). A run that did not succeed
+    fails this task once its record is written (no retry), so the DAG run fails and ``group >> downstream`` does
+    not run; the result is pushed all the same, for a downstream task with ``trigger_rule=all_done``."""
 
     step = "release"
 
     def __init__(self, **kwargs: Any):
-        kwargs["trigger_rule"] = TriggerRule.ALL_DONE  # as_teardown() (group.py) keeps its run-always meaning
+        kwargs["trigger_rule"] = TriggerRule.ALL_DONE
         super().__init__(**kwargs)
+
+    def execute(self, context) -> Any:
+        result = super().execute(context)
+        if result and result.get("outcome") != "succeeded":
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise AirflowFailException(f"the run {result.get('outcome')} (recorded as {result.get('run_key')}; lease "
+                                       f"{'freed' if result.get('lease_released') else 'KEPT'}): {result.get('error')}")
+        return result
 
     def run_step(self, ctx, context):
         handle = self._pull(context, "launch")

@@ -81,6 +81,7 @@ class CollectTrigger(BaseTrigger):
         ctx, handle, launcher, follower, guard, keep, offset_file = await asyncio.to_thread(self._setup)
         try:
             while True:
+                tick = time.monotonic()
                 code = await asyncio.to_thread(follower.step)
                 offset_file.write_text(str(follower.offset))
                 if code is not None:
@@ -95,6 +96,7 @@ class CollectTrigger(BaseTrigger):
                     keep(metrics)
                     return TriggerEvent({"status": stopped.status, "message": str(stopped),
                                          "metrics": json.loads(metrics.model_dump_json())})
-                await asyncio.sleep(self.interval_s)
+                # the interval is from tick to tick: the poll and the lease check above are part of it
+                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - tick)))
         finally:
             await asyncio.to_thread(follower.close)

@@ -57,6 +57,8 @@ class DeviceRow(_View):
     unknown: list[str] = Field(default_factory=list, description="What the source could not read, and why.")
     declared: bool = Field(description="Values come from a pool file, not from a driver.")
     holder: Holder | None = None
+    outside_pool: bool = Field(False, description="Held by a lease but not in the pool this page reads (a run "
+                                                  "booked it from another pool file or source): figures unknown.")
 
 
 class PoolView(_View):
@@ -76,6 +78,10 @@ class LeaseRow(_View):
     created_at: datetime
     held_s: float
     expires_at: datetime | None = None
+    launched: bool = Field(True, description="False while the booking waits for its training to be started (on "
+                                             "Celery: for a worker of the booked host's queue).")
+    expired: bool = Field(False, description="Its TTL ran out (no heartbeat): the next reap frees it "
+                                             "(``autodl leases --reap``); its run is probably gone.")
     holder: Holder
 
 
@@ -99,7 +105,11 @@ class RunRow(_View):
     estimated_peak_bytes: int | None
     actual_peak_bytes: int | None
     actual_source: str | None = Field(None, description="'nvml' (device memory) or 'process' (RSS on CPU).")
-    estimate_ratio: float | None = Field(None, description="estimated / actual peak.")
+    estimate_ratio: float | None = Field(None, description="estimated / actual peak; None when they are not "
+                                                            "comparable (see ``comparable``).")
+    comparable: bool = Field(True, description="False when the estimate and the reading are of different memories: "
+                                               "a GPU estimate (with its CUDA workspace terms) vs the host RSS of a "
+                                               "training run on CPU (a declared pool).")
     duration_s: float | None
     error: str | None
     record_url: str
@@ -169,7 +179,25 @@ def pool_view(pool: str | None = None, *, leases: list[Lease] | None = None, bas
     for d in inventory.devices:
         lease = by_device.get(d.device_id)
         rows.append(device_row(d, lease_holder(lease, base_path) if lease else None))
+    rows.extend(held_elsewhere(leases, {d.device_id for d in inventory.devices}, base_path))
     return PoolView(source=inventory.source, declared=inventory.declared, read_at=inventory.read_at, devices=rows)
+
+
+def held_elsewhere(leases: list[Lease], shown: set[str], base_path: str = "") -> list[DeviceRow]:
+    """Rows for the devices leases hold that the page's pool does not list (booked from another pool file or
+    source): never shown as free by leaving them out; what only that source knows stays unknown."""
+    rows = []
+    for le in leases:
+        for i, device_id in enumerate(le.device_ids):
+            if device_id in shown:
+                continue
+            shown.add(device_id)
+            rows.append(DeviceRow(device_id=device_id, host=le.host, index=i, model=le.model or "unknown",
+                                  vendor="unknown", memory_total_bytes=None, memory_used_bytes=None,
+                                  utilization_pct=None, temperature_c=None, health="unknown",
+                                  unknown=["not in the pool this page reads: booked from another pool"],
+                                  declared=False, holder=lease_holder(le, base_path), outside_pool=True))
+    return rows
 
 
 # ------------------------------------------------------------------------------------------- leases
@@ -185,7 +213,9 @@ def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: d
     leases = _leases() if leases is None else leases
     return [LeaseRow(lease_id=le.lease_id, run_key=le.run_key, device_ids=le.device_ids, host=le.host, model=le.model,
                      created_at=le.created_at, held_s=max(0.0, (now - le.created_at).total_seconds()),
-                     expires_at=getattr(le, "expires_at", None), holder=lease_holder(le, base_path))
+                     expires_at=getattr(le, "expires_at", None), holder=lease_holder(le, base_path),
+                     expired=bool(getattr(le, "expires_at", None) and le.expires_at <= now),
+                     launched=getattr(le, "handle", None) is not None)
             for le in leases]
 
 
@@ -215,16 +245,22 @@ def queue_view(base_path: str = "") -> QueueView:
 
 
 # --------------------------------------------------------------------------------------------- runs
+HOST_READINGS = ("process", "rss")
+"""Metric sources that read host memory (the training's RSS), not a device's."""
+
+
 def run_row(rec: RunRecord, base_path: str = "") -> RunRow:
     metrics = rec.metrics or {}
     placement = rec.placement or {}
     est, act = rec.estimated_peak_bytes, rec.actual_peak_bytes
+    source = metrics.get("peak_source") or metrics.get("source")
+    comparable = not (rec.declared_pool and source in HOST_READINGS)
     h = holder_of(rec.run_key, rec.lease_id or "", dag_id=rec.dag_id, run_id=rec.run_id, base_path=base_path)
     return RunRow(
         run_key=rec.run_key, dag_id=rec.dag_id, run_id=rec.run_id, outcome=rec.outcome, recorded_at=rec.recorded_at,
         device_model=rec.device_model, devices=list(placement.get("devices") or []), declared_pool=rec.declared_pool,
-        estimated_peak_bytes=est, actual_peak_bytes=act, actual_source=metrics.get("peak_source") or metrics.get("source"),
-        estimate_ratio=round(est / act, 3) if est and act else None,
+        estimated_peak_bytes=est, actual_peak_bytes=act, actual_source=source, comparable=comparable,
+        estimate_ratio=round(est / act, 3) if est and act and comparable else None,
         duration_s=metrics.get("duration_s"), error=rec.error, record_url=h.record_url, dag_run_url=h.dag_run_url,
     )
 
@@ -304,4 +340,4 @@ def run_detail(run_key: str, base_path: str = "") -> RunDetail | None:
 def estimate_points(rows: list[RunRow]) -> list[tuple[float, float, str, str]]:
     """(estimated GiB, actual GiB, source, run key) for runs with both figures."""
     return [(r.estimated_peak_bytes / GiB, r.actual_peak_bytes / GiB, r.actual_source or "unknown", r.run_key)
-            for r in rows if r.estimated_peak_bytes and r.actual_peak_bytes]
+            for r in rows if r.estimated_peak_bytes and r.actual_peak_bytes and r.comparable]
