@@ -477,7 +477,8 @@ class ProfileResult(_StepValue):
     pool_source: str | None = Field(
         None, description="The inventory source the profile was checked against ('file:<path>', 'nvml', ...); None: not checked.")
     declared_pool: bool = False
-    overrides: dict[str, str] = Field(default_factory=dict, description="Run-time spec overrides, e.g. {'launcher': 'docker'}.")
+    overrides: dict[str, str | list[str]] = Field(
+        default_factory=dict, description="Run-time spec overrides, e.g. {'launcher': 'docker', 'args': ['--epochs', '3']}.")
 
 
 class Selection(_StepValue):
