@@ -40,6 +40,7 @@ from autodl.launch.local import run_folder
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
+from autodl.redact import read_report
 from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
 from autodl.types import (
     Device,
@@ -1151,7 +1152,12 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         profile_out = json.loads((folder / "profile.json").read_text())
     if selection is None and (folder / "selection.json").exists():
         selection = json.loads((folder / "selection.json").read_text())
-    report = _read_json_object(folder / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
+    try:  # untrusted: read without following links, bounded, redacted (autodl.redact.read_report)
+        found = read_report(folder)
+        report = found.data if found is not None else None
+    except ValueError as exc:
+        log(f"the training's report (AUTODL_REPORT_FILE) could not be used ({exc}); the record goes without it")
+        report = None
     decision = _read_json_object(folder / "decision.json", "the placement decision", log)
     handle = LaunchHandle.model_validate(handle_json) if handle_json else None
     clear = True

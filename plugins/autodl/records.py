@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, BigInteger, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from autodl.redact import redact_obj, sanitize_report
 from autodl.store import Base, session_factory
 from autodl.types import RunRecord
 
@@ -42,7 +43,15 @@ class RecordStore:
         self._session = session_factory(url)
 
     def write(self, record: RunRecord) -> RunRecord:
-        """Insert or replace the record of ``record.run_key``."""
+        """Insert or replace the record of ``record.run_key``.
+
+        What the training wrote is not trusted: its ``report`` goes through :func:`autodl.redact.sanitize_report`
+        (bounded, JSON-only, secrets hidden; a report it refuses is stored as None and ``error`` says so) and the
+        strings of ``metrics`` and ``oom`` (device names, places, log lines) through :func:`autodl.redact.redact_obj`.
+
+        :returns: the record as stored.
+        """
+        record = sanitized(record)
         doc = json.loads(record.model_dump_json())
         with self._session() as s:
             row = s.get(RunRow, record.run_key)
@@ -74,6 +83,19 @@ class RecordStore:
             if dag_id:
                 q = q.where(RunRow.dag_id == dag_id)
             return [RunRecord.model_validate(r.document) for r in s.execute(q).scalars()]
+
+
+def sanitized(record: RunRecord) -> RunRecord:
+    """``record`` with what its training wrote made fit to store and show (see :meth:`RecordStore.write`)."""
+    update: dict = {"metrics": redact_obj(record.metrics) if record.metrics else record.metrics,
+                    "oom": redact_obj(record.oom) if record.oom else record.oom}
+    if record.report is not None:
+        try:
+            update["report"] = sanitize_report(record.report).data
+        except ValueError as exc:
+            update["report"] = None
+            update["error"] = f"{record.error + '; ' if record.error else ''}{exc}"
+    return record.model_copy(update=update)
 
 
 def utc(dt: datetime) -> datetime:
