@@ -191,3 +191,32 @@ def test_container_launchers_never_pass_the_workers_secrets(worker, tmp_path, ki
     for secret in (FERNET, TOKEN, STORE_PW):
         assert secret not in text, env
     assert not any(k.startswith(("AIRFLOW", "AUTODL_STORE")) or "SECRET" in k for k in env), env
+
+
+def test_an_isolated_training_gets_the_stop_signal_and_may_checkpoint(sandbox_level, worker, tmp_path):
+    """bubblewrap does not forward SIGTERM and, dying, kills the namespace: the training must still get the stop's
+    SIGTERM itself and finish its checkpoint within the grace period, and its own exit code is the attempt's."""
+    code = tmp_path / "code"
+    code.mkdir()
+    script = code / "train.py"
+    script.write_text(textwrap.dedent("""
+        import signal, sys, time
+        def stop(*_):
+            time.sleep(1)
+            print("CHECKPOINTED", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        print("READY", flush=True)
+        time.sleep(60)
+    """))
+    launcher = LocalLauncher(stop_grace_s=20)
+    handle = launcher.launch(LaunchRequest(run_key="dag/run/stop", script=str(script), on_cpu=True,
+                                           vendor=load_catalog().vendor("nvidia")))
+    while "READY" not in launcher.read_logs(handle)[0]:
+        assert launcher.poll(handle) is None, launcher.read_logs(handle)[0]
+        time.sleep(0.1)
+    launcher.stop(handle)
+    while launcher.poll(handle) is None:
+        time.sleep(0.1)
+    assert "CHECKPOINTED" in launcher.read_logs(handle)[0]
+    assert launcher.poll(handle) == 0

@@ -57,6 +57,15 @@ PRIVATE_TREES = ("/tmp", "/run", "/var/run", "/dev/shm")
 ``/run/postgresql``, Docker's in ``/run``)."""
 
 
+IGNORE_STOP = "import os, signal, sys; [signal.signal(s, signal.SIG_IGN) for s in (2, 15)]; os.execv(sys.argv[1], sys.argv[1:])"
+"""Shim run before ``bwrap``: it ignores SIGINT and SIGTERM (bubblewrap does not forward them and would die, taking
+the training with it before it can checkpoint), then execs ``bwrap``. The training itself gets the launcher's
+SIGTERM directly (:meth:`autodl.launch.local.LocalLauncher.stop` signals every process of the attempt)."""
+
+RESTORE_STOP = "import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (2, 15)]; os.execvp(sys.argv[1], sys.argv[1:])"
+"""Shim run inside the namespaces before the training: SIGINT and SIGTERM back to their default actions."""
+
+
 class Isolation(BaseModel):
     """How a local training is wrapped.
 
@@ -151,9 +160,11 @@ def _bwrap_works(exe: str) -> str | None:
     return None
 
 
-def training_isolation(*, run_folder: Path, workdir: Path, keep: Sequence[Path] = (),
+def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.executable, keep: Sequence[Path] = (),
                        environ: Mapping[str, str] | None = None) -> Isolation:
     """How to wrap a local training here, by :func:`isolation_mode`.
+
+    :param python: the interpreter that runs the signal shims (:data:`IGNORE_STOP`, :data:`RESTORE_STOP`).
 
     :raises LaunchError: in mode ``bwrap`` when bubblewrap is missing or cannot make the namespaces here.
     """
@@ -171,8 +182,8 @@ def training_isolation(*, run_folder: Path, workdir: Path, keep: Sequence[Path] 
         return Isolation(mode="none", prefix=[], note=f"{why}: the training runs without isolation (it can read its "
                          "ancestors' /proc/<pid>/environ and the worker's files); use the Docker or Kubernetes launcher "
                          "for tenants that must not trust each other")
-    return Isolation(mode="bwrap", prefix=bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep,
-                                                     environ=environ))
+    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, environ=environ)
+    return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP])
 
 
 def python_dirs() -> list[Path]:

@@ -237,7 +237,7 @@ class LocalLauncher:
             added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
             env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
-            iso = training_isolation(run_folder=folder, workdir=Path(workdir), keep=[
+            iso = training_isolation(run_folder=folder, workdir=Path(workdir), python=request.python, keep=[
                 request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent])
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
