@@ -840,12 +840,12 @@ def why_protected(path: Path, protected: Sequence[Path]) -> str | None:
 
     :returns: a short reason: autodl's or Airflow's state (the path is, holds or lies in one of ``protected``, or
         looks like a home by :data:`HOME_MARKERS`), a protected name (:data:`PROTECTED_NAMES`,
-        :data:`PROTECTED_SUFFIXES`), or a hidden entry (``.git``, ``.ssh``: not the user's code or data).
+        :data:`PROTECTED_SUFFIXES`), or a hidden entry (``.git``, ``.ssh``, ``__pycache__``: not user code or data).
     """
     if any(path == g or g in path.parents for g in protected):
         return "autodl's or Airflow's state"
     name = path.name
-    if name.startswith("."):
+    if name.startswith(".") or name == "__pycache__":
         return "a hidden entry"
     if name in PROTECTED_NAMES or name.lower().endswith(PROTECTED_SUFFIXES):
         return "a protected file (Airflow's configuration, a store, a key)"

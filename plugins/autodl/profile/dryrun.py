@@ -209,9 +209,10 @@ def _stage(script_dir: Path, workdir: Path) -> Staged:
 
 def _staging_note(staged: Staged) -> str | None:
     """One sentence naming what of the script's folder the dry run did not show, or None."""
-    if not staged.left_out:
+    left = [e for e in staged.left_out if not e.endswith("(a hidden entry)")]  # .git, .venv: never the script's input
+    if not left:
         return None
-    shown = ", ".join(staged.left_out[:8]) + (f" and {len(staged.left_out) - 8} more" if len(staged.left_out) > 8 else "")
+    shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
     return f"not shown to the script (its folder's entries left out): {shown}"
 
 
