@@ -234,8 +234,8 @@ SECRET_VALUE = re.compile(
     r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|"
     r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{30,}\b|\bxox[abprs]-[A-Za-z0-9-]{10,}|"
     r"\bsk-[A-Za-z0-9_-]{20,}\b|\bgAAAAA[A-Za-z0-9_=-]{40,}")
-"""Values that are secrets whatever their key: a PEM private key (to its end line, else to the end of the string), a JWT, AWS access key ids, GitHub, Slack and
-OpenAI-style tokens (their documented prefixes) and Fernet tokens (``gAAAAA``: a version byte 0x80 in base64)."""
+"""Values that are secrets whatever their key: a PEM private key (to its end line, else to the end of the string),
+a JWT, AWS access key ids, GitHub, Slack and OpenAI-style tokens (their documented prefixes) and Fernet tokens (``gAAAAA``: a version byte 0x80 in base64)."""
 
 
 class TrainingReport(BaseModel):

@@ -940,5 +940,6 @@ def _stage_one(e: Path, d: Path, src: Path, protected: Sequence[Path], out: Stag
     return None
 
 
-__all__ = ["SANDBOX_UID", "Staged", "airflow_home", "protected_paths", "stage_tree", "why_protected", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "isolation", "read_output",
+__all__ = ["SANDBOX_UID", "Staged", "airflow_home", "protected_paths", "stage_tree", "why_protected", "SandboxLimits",
+           "SandboxResult", "SandboxUnavailable", "isolation", "read_output",
            "run_sandboxed", "unavailable_reason", "workdir_usage"]

@@ -220,3 +220,28 @@ def test_an_isolated_training_gets_the_stop_signal_and_may_checkpoint(sandbox_le
         time.sleep(0.1)
     assert "CHECKPOINTED" in launcher.read_logs(handle)[0]
     assert launcher.poll(handle) == 0
+
+
+def test_the_runs_output_folder_in_autodl_home_stays_writable(sandbox_level, worker, tmp_path):
+    """``$AUTODL_OUTPUT_DIR`` defaults to ``$AUTODL_HOME/outputs/<model>``: hidden with the rest of autodl's home, the
+    checkpoints would land in a private folder and be lost. It is bound back, writable; its sibling is not shown."""
+    out = worker / "outputs" / "mine"
+    out.mkdir(parents=True)
+    (worker / "outputs" / "theirs").mkdir()
+    (worker / "outputs" / "theirs" / "ckpt.pdparams").write_text(OTHER)
+    code = tmp_path / "code"
+    code.mkdir()
+    script = code / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import os
+        open(os.path.join(os.environ["AUTODL_OUTPUT_DIR"], "ckpt.pdparams"), "w").write("weights")
+        print("THEIRS", os.path.exists({str(worker / 'outputs' / 'theirs' / 'ckpt.pdparams')!r}))
+    """))
+    launcher = LocalLauncher()
+    handle = launcher.launch(LaunchRequest(run_key="dag/run/out", script=str(script), on_cpu=True,
+                                           env={"AUTODL_OUTPUT_DIR": str(out)}, vendor=load_catalog().vendor("nvidia")))
+    while launcher.poll(handle) is None:
+        time.sleep(0.1)
+    assert launcher.poll(handle) == 0, launcher.read_logs(handle)[0]
+    assert (out / "ckpt.pdparams").read_text() == "weights"
+    assert "THEIRS False" in launcher.read_logs(handle)[0]

@@ -11,7 +11,8 @@ Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian pac
 * a **mount namespace**: the host's file system as the worker sees it, except a private ``/tmp``, ``/run`` and
   ``/dev/shm`` (the host's sockets there, PostgreSQL's and Docker's included, are gone), a fresh ``/dev`` holding
   only the standard nodes and the accelerators' (:data:`DEVICE_NODES`), autodl's home replaced by an empty
-  folder with only this run's folder bound back (no other run's folder, no store), the store's SQLite file and
+  folder with only this run's folder and its output folder (``$AUTODL_OUTPUT_DIR``) bound back (no other run's
+  folder, no store), the store's SQLite file and
   Airflow's configuration files (:data:`autodl.sandbox.PROTECTED_NAMES`, ``*.db`` at the top of ``$AIRFLOW_HOME``)
   replaced by empty files; the working folder, the script's folder and the interpreter's prefix are bound back
   where a private mount hid them.
@@ -112,10 +113,12 @@ def _hidden_files(protected: Sequence[Path], airflow_home: Path) -> list[Path]:
 
 
 def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path] = (),
-               environ: Mapping[str, str] | None = None) -> list[str]:
+               writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> list[str]:
     """The ``bwrap ... --`` prefix of a local training (see the module docstring).
 
-    :param run_folder: this run's folder (stays writable, the only part of autodl's home shown).
+    :param run_folder: this run's folder (stays writable; with ``writable``, the only parts of autodl's home shown).
+    :param writable: more folders bound back wherever they lie, autodl's home included (the run's output folder,
+        ``$AUTODL_OUTPUT_DIR``: its checkpoints).
     :param workdir: the training's working folder (stays as the worker sees it).
     :param keep: more paths that must stay visible (the script's folder, the interpreter's prefix, autodl's
         start-up hook folder).
@@ -141,7 +144,10 @@ def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path
     for p in dict.fromkeys(Path(x).resolve() for x in (workdir, *keep)):
         if p.exists() and _under(p, hiding) and not _under(p, dirs):
             args += ["--bind", str(p), str(p)]
-    args += ["--bind", str(run_folder.resolve()), str(run_folder.resolve()), "--chdir", str(workdir), "--"]
+    for p in dict.fromkeys(Path(x).resolve() for x in (run_folder, *writable)):
+        if p.is_dir():
+            args += ["--bind", str(p), str(p)]
+    args += ["--chdir", str(workdir), "--"]
     return args
 
 
@@ -161,7 +167,7 @@ def _bwrap_works(exe: str) -> str | None:
 
 
 def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.executable, keep: Sequence[Path] = (),
-                       environ: Mapping[str, str] | None = None) -> Isolation:
+                       writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> Isolation:
     """How to wrap a local training here, by :func:`isolation_mode`.
 
     :param python: the interpreter that runs the signal shims (:data:`IGNORE_STOP`, :data:`RESTORE_STOP`).
@@ -182,7 +188,7 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
         return Isolation(mode="none", prefix=[], note=f"{why}: the training runs without isolation (it can read its "
                          "ancestors' /proc/<pid>/environ and the worker's files); use the Docker or Kubernetes launcher "
                          "for tenants that must not trust each other")
-    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, environ=environ)
+    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable, environ=environ)
     return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP])
 
 

@@ -59,6 +59,10 @@ a training that checkpoints on SIGTERM should finish within this)."""
 CHILD_PATH = str(Path(__file__).resolve().parent / "child_path")
 """Folder put first on the training's ``PYTHONPATH``: its ``sitecustomize`` reports Paddle's memory peaks."""
 
+OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
+"""The run's output folder (checkpoints), set by the pipeline (:data:`autodl.pipeline.OUTPUT_DIR_ENV`): kept
+writable in the training's namespaces though it lies in autodl's home."""
+
 ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
 """Variable every process of an attempt inherits (the attempt's exit file path): how its processes are
 found again, whatever session or parent they ended up in."""
@@ -237,8 +241,10 @@ class LocalLauncher:
             added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
             env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
-            iso = training_isolation(run_folder=folder, workdir=Path(workdir), python=request.python, keep=[
-                request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent])
+            iso = training_isolation(
+                run_folder=folder, workdir=Path(workdir), python=request.python,
+                keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
+                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [])
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
                 with open(log_path, "ab") as log:
