@@ -6,7 +6,9 @@ other runs' folders and the store under ``$AUTODL_HOME``, and connect to the hos
 Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian package ``bubblewrap``) with:
 
 * a **user namespace** (same uid, every capability dropped) and a **PID namespace** with a fresh ``/proc``: the
-  training sees only its own processes, no ancestor's ``environ`` or ``cmdline``;
+  training sees only its own processes, no ancestor's ``environ`` or ``cmdline``; when the namespace's first
+  process dies (the runner's process group killed, ``bwrap`` killed), every process in it dies too, ranks that
+  ``paddle.distributed.launch`` put in sessions of their own included: nothing of the run is left behind;
 * an **IPC namespace**: no System V IPC or POSIX message queue shared with the host;
 * a **mount namespace**: the host's file system as the worker sees it, except a private ``/tmp``, ``/run`` and
   ``/dev/shm`` (the host's sockets there, PostgreSQL's and Docker's included, are gone), a fresh ``/dev`` holding
