@@ -244,4 +244,5 @@ def test_the_runs_output_folder_in_autodl_home_stays_writable(sandbox_level, wor
         time.sleep(0.1)
     assert launcher.poll(handle) == 0, launcher.read_logs(handle)[0]
     assert (out / "ckpt.pdparams").read_text() == "weights"
+    assert out.stat().st_mode & 0o077 == 0 and (out / "ckpt.pdparams").stat().st_mode & 0o077 == 0
     assert "THEIRS False" in launcher.read_logs(handle)[0]

@@ -241,6 +241,11 @@ class LocalLauncher:
             added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
             env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
+            if env.get(OUTPUT_DIR_ENV) and Path(env[OUTPUT_DIR_ENV]).is_dir():
+                try:  # the run's checkpoints are its owner's only, like its folder
+                    os.chmod(env[OUTPUT_DIR_ENV], 0o700)
+                except OSError:
+                    pass
             iso = training_isolation(
                 run_folder=folder, workdir=Path(workdir), python=request.python,
                 keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
