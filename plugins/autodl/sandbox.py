@@ -90,6 +90,10 @@ no-new-privileges -v WORKDIR:WORKDIR IMAGE ...``: network, a read-only root from
 process and whole-container memory bound, an unprivileged user, no capabilities, plus Docker's
 default seccomp profile; the image must hold Paddle.
 
+What of the user's own folder a sandbox is shown is decided by :func:`stage_tree`: a copy of its regular files
+(never a socket, FIFO, device or link out: a host Unix socket stays connectable through a read-only mount), never
+autodl's or Airflow's state (:func:`protected_paths`, :func:`why_protected`), bounded in count, size and depth.
+
 :func:`isolation` says which level this host allows (``"bwrap+cgroup"``, ``"bwrap+rlimit"`` or
 ``"none"``); each result carries the level used and ``notes`` saying what was not available.
 """
