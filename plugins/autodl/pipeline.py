@@ -48,6 +48,7 @@ from autodl.launch.local import run_folder
 from autodl.ledger import Ledger
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training
 from autodl.records import RecordStore
+from autodl.redact import read_report, sanitize_report
 from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec, output_dir_path
 from autodl.store import RunState
 from autodl.types import (
@@ -175,8 +176,15 @@ def keep_report(run_key: str, report: dict[str, Any] | None = None, *, log: Call
 
     :returns: the report kept, or None when there was none (or it was not a JSON object: said in the log).
     """
-    if report is None:
-        report = _read_json_object(state_dir(run_key) / "report.json", "the training's report (AUTODL_REPORT_FILE)", log)
+    try:  # untrusted: read without following links, bounded, schema-checked, redacted (autodl.redact)
+        if report is None:
+            found = read_report(state_dir(run_key))
+            report = found.data if found is not None else None
+        else:
+            report = sanitize_report(report).data
+    except ValueError as exc:
+        log(f"the training's report (AUTODL_REPORT_FILE) could not be used ({exc}); the record goes without it")
+        report = None
     if report is not None:
         RunState().put(run_key, RunState.REPORT, report)
     return report

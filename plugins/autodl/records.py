@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import JSON, BigInteger, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column
 
+from autodl.redact import redact_obj, sanitize_report
 from autodl.store import Base, session_factory
 from autodl.types import RunRecord
 
@@ -78,7 +79,14 @@ class RecordStore:
 
         A record of another attempt (its lease differs from the stored one's: Airflow's clear and re-run booked
         again) keeps the stored one in ``attempts``; the same attempt (a retried release) replaces it.
+
+        What the training wrote is not trusted: its ``report`` goes through :func:`autodl.redact.sanitize_report`
+        (bounded, JSON-only, secrets hidden; a report it refuses is stored as None and ``error`` says so) and the
+        strings of ``metrics`` and ``oom`` (device names, places, log lines) through :func:`autodl.redact.redact_obj`.
+
+        :returns: the record as stored.
         """
+        record = sanitized(record)
         with self._session() as s:
             row = s.get(RunRow, record.run_key)
             if row is None:
@@ -139,6 +147,19 @@ def with_attempts(record: RunRecord, stored: dict) -> RunRecord:
     if not stored or same_attempt(record, stored):
         return record.model_copy(update={"attempts": earlier}) if earlier and not record.attempts else record
     return record.model_copy(update={"attempts": [*earlier, {k: v for k, v in stored.items() if k != "attempts"}]})
+
+
+def sanitized(record: RunRecord) -> RunRecord:
+    """``record`` with what its training wrote made fit to store and show (see :meth:`RecordStore.write`)."""
+    update: dict = {"metrics": redact_obj(record.metrics) if record.metrics else record.metrics,
+                    "oom": redact_obj(record.oom) if record.oom else record.oom}
+    if record.report is not None:
+        try:
+            update["report"] = sanitize_report(record.report).data
+        except ValueError as exc:
+            update["report"] = None
+            update["error"] = f"{record.error + '; ' if record.error else ''}{exc}"
+    return record.model_copy(update=update)
 
 
 def utc(dt: datetime) -> datetime:

@@ -17,10 +17,14 @@ Used wherever a URL or an environment can reach a message, a log line, a finding
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 MASK = "***"
 
@@ -211,4 +215,155 @@ def redact_obj(obj: Any, _depth: int = 0) -> Any:
     return obj
 
 
-__all__ = ["MASK", "is_secret_name", "known_secrets", "redact_env", "redact_obj", "redact_text", "redact_url"]
+# ---------------------------------------------------------------------------------- the training's report
+REPORT_MAX_BYTES = 64 << 10
+"""Largest training report autodl reads or stores, bytes of JSON (64 KiB: a report says which checkpoint and epoch
+a run resumed from and a few figures; anything larger is refused whole, not cut)."""
+
+REPORT_MAX_DEPTH = 8
+"""Deepest nesting of lists and objects kept in a training report."""
+
+REPORT_MAX_ITEMS = 1_000
+"""Entries (keys and list items, all levels together) kept in a training report."""
+
+REPORT_MAX_STRING = 4_096
+"""Characters kept of one string (or key) in a training report; the rest is replaced by ``...``."""
+
+SECRET_VALUE = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*)|"
+    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|"
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{30,}\b|\bxox[abprs]-[A-Za-z0-9-]{10,}|"
+    r"\bsk-[A-Za-z0-9_-]{20,}\b|\bgAAAAA[A-Za-z0-9_=-]{40,}")
+"""Values that are secrets whatever their key: a PEM private key (to its end line, else to the end of the string),
+a JWT, AWS access key ids, GitHub, Slack and OpenAI-style tokens (their documented prefixes) and Fernet tokens (``gAAAAA``: a version byte 0x80 in base64)."""
+
+
+class TrainingReport(BaseModel):
+    """A training's report, as autodl stores it: bounded, JSON-only, secrets hidden.
+
+    :ivar data: the report's object (str keys; str, finite number, bool, null, list, object values).
+    :ivar redacted: how many keys or values were hidden (``***``).
+    :ivar dropped: entries left out (too deep, too many, or not JSON), and strings cut.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: dict[str, Any] = Field(default_factory=dict)
+    redacted: int = 0
+    dropped: int = 0
+
+
+class _Budget:
+    def __init__(self, secrets: list[str]):
+        self.items, self.redacted, self.dropped, self.secrets = REPORT_MAX_ITEMS, 0, 0, secrets
+
+    def text(self, value: str) -> str:
+        if len(value) > REPORT_MAX_STRING:
+            value, self.dropped = value[:REPORT_MAX_STRING] + "...", self.dropped + 1
+        clean = SECRET_VALUE.sub(MASK, value)
+        for secret in self.secrets:
+            clean = clean.replace(secret, MASK)
+        clean = redact_text(clean, {})
+        if clean != value:
+            self.redacted += 1
+        return clean
+
+
+def _clean(value: Any, budget: _Budget, depth: int) -> Any:
+    """``value`` as stored (see :func:`sanitize_report`); ``_DROP`` for what is left out."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 1 << 63 else _DROP
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _DROP
+    if isinstance(value, str):
+        return budget.text(value)
+    if depth >= REPORT_MAX_DEPTH or not isinstance(value, (list, tuple, Mapping)):
+        return _DROP
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            budget.items -= 1
+            if budget.items < 0 or not isinstance(key, str):
+                budget.dropped += 1
+                continue
+            name = budget.text(key)
+            if is_secret_name(key) and item not in (None, "", False):
+                out[name], budget.redacted = MASK, budget.redacted + 1
+                continue
+            clean = _clean(item, budget, depth + 1)
+            if clean is _DROP:
+                budget.dropped += 1
+            else:
+                out[name] = clean
+        return out
+    items = []
+    for item in value:
+        budget.items -= 1
+        clean = _clean(item, budget, depth + 1) if budget.items >= 0 else _DROP
+        if clean is _DROP:
+            budget.dropped += 1
+        else:
+            items.append(clean)
+    return items
+
+
+_DROP = object()
+
+
+def sanitize_report(obj: Any, environ: Mapping[str, str] | None = None) -> TrainingReport:
+    """What a training wrote about itself, made fit to store and show; the one function every path that stores a
+    training report calls (the report file, a log-stream transport, the record store).
+
+    Nothing of it is trusted: ``obj`` (bytes or text of JSON, or an already parsed object) must be a JSON object of
+    at most :data:`REPORT_MAX_BYTES`; it keeps at most :data:`REPORT_MAX_DEPTH` levels, :data:`REPORT_MAX_ITEMS`
+    entries and :data:`REPORT_MAX_STRING` characters per string; values of secret-named keys, secret-looking values
+    (:data:`SECRET_VALUE`, URLs with passwords, ``NAME=value``) and every value this worker knows to be secret
+    (:func:`known_secrets` of ``environ``, default this process's environment: what a training that read its
+    ancestors' ``/proc/<pid>/environ`` would hand back) become ``***``.
+
+    :raises ValueError: when ``obj`` is too large, not JSON, or not a JSON object (the message says which).
+    """
+    if isinstance(obj, (bytes, bytearray, str)):
+        if len(obj) > REPORT_MAX_BYTES:
+            raise ValueError(f"the training's report is {len(obj)} bytes, more than {REPORT_MAX_BYTES}: refused whole")
+        try:
+            obj = json.loads(obj, parse_constant=lambda c: None)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"the training's report is not JSON ({str(exc)[:200]})") from None
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"the training's report must be a JSON object, not {type(obj).__name__}")
+    budget = _Budget(known_secrets(environ))
+    data = _clean(obj, budget, 0)
+    size = len(json.dumps(data))
+    if size > REPORT_MAX_BYTES:
+        raise ValueError(f"the training's report is {size} bytes of JSON, more than {REPORT_MAX_BYTES}: refused whole")
+    return TrainingReport(data=data, redacted=budget.redacted, dropped=budget.dropped)
+
+
+def read_report(folder: str | os.PathLike, name: str = "report.json",
+                environ: Mapping[str, str] | None = None) -> TrainingReport | None:
+    """The report a training left in its run folder, read without trusting the file and sanitised.
+
+    Read with :func:`autodl.sandbox.read_output` (no symlink followed: a training cannot point it at another run's
+    report or at ``/proc/<pid>/environ``; a regular file of at most :data:`REPORT_MAX_BYTES` only), then
+    :func:`sanitize_report`.
+
+    :returns: the report, or None when there is no file.
+    :raises ValueError: when the file is not a regular file of at most that size, or not a JSON object.
+    """
+    from autodl.sandbox import read_output
+
+    path = os.path.join(folder, name)
+    if not os.path.lexists(path):
+        return None
+    raw = read_output(folder, name, max_bytes=REPORT_MAX_BYTES)
+    if raw is None:
+        raise ValueError(f"{path} is not a regular file of at most {REPORT_MAX_BYTES} bytes (a link, a pipe or "
+                         "too large): refused")
+    return sanitize_report(raw, environ)
+
+
+__all__ = ["MASK", "REPORT_MAX_BYTES", "read_report", "TrainingReport", "is_secret_name", "known_secrets", "redact_env",
+           "redact_obj", "redact_text", "redact_url", "sanitize_report"]

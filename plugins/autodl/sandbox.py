@@ -90,6 +90,10 @@ no-new-privileges -v WORKDIR:WORKDIR IMAGE ...``: network, a read-only root from
 process and whole-container memory bound, an unprivileged user, no capabilities, plus Docker's
 default seccomp profile; the image must hold Paddle.
 
+What of the user's own folder a sandbox is shown is decided by :func:`stage_tree`: a copy of its regular files
+(never a socket, FIFO, device or link out: a host Unix socket stays connectable through a read-only mount), never
+autodl's or Airflow's state (:func:`protected_paths`, :func:`why_protected`), bounded in count, size and depth.
+
 :func:`isolation` says which level this host allows (``"bwrap+cgroup"``, ``"bwrap+rlimit"`` or
 ``"none"``); each result carries the level used and ``notes`` saying what was not available.
 """
@@ -110,7 +114,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from autodl.errors import AutoDLError
 
@@ -809,5 +813,155 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
                          disk_exceeded=disk_over is not None)
 
 
-__all__ = ["SANDBOX_UID", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "isolation", "read_output",
+# ----------------------------------------------------------------------------------------------------
+# what of the user's folder a sandbox is shown
+
+PROTECTED_NAMES = ("airflow.cfg", "webserver_config.py", "unittests.cfg", "airflow-webserver.pid", ".env")
+"""File names never shown to user code: Airflow's configuration (it holds the JWT secret and the metadata database's
+URL), the web server's config and pid file, and dotenv files (secrets by convention)."""
+
+PROTECTED_SUFFIXES = (".db", ".db-journal", ".db-wal", ".db-shm", ".sqlite", ".sqlite3", ".cfg.bak", ".pem", ".key")
+"""File endings never shown to user code: SQLite stores (autodl's ``autodl.db``, Airflow's ``airflow.db``), their
+journals, and private keys."""
+
+HOME_MARKERS = ("airflow.cfg", "autodl.db")
+"""A folder holding one of these is an Airflow or autodl home: it is never shown, whatever its name."""
+
+
+def airflow_home(environ: Mapping[str, str] | None = None) -> Path:
+    """``$AIRFLOW_HOME``, default ``~/airflow`` (Airflow's own default), resolved."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("AIRFLOW_HOME") or Path(env.get("HOME") or "~").expanduser() / "airflow").resolve()
+
+
+def protected_paths(src: Path | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """autodl's and Airflow's own state, by location, resolved: autodl's home (``$AUTODL_HOME``, default
+    ``$AIRFLOW_HOME/autodl``), the store's SQLite file (``AUTODL_STORE_URL`` / ``[autodl] store_url``) and
+    :func:`airflow_home` -- except, when ``src`` (the script's folder) lies inside Airflow's home (a script kept in
+    ``$AIRFLOW_HOME/dags/``), that home: the walk starts at ``src`` and never sees the rest of it, and Airflow's
+    files there are still refused by name (:func:`why_protected`)."""
+    env = os.environ if environ is None else environ
+    af = airflow_home(env)
+    out = [Path(env["AUTODL_HOME"]) if env.get("AUTODL_HOME") else af / "autodl"]
+    try:
+        from autodl.config import autodl_home, store_url
+
+        out.append(autodl_home())
+        url = store_url()
+        if url.startswith("sqlite:///"):
+            out.append(Path(url[len("sqlite:///"):]))
+    except AutoDLError:
+        pass
+    if src is None or af not in Path(src).resolve().parents:
+        out.append(af)
+    return list(dict.fromkeys(p.resolve() for p in out))
+
+
+def why_protected(path: Path, protected: Sequence[Path]) -> str | None:
+    """Why ``path`` (absolute, resolved) must not be shown to user code, or None.
+
+    :returns: a short reason: autodl's or Airflow's state (the path is, holds or lies in one of ``protected``, or
+        looks like a home by :data:`HOME_MARKERS`), a protected name (:data:`PROTECTED_NAMES`,
+        :data:`PROTECTED_SUFFIXES`), or a hidden entry (``.git``, ``.ssh``, ``__pycache__``: not user code or data).
+    """
+    if any(path == g or g in path.parents for g in protected):
+        return "autodl's or Airflow's state"
+    name = path.name
+    if name.startswith(".") or name == "__pycache__":
+        return "a hidden entry"
+    if name in PROTECTED_NAMES or name.lower().endswith(PROTECTED_SUFFIXES):
+        return "a protected file (Airflow's configuration, a store, a key)"
+    if path.is_dir() and not path.is_symlink() and any(os.path.lexists(path / m) for m in HOME_MARKERS):
+        return "an Airflow or autodl home"
+    return None
+
+
+@dataclass
+class Staged:
+    """What :func:`stage_tree` copied and what it left out.
+
+    :ivar files: the copies, absolute paths under the destination (to be mounted read-only).
+    :ivar bytes: bytes copied.
+    :ivar left_out: one ``"relative path (why)"`` per entry not copied.
+    """
+
+    files: list[Path] = field(default_factory=list)
+    bytes: int = 0
+    left_out: list[str] = field(default_factory=list)
+
+
+def stage_tree(src: Path, dest: Path, *, protected: Sequence[Path], max_files: int, max_bytes: int,
+               max_depth: int) -> Staged:
+    """Copy the user's code and data files of ``src`` into ``dest`` (an existing, empty folder), nothing else.
+
+    Only regular files and folders are copied (never a socket, FIFO or device: a host Unix socket reachable through
+    a bind mount can be connected to even read-only); a symbolic link only when it resolves inside ``src`` to a
+    regular file, and then as a copy; nothing :func:`why_protected` refuses; at most ``max_files`` files of
+    ``max_bytes`` bytes together, ``max_depth`` folders deep. Files are read with ``O_NOFOLLOW | O_NONBLOCK`` and
+    checked again on the open descriptor (a file swapped for a FIFO or link meanwhile is left out).
+
+    :returns: what was copied and, for each entry left out, why.
+    """
+    src = src.resolve()
+    out = Staged()
+    stack = [(src, dest, 0)]
+    while stack:
+        folder, target, depth = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError as exc:
+            out.left_out.append(f"{folder.relative_to(src)}/ (cannot be listed: {exc.strerror or exc})")
+            continue
+        for e in entries:
+            rel = e.relative_to(src)
+            why = _stage_one(e, target / e.name, src, protected, out, max_files, max_bytes, depth, max_depth, stack)
+            if why:
+                out.left_out.append(f"{rel} ({why})")
+    return out
+
+
+def _stage_one(e: Path, d: Path, src: Path, protected: Sequence[Path], out: Staged, max_files: int, max_bytes: int,
+               depth: int, max_depth: int, stack: list) -> str | None:
+    """Copy one entry (see :func:`stage_tree`); :returns: why it was left out, or None."""
+    try:
+        st = e.lstat()
+        real = e.resolve()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot be read: {exc}"
+    if stat.S_ISLNK(st.st_mode):
+        if src not in real.parents or not real.is_file():
+            return "a link out of the folder, or not to a regular file"
+        st = real.stat()
+    why = why_protected(e.absolute(), protected) or why_protected(real, protected)
+    if why:
+        return why
+    if stat.S_ISDIR(st.st_mode):
+        if depth >= max_depth:
+            return f"folders nested more than {max_depth} deep"
+        d.mkdir()
+        stack.append((e, d, depth + 1))
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a socket, FIFO or device)"
+    if len(out.files) >= max_files:
+        return f"more than {max_files} files"
+    if out.bytes + st.st_size > max_bytes:
+        return f"more than {max_bytes} bytes together"
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return "not a regular file (a socket, FIFO or device)"
+        with open(d, "wb") as copy:
+            shutil.copyfileobj(fh, copy, 1 << 20)
+            n = copy.tell()
+    out.bytes += n
+    out.files.append(d)
+    return None
+
+
+__all__ = ["SANDBOX_UID", "Staged", "airflow_home", "protected_paths", "stage_tree", "why_protected", "SandboxLimits",
+           "SandboxResult", "SandboxUnavailable", "isolation", "read_output",
            "run_sandboxed", "unavailable_reason", "workdir_usage"]

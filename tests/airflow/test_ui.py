@@ -180,7 +180,7 @@ def test_timeline_of_a_run_without_samples_is_a_404_that_says_why(api, seeded):
 def test_samples_outside_autodl_home_are_not_read(api, seeded, tmp_path):
     outside = tmp_path / "elsewhere.jsonl"
     outside.write_text('{"t": 1, "memory_bytes": 1}\n')
-    RecordStore().write(RunRecord(run_key="y.g.manual__2", script="/x.py", outcome="succeeded", declared_pool=True,
+    RecordStore().write(RunRecord(run_key="y.g.manual__2", dag_id="y", script="/x.py", outcome="succeeded", declared_pool=True,
                                   metrics={"samples_path": str(outside), "source": "process"}))
     r = get(api, "/autodl/plots/runs/y.g.manual__2/timeline.png")
     assert r.status_code == 404 and "outside AUTODL_HOME" in r.json()["detail"]

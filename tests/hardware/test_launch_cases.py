@@ -176,10 +176,17 @@ def test_stopping_a_multi_rank_run_ends_every_rank(tmp_path):
 def test_a_killed_wrapper_does_not_end_the_run_while_ranks_live(tmp_path):
     """Killing the wrapper's process group (the old stop) leaves both ranks running: the run is not over (poll says
     so) and the lease must not be freed; stop then ends the ranks."""
+    from autodl.launch.isolation import training_isolation
+
+    isolated = training_isolation(run_folder=tmp_path, workdir=tmp_path).mode == "bwrap"
     launcher, handle, script, ranks = launch_slow_workers(tmp_path, "slow-killed")
     os.killpg(handle.pgid, signal.SIGKILL)
     wait_for(lambda: not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
              or launcher._alive(handle) is False, "wrapper gone")
+    if isolated:  # its PID namespace (autodl.launch.isolation) dies with its first process: every rank with it
+        wait_for(lambda: rank_processes(script) == [], "ranks gone with the namespace")
+        assert launcher.poll(handle) is not None
+        return
     assert all(r.is_running() for r in ranks)
     assert launcher.poll(handle) is None
     launcher.stop(handle)

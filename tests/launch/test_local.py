@@ -132,7 +132,11 @@ def test_stop_kills_the_whole_process_group(tmp_path):
     while not launcher.read_logs(handle)[0].strip():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    grandchild = int(launcher.read_logs(handle)[0].split()[0])
+    # the pid it printed is its own PID namespace's (autodl.launch.isolation): find the grandchild on the host
+    mine = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] ==
+            ["import time; time.sleep(60)"] and p.environ().get("AUTODL_ATTEMPT_ID") == handle.exit_path]
+    assert len(mine) == 1
+    grandchild = mine[0].pid
     launcher.stop(handle)
     assert launcher.poll(handle) is not None
     deadline = time.monotonic() + 10

@@ -24,7 +24,9 @@ ends every one of them, not only the launcher's process group.
 The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA
 process needs from the worker's environment, autodl's contract variables and the spec's own
 ``launcher.env`` — never autodl's or Airflow's secrets (``AUTODL_STORE_URL``, ``AIRFLOW__*``, connection
-strings, ``*PASSWORD*``/``*TOKEN*``/... variables).
+strings, ``*PASSWORD*``/``*TOKEN*``/... variables). Its command runs in bubblewrap namespaces where they can be made
+(:mod:`autodl.launch.isolation`): no ancestor's ``/proc``, no other run's folder, no store, no host socket in
+``/tmp`` or ``/run``. The run folder is mode 0700 and the training's umask 077: what it writes is its owner's only.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from autodl.config import autodl_home
 from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
+from autodl.launch.isolation import python_dirs, training_isolation
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
 from autodl.untrusted import LOG_CHUNK_BYTES, read_bytes
@@ -56,6 +59,10 @@ a training that checkpoints on SIGTERM should finish within this)."""
 
 CHILD_PATH = str(Path(__file__).resolve().parent / "child_path")
 """Folder put first on the training's ``PYTHONPATH``: its ``sitecustomize`` reports Paddle's memory peaks."""
+
+OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
+"""The run's output folder (checkpoints), set by the pipeline (:data:`autodl.pipeline.OUTPUT_DIR_ENV`): kept
+writable in the training's namespaces though it lies in autodl's home."""
 
 ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
 """Variable every process of an attempt inherits (the attempt's exit file path): how its processes are
@@ -86,7 +93,11 @@ def run_folder(base: str | Path, run_key: str, *, create: bool = True) -> Path:
     folder = Path(base) / run_dir_name(run_key)
     marker = folder / RUN_KEY_FILE
     if create:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:  # the run's own: logs, reports and outputs are its owner's (the worker's uid) only
+            os.chmod(folder, 0o700)
+        except OSError:
+            pass
         if not marker.exists():
             tmp = folder / f".{RUN_KEY_FILE}.{os.getpid()}.tmp"
             tmp.write_text(run_key, encoding="utf-8", errors="surrogatepass")
@@ -231,9 +242,21 @@ class LocalLauncher:
             added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
             env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
-            wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *argv]
+            if env.get(OUTPUT_DIR_ENV) and Path(env[OUTPUT_DIR_ENV]).is_dir():
+                try:  # the run's checkpoints are its owner's only, like its folder
+                    os.chmod(env[OUTPUT_DIR_ENV], 0o700)
+                except OSError:
+                    pass
+            iso = training_isolation(
+                run_folder=folder, workdir=Path(workdir), python=request.python,
+                keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
+                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [])
+            wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
                 with open(log_path, "ab") as log:
+                    if iso.note:
+                        log.write(f"autodl: {iso.note}\n".encode())
+                        log.flush()
                     proc = psutil.Popen(wrapper, cwd=workdir, env=env, stdout=log, stderr=log,
                                         stdin=open(os.devnull), start_new_session=True)
             except OSError as exc:

@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if received:  # stopped before the training started
         code = 128 + received[0]
     else:
+        os.umask(0o077)  # what the training writes (logs, checkpoints, its report) is its owner's only
         child = subprocess.Popen(command)
         code = child.wait()
     if code < 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import time
@@ -30,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from autodl.profile.probe import REPORT_MAX_BYTES, _report_text, report_object
-from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, read_output, run_sandboxed
+from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
+                            run_sandboxed, stage_tree, why_protected)
 from autodl.types import Finding, PhasePeak
 
 CHILD = Path(__file__).with_name("_dryrun_child.py")
@@ -77,12 +79,16 @@ def disk_bound() -> int:
     return v if v > 0 else DRY_RUN_DISK_BYTES
 
 
-MAX_SYMLINKS = 256
-"""Entries of the script's folder mirrored (as symbolic links) into the dry run's working directory, so that
-relative paths the script reads (configs, small data files) resolve as they do when the launcher runs it there."""
+MAX_STAGED_FILES = 256
+"""Files of the script's folder copied into the dry run's working directory (read-only there), so that relative
+paths the script reads (configs, small data files) resolve as they do when the launcher runs it there."""
+
+MAX_STAGED_BYTES = 256 << 20
+"""Bytes of the script's folder copied, together (256 MiB: code, configs and a small sample of data; a data set
+is named in ``task.args`` instead and mounted read-only, see :func:`arg_paths`)."""
 
 MIRROR_DEPTH = 3
-"""Deepest sub-folder of the script's folder rebuilt as a real (writable) folder in the working directory."""
+"""Deepest sub-folder of the script's folder copied (as a real, writable folder holding read-only copies)."""
 
 ENV_ERRORS = {
     "FileNotFoundError": "a file it reads is not here (the dry run shows the script only its own folder and the "
@@ -191,47 +197,56 @@ def first_batch(batch: int, act_per_sample: int | None, fwd_flops_per_sample: fl
 
 
 # ---------------------------------------------------------------------------------------------- the run
-def _mirror(script_dir: Path, workdir: Path) -> None:
-    """The script folder's entries in the working directory, so that relative paths resolve as in the real run.
+def _stage(script_dir: Path, workdir: Path) -> Staged:
+    """The user's code and data files of the script's folder, copied into the working directory (see
+    :func:`autodl.sandbox.stage_tree`: regular files and folders only, never autodl's or Airflow's state, bounded by
+    :data:`MAX_STAGED_FILES`, :data:`MAX_STAGED_BYTES`, :data:`MIRROR_DEPTH`). The folders are the sandbox's own
+    (the script can write ``checkpoints/`` there: it counts against the working folder's bound); the copies are
+    mounted read-only over themselves."""
+    return stage_tree(script_dir, workdir, protected=protected_paths(script_dir), max_files=MAX_STAGED_FILES,
+                      max_bytes=MAX_STAGED_BYTES, max_depth=MIRROR_DEPTH)
 
-    Files become symbolic links (read-only: the folder is mounted read-only); a sub-folder becomes a real folder
-    of links in turn when its listing fits in what is left of :data:`MAX_SYMLINKS` (up to :data:`MIRROR_DEPTH`
-    deep), so that the script can write new files there (``checkpoints/``, ``output/``: they land in the working
-    folder and count against its bound); a larger one (a data set) stays one link, readable, not writable.
-    """
-    left = [MAX_SYMLINKS]
 
-    def link(src: Path, dst: Path) -> None:
-        try:
-            dst.symlink_to(src)
-        except OSError:
-            pass
+def _staging_note(staged: Staged) -> str | None:
+    """One sentence naming what of the script's folder the dry run did not show, or None."""
+    left = [e for e in staged.left_out if not e.endswith("(a hidden entry)")]  # .git, .venv: never the script's input
+    if not left:
+        return None
+    shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+    return f"not shown to the script (its folder's entries left out): {shown}"
 
-    def walk(src: Path, dst: Path, depth: int) -> None:
-        try:
-            entries = sorted(src.iterdir())[:left[0]]
-        except OSError:
-            return
-        left[0] -= len(entries)
-        for e in entries:
-            d = dst / e.name
-            if d.exists() or d.is_symlink():
-                continue
+
+MAX_ARG_SCAN = 10_000
+"""Entries of a folder named in ``task.args`` checked before it is mounted; a larger folder is refused (it could
+hide a socket or autodl's state past what was checked)."""
+
+
+def _arg_folder_problem(real: Path, protected: list[Path]) -> str | None:
+    """Why a folder named in ``task.args`` must not be mounted: it holds a socket, FIFO or device, a link out of it,
+    autodl's or Airflow's state, or more than :data:`MAX_ARG_SCAN` entries; None when it may be."""
+    n = 0
+    for root, dirs, files in os.walk(real):
+        for name in dirs + files:
+            n += 1
+            p = Path(root) / name
+            if n > MAX_ARG_SCAN:
+                return f"more than {MAX_ARG_SCAN} entries to check"
             try:
-                is_dir = e.is_dir() and not e.is_symlink()
-                n = sum(1 for _ in zip(e.iterdir(), range(left[0] + 1))) if is_dir and depth < MIRROR_DEPTH else None
+                st = p.lstat()
             except OSError:
-                n = None
-            if n is not None and n <= left[0]:
+                return "an entry that cannot be checked"
+            if stat.S_ISLNK(st.st_mode):
                 try:
-                    d.mkdir()
-                except OSError:
-                    continue
-                walk(e, d, depth + 1)
-            else:
-                link(e, d)
-
-    walk(script_dir, workdir, 0)
+                    if real not in p.resolve().parents:
+                        return f"a link out of it ({p})"
+                except (OSError, RuntimeError):
+                    return f"a link that cannot be followed ({p})"
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                return f"a socket, FIFO or device ({p})"
+            why = why_protected(p, protected)
+            if why and why != "a hidden entry":
+                return f"{why} ({p})"
+    return None
 
 
 MAX_ARG_PATHS = 16
@@ -250,7 +265,7 @@ def arg_paths(argv: list[str] | None) -> tuple[list[Path], list[str]]:
     """
     out: list[Path] = []
     refused: list[str] = []
-    guard = [Path(os.environ[v]).resolve() for v in ("AUTODL_HOME", "AIRFLOW_HOME") if os.environ.get(v)]
+    guard = protected_paths()
     home = Path.home().resolve() if os.environ.get("HOME") else None
     for a in argv or []:
         text = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
@@ -271,6 +286,12 @@ def arg_paths(argv: list[str] | None) -> tuple[list[Path], list[str]]:
             why = "the home folder"
         elif any(real == g or g in real.parents or real in g.parents for g in guard):
             why = "autodl's or Airflow's own folder"
+        elif (w := why_protected(real, guard)) and w != "a hidden entry":
+            why = w
+        elif not (real.is_file() or real.is_dir()):
+            why = "not a regular file or folder (a socket, FIFO or device)"
+        elif real.is_dir():
+            why = _arg_folder_problem(real, guard)
         if why:
             refused.append(f"{text} ({why})")
         elif real not in out and len(out) < MAX_ARG_PATHS:
@@ -295,7 +316,7 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
     with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
-        _mirror(script.parent, work)
+        staged = _stage(script.parent, work)
         out = work / OUT_DIR
         out.mkdir()
         # the script runs as <workdir>/<name> (a copy: Path(__file__).resolve() stays there too): what it writes
@@ -313,7 +334,7 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         cfg_path.write_text(json.dumps(cfg))
         result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env, work),
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound()),
-                               read_only_paths=[script.parent, CHILD, CHILD.with_name("_flops.py"), cfg_path,
+                               read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
                                                 *arg_paths(cfg.get("argv"))[0]])
         raw: dict = {}
         # read back without trusting what the script may have done to them: no link followed out of the dry
@@ -339,6 +360,9 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
                                        "chunks": rr.chunks, "events": rr.events, "unmatched_frees": rr.unmatched_frees}
             except (ValueError, TypeError, RecursionError) as exc:
                 raw["alloc_error"] = _report_text(str(exc))
+    note = _staging_note(staged)
+    if note and isinstance(raw, dict):
+        raw["notes"] = [*(raw.get("notes") or []), note]
     return raw, result
 
 

@@ -12,7 +12,11 @@ Pages (HTML) and the same data as JSON:
 
 Every route requires a user Airflow's auth manager accepts (the JWT cookie the UI sets, or a bearer
 token), through the same dependency as Airflow's REST API (``airflow.api_fastapi.core_api.security.get_user``):
-without one the answer is 401, with a bad one 403. The data comes from autodl's own store and inventory.
+without one the answer is 401, with a bad one 403. Run records are filtered by the viewer's DAG read permission
+(:func:`dag_filter`, as Airflow's own views filter DAG runs): another DAG's run is not listed and its page is 404;
+a record without a DAG only for admins. The data comes from autodl's own store and inventory; whatever a
+training wrote is stored sanitised (:func:`autodl.redact.sanitize_report`) and every page is rendered with
+autoescaping.
 """
 
 from __future__ import annotations
@@ -59,6 +63,20 @@ def is_admin(user: Any) -> bool:
     return bool(get_auth_manager().is_authorized_custom_view(method="DELETE", resource_name=LEASE_RESOURCE, user=user))
 
 
+def dag_filter(user: Any) -> data.DagFilter:
+    """The viewer's DAG read permission, as Airflow's own views check it: the auth manager's
+    ``filter_authorized_dag_ids(dag_ids=..., user=..., method="GET")`` (each id through ``is_authorized_dag``
+    unless the auth manager does it in one go)."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    def readable(dag_ids: set[str]) -> set[str]:
+        if not dag_ids:
+            return set()
+        return set(get_auth_manager().filter_authorized_dag_ids(dag_ids=set(dag_ids), user=user, method="GET"))
+
+    return readable
+
+
 # --------------------------------------------------------------------------------------- helpers
 def _app_root(request: Request) -> str:
     """The app's own path prefix as the browser sees it (``/autodl``, or under Airflow's base path)."""
@@ -80,9 +98,9 @@ def _render(name: str, request: Request, **context: Any) -> HTMLResponse:
     return HTMLResponse(html)
 
 
-def _record_or_404(run_key: str) -> Any:
+def _record_or_404(run_key: str, user: Any) -> Any:
     rec = data.get_record(run_key)
-    if rec is None:
+    if rec is None or not data.readable_records([rec], dag_filter(user), admin=is_admin(user)):  # never says it exists
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}; /api/runs lists the recorded runs")
     return rec
 
@@ -119,11 +137,12 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         leases = data._leases()
         return _render("index.html", request, pool=data.pool_view(pool, leases=leases, base_path=b),
                        queue=data.queue_view(b), leases=data.lease_rows(leases, base_path=b),
-                       runs=data.run_rows(50, base_path=b), admin=is_admin(user))
+                       runs=data.run_rows(50, base_path=b, readable=dag_filter(user), admin=is_admin(user)),
+                       admin=is_admin(user))
 
     @app.get("/runs/{run_key:path}", response_class=HTMLResponse, name="run_page")
-    def run_page(run_key: str, request: Request) -> HTMLResponse:
-        detail = data.run_detail(run_key, base(request))
+    def run_page(run_key: str, request: Request, user: GetUserDep) -> HTMLResponse:
+        detail = data.run_detail(run_key, base(request), dag_filter(user), is_admin(user))
         if detail is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}")
         return _render("run.html", request, row=detail.row, record=detail.record, ranking=detail.ranking,
@@ -144,13 +163,15 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         return JSONResponse([r.to_json() for r in data.lease_rows(base_path=base(request))])
 
     @app.get("/api/runs")
-    def api_runs(request: Request, limit: int = 50, dag_id: str | None = None) -> JSONResponse:
+    def api_runs(request: Request, user: GetUserDep, limit: int = 50, dag_id: str | None = None) -> JSONResponse:
         limit = max(1, min(limit, 500))
-        return JSONResponse([r.to_json() for r in data.run_rows(limit, dag_id=dag_id, base_path=base(request))])
+        rows = data.run_rows(limit, dag_id=dag_id, base_path=base(request), readable=dag_filter(user),
+                             admin=is_admin(user))
+        return JSONResponse([r.to_json() for r in rows])
 
     @app.get("/api/runs/{run_key:path}")
-    def api_run(run_key: str, request: Request) -> JSONResponse:
-        detail = data.run_detail(run_key, base(request))
+    def api_run(run_key: str, request: Request, user: GetUserDep) -> JSONResponse:
+        detail = data.run_detail(run_key, base(request), dag_filter(user), is_admin(user))
         if detail is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}")
         return JSONResponse(detail.to_json())
@@ -176,13 +197,13 @@ def create_app(*, pool: str | None = None) -> FastAPI:
 
     # ------------------------------------------------------------------ plots
     @app.get("/plots/estimate_vs_actual.png")
-    def plot_estimates(limit: int = 200) -> Response:
-        rows = data.run_rows(max(1, min(limit, 1000)))
+    def plot_estimates(user: GetUserDep, limit: int = 200) -> Response:
+        rows = data.run_rows(max(1, min(limit, 1000)), readable=dag_filter(user), admin=is_admin(user))
         return _png(plots.estimate_vs_actual_png(data.estimate_points(rows)))
 
     @app.get("/plots/runs/{run_key:path}/timeline.png")
-    def plot_timeline(run_key: str) -> Response:
-        rec = _record_or_404(run_key)
+    def plot_timeline(run_key: str, user: GetUserDep) -> Response:
+        rec = _record_or_404(run_key, user)
         path, why = data.samples_file(rec)
         if path is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, why)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -265,11 +265,26 @@ def run_row(rec: RunRecord, base_path: str = "") -> RunRow:
     )
 
 
-def run_rows(limit: int = 50, *, dag_id: str | None = None, base_path: str = "") -> list[RunRow]:
-    """The newest run records."""
+DagFilter = Callable[[set[str]], set[str]]
+"""The DAG ids, of those given, the viewer may read (the auth manager's ``filter_authorized_dag_ids``)."""
+
+
+def readable_records(records: list[RunRecord], readable: DagFilter | None, *, admin: bool) -> list[RunRecord]:
+    """The records the viewer may see, in order: those of the DAGs ``readable`` lets them read (as Airflow's own
+    views filter DAG runs); a record without a DAG (a CLI run) only for admins. ``readable`` None: all."""
+    if readable is None:
+        return list(records)
+    allowed = readable({r.dag_id for r in records if r.dag_id}) if any(r.dag_id for r in records) else set()
+    return [r for r in records if (r.dag_id in allowed if r.dag_id else admin)]
+
+
+def run_rows(limit: int = 50, *, dag_id: str | None = None, base_path: str = "", readable: DagFilter | None = None,
+             admin: bool = False) -> list[RunRow]:
+    """The newest run records the viewer may see (:func:`readable_records`), at most ``limit``."""
     from autodl.records import RecordStore
 
-    return [run_row(r, base_path) for r in RecordStore().list(dag_id=dag_id, limit=limit)]
+    records = RecordStore().list(dag_id=dag_id, limit=limit if readable is None else min(limit * 4, 2000))
+    return [run_row(r, base_path) for r in readable_records(records, readable, admin=admin)[:limit]]
 
 
 def get_record(run_key: str) -> RunRecord | None:
@@ -327,10 +342,11 @@ def read_samples(path: Path) -> list[dict[str, float]]:
     return rows
 
 
-def run_detail(run_key: str, base_path: str = "") -> RunDetail | None:
-    """One run's record with its ranked placement, or None when there is no record."""
+def run_detail(run_key: str, base_path: str = "", readable: DagFilter | None = None,
+               admin: bool = False) -> RunDetail | None:
+    """One run's record with its ranked placement, or None when there is no record the viewer may see."""
     rec = get_record(run_key)
-    if rec is None:
+    if rec is None or not readable_records([rec], readable, admin=admin):
         return None
     path, why = samples_file(rec)
     return RunDetail(row=run_row(rec, base_path), record=rec.to_json(), ranking=ranking(rec),

@@ -1,0 +1,204 @@
+"""The local training's isolation: its command wrapped in bubblewrap namespaces, so it cannot read the worker.
+
+A local training runs with the worker's uid on the worker's host. Without isolation it can read its ancestors'
+``/proc/<pid>/environ`` (the Celery worker's: the metadata database's password, the JWT secret, the Fernet key),
+other runs' folders and the store under ``$AUTODL_HOME``, and connect to the host's Unix sockets (PostgreSQL's,
+Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian package ``bubblewrap``) with:
+
+* a **user namespace** (same uid, every capability dropped) and a **PID namespace** with a fresh ``/proc``: the
+  training sees only its own processes, no ancestor's ``environ`` or ``cmdline``; when the namespace's first
+  process dies (the runner's process group killed, ``bwrap`` killed), every process in it dies too, ranks that
+  ``paddle.distributed.launch`` put in sessions of their own included: nothing of the run is left behind;
+* an **IPC namespace**: no System V IPC or POSIX message queue shared with the host;
+* a **mount namespace**: the host's file system as the worker sees it, except a private ``/tmp``, ``/run`` and
+  ``/dev/shm`` (the host's sockets there, PostgreSQL's and Docker's included, are gone), a fresh ``/dev`` holding
+  only the standard nodes and the accelerators' (:data:`DEVICE_NODES`), autodl's home replaced by an empty
+  folder with only this run's folder and its output folder (``$AUTODL_OUTPUT_DIR``) bound back (no other run's
+  folder, no store), the store's SQLite file and
+  Airflow's configuration files (:data:`autodl.sandbox.PROTECTED_NAMES`, ``*.db`` at the top of ``$AIRFLOW_HOME``)
+  replaced by empty files; the working folder, the script's folder and the interpreter's prefix are bound back
+  where a private mount hid them.
+
+Not isolated (said in ``docs/security.md``): the network (a distributed training needs it), abstract Unix sockets
+and filesystem sockets outside ``/tmp`` and ``/run``, files the worker's uid may read elsewhere, and the
+device nodes of accelerators not booked (pinning is the visibility variable's). For tenants that must not trust
+each other, use the Docker or Kubernetes launcher.
+
+``$AUTODL_LOCAL_ISOLATION`` chooses: ``auto`` (default: bubblewrap where it starts here, else the training runs
+without it and its log says so), ``bwrap`` (required: no launch without it), ``none`` (off, said in the log).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from autodl.errors import LaunchError
+
+ISOLATION_ENV = "AUTODL_LOCAL_ISOLATION"
+"""Environment variable choosing the local training's isolation: ``auto``, ``bwrap`` or ``none``."""
+
+MODES = ("auto", "bwrap", "none")
+
+DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                "/dev/nvidia-modeset", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri", "/dev/davinci*",
+                "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", "/dev/xpu*", "/dev/infiniband")
+"""Accelerator device nodes bound into the training's ``/dev`` where they exist: NVIDIA's (the driver's
+``/dev/nvidiaN``, control, UVM, modeset and MIG ``nvidia-caps``, as the NVIDIA container toolkit mounts them),
+AMD ROCm's ``/dev/kfd`` and ``/dev/dri``, Ascend's ``davinci*``/``devmm_svm``/``hisi_hdc``, Kunlun's ``xpu*``,
+and RDMA's ``/dev/infiniband`` (NCCL over InfiniBand)."""
+
+PRIVATE_TREES = ("/tmp", "/run", "/var/run", "/dev/shm")
+"""Host folders replaced by private, empty ones: where the host's Unix sockets live (PostgreSQL's in ``/tmp`` or
+``/run/postgresql``, Docker's in ``/run``)."""
+
+
+IGNORE_STOP = "import os, signal, sys; [signal.signal(s, signal.SIG_IGN) for s in (2, 15)]; os.execv(sys.argv[1], sys.argv[1:])"
+"""Shim run before ``bwrap``: it ignores SIGINT and SIGTERM (bubblewrap does not forward them and would die, taking
+the training with it before it can checkpoint), then execs ``bwrap``. The training itself gets the launcher's
+SIGTERM directly (:meth:`autodl.launch.local.LocalLauncher.stop` signals every process of the attempt)."""
+
+RESTORE_STOP = "import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (2, 15)]; os.execvp(sys.argv[1], sys.argv[1:])"
+"""Shim run inside the namespaces before the training: SIGINT and SIGTERM back to their default actions."""
+
+
+class Isolation(BaseModel):
+    """How a local training is wrapped.
+
+    :ivar mode: ``bwrap`` or ``none``.
+    :ivar prefix: the command put before the training's argv (empty for ``none``).
+    :ivar note: why the training runs without isolation, for its log; None when isolated.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: str
+    prefix: list[str]
+    note: str | None = None
+
+
+def isolation_mode(environ: Mapping[str, str] | None = None) -> str:
+    """``$AUTODL_LOCAL_ISOLATION`` (default ``auto``).
+
+    :raises LaunchError: when it is set to something else than :data:`MODES`.
+    """
+    value = ((os.environ if environ is None else environ).get(ISOLATION_ENV) or "auto").strip().lower()
+    if value not in MODES:
+        raise LaunchError(f"{ISOLATION_ENV}={value!r} is not one of {', '.join(MODES)}; set it to 'auto' (bubblewrap "
+                          "where available), 'bwrap' (required) or 'none'.")
+    return value
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _hidden_files(protected: Sequence[Path], airflow_home: Path) -> list[Path]:
+    """Files replaced by empty ones: protected files (a store's SQLite file) and Airflow's own files at the top of
+    its home (``airflow.cfg``, ``webserver_config.py``, ``*.db``)."""
+    from autodl.sandbox import PROTECTED_NAMES, PROTECTED_SUFFIXES
+
+    out = [p for p in protected if p.is_file()]
+    try:
+        out += [p for p in airflow_home.iterdir() if p.is_file() and not p.is_symlink()
+                and (p.name in PROTECTED_NAMES or p.name.lower().endswith(PROTECTED_SUFFIXES))]
+    except OSError:
+        pass
+    return list(dict.fromkeys(out))
+
+
+def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path] = (),
+               writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> list[str]:
+    """The ``bwrap ... --`` prefix of a local training (see the module docstring).
+
+    :param run_folder: this run's folder (stays writable; with ``writable``, the only parts of autodl's home shown).
+    :param writable: more folders bound back wherever they lie, autodl's home included (the run's output folder,
+        ``$AUTODL_OUTPUT_DIR``: its checkpoints).
+    :param workdir: the training's working folder (stays as the worker sees it).
+    :param keep: more paths that must stay visible (the script's folder, the interpreter's prefix, autodl's
+        start-up hook folder).
+    """
+    from autodl.sandbox import airflow_home, protected_paths
+
+    protected = protected_paths(workdir, environ)
+    af = airflow_home(environ)
+    dirs = [p for p in protected if p.is_dir()]
+    args = [exe, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL",
+            "--bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    for pattern in DEVICE_NODES:
+        for node in sorted(glob.glob(pattern)):
+            args += ["--dev-bind", node, node]
+    for tree in PRIVATE_TREES:
+        if Path(tree).is_dir() and not Path(tree).is_symlink():
+            args += ["--tmpfs", tree]
+    for d in dirs:
+        args += ["--tmpfs", str(d)]
+    for f in _hidden_files(protected, af):
+        args += ["--ro-bind", "/dev/null", str(f)]
+    hiding = [Path(t) for t in PRIVATE_TREES] + dirs
+    for p in dict.fromkeys(Path(x).resolve() for x in (workdir, *keep)):
+        if p.exists() and _under(p, hiding) and not _under(p, dirs):
+            args += ["--bind", str(p), str(p)]
+    for p in dict.fromkeys(Path(x).resolve() for x in (run_folder, *writable)):
+        if p.is_dir():
+            args += ["--bind", str(p), str(p)]
+    args += ["--chdir", str(workdir), "--"]
+    return args
+
+
+@lru_cache(maxsize=4)
+def _bwrap_works(exe: str) -> str | None:
+    """None when a training's namespaces can be made here, else why not (checked once per process)."""
+    try:
+        r = subprocess.run([exe, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL", "--bind",
+                            "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/bin/true"],
+                           capture_output=True, text=True, errors="replace", timeout=30, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap ({exe}) could not be started: {exc}"
+    if r.returncode != 0:
+        why = (r.stderr or "").strip().splitlines()
+        return f"bwrap ({exe}) cannot make the namespaces here ({why[-1] if why else f'exit {r.returncode}'})"
+    return None
+
+
+def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.executable, keep: Sequence[Path] = (),
+                       writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> Isolation:
+    """How to wrap a local training here, by :func:`isolation_mode`.
+
+    :param python: the interpreter that runs the signal shims (:data:`IGNORE_STOP`, :data:`RESTORE_STOP`).
+
+    :raises LaunchError: in mode ``bwrap`` when bubblewrap is missing or cannot make the namespaces here.
+    """
+    mode = isolation_mode(environ)
+    if mode == "none":
+        return Isolation(mode="none", prefix=[], note=f"{ISOLATION_ENV}=none: the training runs without isolation "
+                         "(it can read its ancestors' /proc/<pid>/environ and the worker's files)")
+    from autodl.sandbox import _bwrap_path
+
+    exe = _bwrap_path()
+    why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu package 'bubblewrap')" if exe is None else _bwrap_works(exe)
+    if why:
+        if mode == "bwrap":
+            raise LaunchError(f"{ISOLATION_ENV}=bwrap but {why}; install bubblewrap or set {ISOLATION_ENV}=auto.")
+        return Isolation(mode="none", prefix=[], note=f"{why}: the training runs without isolation (it can read its "
+                         "ancestors' /proc/<pid>/environ and the worker's files); use the Docker or Kubernetes launcher "
+                         "for tenants that must not trust each other")
+    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable, environ=environ)
+    return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP])
+
+
+def python_dirs() -> list[Path]:
+    """The interpreter's prefix and the virtual environment: kept visible for the training."""
+    return sorted({Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+                   Path(sys.executable).resolve().parent.parent})
+
+
+__all__ = ["DEVICE_NODES", "ISOLATION_ENV", "Isolation", "bwrap_args", "isolation_mode", "python_dirs",
+           "training_isolation"]
