@@ -341,6 +341,7 @@ def step_book(work: Path, mode: str, log: Any) -> tuple[Step, Any, dict[str, Any
     for _ in range(5):
         selection = pipeline.step_wait(ctx, profile_out, pool="nvml", log=log, poke_interval_s=1)
         if selection is not None:
+            selection = selection.model_dump(mode="json")  # the typed Selection, as the XCom edge hands it on
             break
         time.sleep(1)
     if step.check("booked", selection is not None,

@@ -104,15 +104,19 @@ def run_check(tmp_path: Path, devices: list[dict], *, smi_offset_mib: int | None
         smi.write_text(FAKE_SMI.format(python=sys.executable))
         smi.chmod(0o755)
     path = [str(FAKE_NVML.parent)]
+    isolation = {}
     if torch_stand_in:
         (tmp_path / "torch").mkdir()
         (tmp_path / "torch" / "__init__.py").write_text(STAND_IN_TORCH)
         path.append(str(tmp_path))
+        # the stand-in lives under /tmp, which an isolated training sees as its own empty /tmp
+        # (autodl.launch.isolation); a real torch is in site-packages, which the training sees
+        isolation = {"AUTODL_LOCAL_ISOLATION": "none"}
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "FAKE_NVML_CONFIG": str(scenario),
            "FAKE_NVML_LOG": str(tmp_path / "nvml.log"), "PYTHONPATH": os.pathsep.join(path),
            "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
-           "SMI_TOTAL_OFFSET_MIB": str(smi_offset_mib or 0)}
+           "SMI_TOTAL_OFFSET_MIB": str(smi_offset_mib or 0), **isolation}
     done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert (out / "gpu_check.json").is_file(), done.stdout + done.stderr
     return done.returncode, json.loads((out / "gpu_check.json").read_text()), (out / "gpu_check.txt").read_text()
