@@ -42,7 +42,7 @@ with DAG(
         task_id="train_simple_cnn",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
-        pool="{{ params.pool }}",
+        gpu_pool="{{ params.pool }}",
         launcher="{{ params.launcher }}",
         policy="{{ params.policy }}",
         sample_interval_s=0.5,

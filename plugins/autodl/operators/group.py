@@ -24,6 +24,7 @@ from airflow.sdk import TaskGroup, XComArg
 
 from autodl.operators.steps import (
     STEP_IDS,
+    default_deferrable,
     AutoDLBookedHostOperator,
     AutoDLCollectOperator,
     AutoDLLaunchOperator,
@@ -66,51 +67,99 @@ def reschedule_retries(timeout_s: float, poke_interval_s: float) -> int:
     return max(3, math.ceil(float(timeout_s) / max(1.0, float(poke_interval_s))) + 1)
 
 
+_POOL_FILE_HINTS = (".yaml", ".yml", ".json")
+_INVENTORY_WORDS = {"auto", "nvml"}
+
+
+def refuse_inventory_as_airflow_pool(pool: str | None, task_id: str) -> None:
+    """Refuse an old-style ``pool=`` that names autodl's inventory source, not one of Airflow's pools.
+
+    ``pool`` used to be autodl's inventory source; it is now Airflow's own pool (Admin > Pools), and the
+    inventory source is ``gpu_pool``. A value that reads as an inventory source (``auto``, ``nvml``,
+    ``prometheus+http://...``, a path or a ``.yaml``/``.json`` file, a template of ``params.pool``) is refused
+    at DAG parse time, naming ``gpu_pool``.
+
+    :raises ValueError: for such a value.
+    """
+    if not isinstance(pool, str):
+        return
+    value = pool.strip()
+    looks_like_source = (value in _INVENTORY_WORDS or value.startswith("prometheus+") or "/" in value
+                         or value.endswith(_POOL_FILE_HINTS) or ("{{" in value and "params.pool" in value))
+    if looks_like_source:
+        raise ValueError(
+            f"AutoDLTrainOperator(task_id={task_id!r}, pool={pool!r}): 'pool' is Airflow's pool (a name from "
+            f"Admin > Pools, to cap how many tasks run at once); autodl's inventory source is now 'gpu_pool': "
+            f"write gpu_pool={pool!r}."
+        )
+
+
+def default_retries(dag_default_args: dict[str, Any], group_default_args: dict[str, Any]) -> int | None:
+    """The ``retries`` the DAG's (or the group's) ``default_args`` set, None when neither does."""
+    merged = {**(dag_default_args or {}), **(group_default_args or {})}
+    value = merged.get("retries")
+    return None if value is None else int(value)
+
+
 class AutoDLTrainOperator(TaskGroup):
     """Profile, wait for the pool (and book), select a device, launch, collect metrics, release and record.
 
     :param task_id: the group id; the steps are ``<task_id>.profile`` ... ``<task_id>.release_and_record``.
     :param script: training script (templated); default: the spec's ``task.script``.
     :param spec: task spec YAML (templated).
-    :param pool: inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml`` or a
-        pool file path. Default ``$AUTODL_POOL`` or ``auto``.
+    :param gpu_pool: autodl's inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml``,
+        ``prometheus+http://HOST:PORT`` or a pool file path. Default ``$AUTODL_POOL`` / ``[autodl] pool`` or ``auto``.
+    :param pool: Airflow's pool (Admin > Pools) every step takes a slot of, e.g. to cap concurrent trainings
+        (a pool with "include deferred" counts the waiting and following steps too). Default: Airflow's.
     :param probe: run the sandboxed CPU probe (None: when Paddle is importable).
     :param launcher: override the spec's ``launcher.type`` (templated: ``local``, ``docker``, ``kubernetes``;
         ``spec`` or None: the spec's).
     :param policy: override the spec's ``scheduler.algorithm`` (templated: ``rule_based``, ``rl_based``;
         ``spec`` or None: the spec's).
-    :param deferrable: wait in the admission queue and follow the training from the triggerer (default),
-        holding no worker slot; False: the wait reschedules between polls and collect follows the training
-        in a worker.
+    :param deferrable: wait in the admission queue and follow the training from the triggerer, holding no worker
+        slot (needs a running ``airflow triggerer``); False: the wait reschedules between polls and collect
+        follows the training in a worker. Default: ``[operators] default_deferrable`` (Airflow's default
+        false), as the providers' operators do.
     :param wait_timeout_s: override the spec's ``scheduler.timeout`` (seconds).
     :param execution_timeout: the longest the training may run (the collect step's
         ``execution_timeout``); past it the training is stopped and the record says why. The spec's
         ``scheduler.max_run_time`` does the same from the spec.
-    :param retries: retries of the launch and release steps (at least :data:`DEFERRED_STEP_RETRIES` for
-        select and collect; profile errors and failed trainings never retry).
+    :param retries: retries of the launch and release steps; default: the DAG's ``default_args`` (Airflow's
+        default otherwise). Select and collect get at least :data:`DEFERRED_STEP_RETRIES`, the wait at
+        least :func:`reschedule_retries`; profile errors and failed trainings never retry.
     """
 
-    def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
+    def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None,
+                 gpu_pool: str | None = None, pool: str | None = None,
                  probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
-                 deferrable: bool = True,
-                 wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
+                 deferrable: bool | None = None,
+                 wait_timeout_s: int | None = None, retries: int | None = None, sample_interval_s: float = 1.0,
                  execution_timeout: timedelta | None = None, **group_kwargs: Any):
+        refuse_inventory_as_airflow_pool(pool, task_id)
         super().__init__(group_id=task_id, **group_kwargs)
         self.script = script
         self.spec = spec
+        deferrable = default_deferrable() if deferrable is None else deferrable
         timeout, poke = _spec_scheduler(spec)
         timeout = wait_timeout_s or timeout
-        common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
-        retry = {"retries": retries, "retry_delay": timedelta(seconds=5)}
+        inherited = default_retries(getattr(self.dag, "default_args", None) or {}, self.default_args)
+        common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": gpu_pool, "task_group": self,
+                  **({"pool": pool} if pool else {})}
+        # what the user or default_args did not set is left to them (Airflow applies default_args to any
+        # argument not passed); only the floors the deferred steps need are written
+        retry = {"retries": retries} if retries is not None else {}
+        floor = retries if retries is not None else (inherited or 0)
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
-                                             retries=0, **common)
-        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
+                                             **common)
+        wait_kwargs = {k: v for k, v in common.items() if k not in ("script", "spec")}
+        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], **wait_kwargs,
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
-                                     retries=reschedule_retries(timeout, poke), retry_delay=timedelta(seconds=min(poke, 5)))
+                                     retries=max(floor, reschedule_retries(timeout, poke)),
+                                     retry_delay=timedelta(seconds=min(poke, 5)))
         # select and collect defer too: retries absorb Airflow's stale-event race on a quick resume (see
         # autodl.triggers.MIN_DEFERRAL_S); a failed training is final (no retry)
-        deferred = {"retries": max(retries, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
+        deferred = {"retries": max(floor, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
         routed = routing_enabled()
@@ -123,7 +172,8 @@ class AutoDLTrainOperator(TaskGroup):
         if routed:
             # several GPU hosts on Celery: launch and collect are created once the booking is known, so
             # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
-            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self)
+            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self,
+                                                        **({"pool": pool} if pool else {}))
             self.select >> self.booked_host
             hosts = XComArg(self.booked_host)
             self.launch = AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts)

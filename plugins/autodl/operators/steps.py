@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +37,50 @@ def _pool(value: str | None) -> str | None:
     if value in ("", "None", None):
         return None
     return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's pool=)")
+
+
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable`` (Airflow's own default: false), the default the providers'
+    operators take for ``deferrable``: a deployment without a triggerer then never waits forever."""
+    from airflow.configuration import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def _deferrable(value: bool | None) -> bool:
+    return default_deferrable() if value is None else bool(value)
+
+
+TRIGGERER_NOTE = ("this needs a running triggerer (airflow triggerer): without one the task stays 'deferred' "
+                  "until its timeout; deployments without a triggerer set deferrable=False or "
+                  "[operators] default_deferrable = False")
+"""Said in the log whenever a step defers (a task cannot see whether a triggerer runs: that is in Airflow's
+metadata database, which autodl's tasks never read)."""
+
+NOT_DEFERRING_NOTE = ("not deferring (deferrable=False, or [operators] default_deferrable is false): this worker "
+                      "slot is held while {what}")
+
+_FINDING = re.compile(r"^\s*(error|warning)\s+\[")
+_WARNING_WORDS = ("could not ", "cannot ", "KEPT", "ignoring ", "lost a booking race", "was reclaimed")
+
+
+def log_level(line: str) -> int:
+    """The ``logging`` level of one line of :mod:`autodl.pipeline`'s log: a finding's own severity
+    (``  error   [code] ...``, ``  warning [code] ...``), WARNING for a line saying something could not be
+    done or was kept/ignored, INFO otherwise (the training's own output, ``[train] ...``, always INFO)."""
+    if line.startswith("[train] "):
+        return logging.INFO
+    m = _FINDING.match(line)
+    if m:
+        return logging.ERROR if m.group(1) == "error" else logging.WARNING
+    if any(word in line for word in _WARNING_WORDS):
+        return logging.WARNING
+    return logging.INFO
+
+
+def _leveled(logger: Any) -> Any:
+    """A one-argument log function for :mod:`autodl.pipeline` that logs each line at :func:`log_level`."""
+    return lambda line: logger.log(log_level(str(line)), "%s", line)
 
 
 PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError)
@@ -160,7 +206,7 @@ class AutoDLProfileOperator(_AutoDLStep):
         self._check_conf(context)
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy)}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
-                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key, overrides=overrides)
+                                     probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key, overrides=overrides)
 
 
 def _user(context, default: str | None) -> str | None:
@@ -189,7 +235,7 @@ class _Waiting:
         ctx = self._ctx(context)
         timeout, poke = self._scheduler(context)
         try:
-            return pipeline.step_wait(ctx, self._pull(context, "profile"), pool=self._src(), log=self.log.info,
+            return pipeline.step_wait(ctx, self._pull(context, "profile"), pool=self._src(), log=_leveled(self.log),
                                       poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=_launcher_kwargs)
         except WaitTimeout as exc:
             pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
@@ -207,7 +253,7 @@ class _Waiting:
         timeout, poke = self._scheduler(context)
         ctx = self._ctx(context)
         self.log.info("waiting in the admission queue from the triggerer (no worker slot held), every %s s, "
-                      "up to %s s (scheduler.timeout)", poke, timeout)
+                      "up to %s s (scheduler.timeout); %s", poke, timeout, TRIGGERER_NOTE)
         self.defer(
             trigger=PoolTrigger(profile_out=self._pull(context, "profile"), pool=self._src(), poke_interval=poke,
                                 run=_run_fields(ctx), timeout_s=timeout),
@@ -235,7 +281,8 @@ class _Waiting:
 class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
     """Step 2: waits in autodl's admission queue and books the devices the queue grants (one step).
 
-    Deferrable by default: after one poll in the worker it waits in the triggerer (:class:`PoolTrigger`).
+    Deferrable (``deferrable``, default ``[operators] default_deferrable``): after one poll in the worker it
+    waits in the triggerer (:class:`PoolTrigger`).
     ``deferrable=False`` reschedules between polls instead (a worker slot only while polling); it is
     given enough retries to survive Airflow's reschedule race (apache/airflow#71172: the scheduler may
     fail a rescheduled sensor whose 'success' exit it reads late) and keeps its place in the queue
@@ -247,13 +294,13 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
     ui_color = "#fef7e0"
     operator_extra_links = (AutoDLRunRecordLink(),)
 
-    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = True,
+    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool | None = None,
                  wait_timeout_s: float | None = None, **kwargs: Any):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.group_id = group_id
         self.pool_source = pool_source
-        self.deferrable = deferrable
+        self.deferrable = _deferrable(deferrable)
         self.wait_timeout_s = wait_timeout_s
 
     _sibling = _AutoDLStep._sibling
@@ -270,6 +317,7 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
             if selection is None:
                 self._defer_to_queue(context)
             return selection
+        self.log.info(NOT_DEFERRING_NOTE.format(what="polling (between polls the task is rescheduled)"))
         return super().execute(context)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -295,9 +343,9 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
 
     step = "select"
 
-    def __init__(self, *, deferrable: bool = True, wait_timeout_s: float | None = None, **kwargs: Any):
+    def __init__(self, *, deferrable: bool | None = None, wait_timeout_s: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.deferrable = deferrable
+        self.deferrable = _deferrable(deferrable)
         self.wait_timeout_s = wait_timeout_s
 
     def _src(self) -> str | None:
@@ -305,12 +353,13 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
 
     def run_step(self, ctx, context):
         try:
-            return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._src(), log=self.log.info,
+            return pipeline.step_select(ctx, self._pull(context, "profile"), pool=self._src(), log=_leveled(self.log),
                                         launcher_kwargs_for=_launcher_kwargs)
         except PoolBusy as exc:
             self.log.info("%s", exc)
         if self.deferrable:
             self._defer_to_queue(context)
+        self.log.info(NOT_DEFERRING_NOTE.format(what="waiting for the pool again"))
         _timeout, poke = self._scheduler(context)
         while True:
             selection = self._poll(context)
@@ -359,24 +408,25 @@ class AutoDLLaunchOperator(_AutoDLStep):
         launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
         return pipeline.step_launch(ctx, profile_out, selection,
                                     launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
-                                    log=self.log.info)
+                                    log=_leveled(self.log))
 
 
 class AutoDLCollectOperator(_AutoDLStep):
     """Step 5: follow the training to its end: log lines into this task's log, metrics sampled, the lease
     heartbeated, ``scheduler.max_run_time`` and ``execution_timeout`` enforced.
 
-    Deferrable by default: the following happens in the triggerer (:class:`CollectTrigger`), so no worker
+    Deferrable (``deferrable``, default ``[operators] default_deferrable``): the following happens in the
+    triggerer (:class:`CollectTrigger`), so no worker
     slot is held while the training runs; ``deferrable=False`` follows it in the worker.
     """
 
     step = "collect"
 
-    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, booked_host: str | None = None,
+    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool | None = None, booked_host: str | None = None,
                  **kwargs: Any):
         super().__init__(**kwargs)
         self.sample_interval_s = sample_interval_s
-        self.deferrable = deferrable
+        self.deferrable = _deferrable(deferrable)
         self.booked_host = booked_host
 
     def _limits(self, context) -> pipeline.CollectLimits:
@@ -412,16 +462,18 @@ class AutoDLCollectOperator(_AutoDLStep):
         if self.deferrable:
             from autodl.triggers.collect import CollectTrigger
 
-            self.log.info("following the training from the triggerer (no worker slot held); its log follows")
+            self.log.info("following the training from the triggerer (no worker slot held); its log follows; %s",
+                          TRIGGERER_NOTE)
             backstop = None
             if limits.deadline_ts is not None:
                 backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
             self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
                                               interval_s=max(1.0, float(self.sample_interval_s))),
                        method_name="execute_complete", timeout=backstop)
+        self.log.info(NOT_DEFERRING_NOTE.format(what="the training runs"))
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
-                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=self.log.info,
+                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
                                      interval_s=self.sample_interval_s, limits=limits)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -461,5 +513,5 @@ class AutoDLReleaseOperator(_AutoDLStep):
             ctx, script=self._none(self.script), spec_path=self._none(self.spec),
             profile_out=self._pull(context, "profile"), selection=self._pull(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
-            launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=self.log.info,
+            launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
         )
