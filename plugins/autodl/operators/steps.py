@@ -30,6 +30,7 @@ from autodl.errors import (
 )
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
+from autodl.operators.secrets import register_secrets
 
 def _pool(value: str | None) -> str | None:
     """The operator's (rendered) pool as a source: ``pool`` names, relative paths resolved against the include
@@ -159,6 +160,7 @@ class _AutoDLStep(BaseOperator):
         return None if value in ("", "None", None) else value
 
     def execute(self, context) -> Any:
+        register_secrets([self.pool_source])
         ctx = self._ctx(context)
         try:
             return self.run_step(ctx, context)
@@ -311,6 +313,7 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
         return _pool(self.pool_source)
 
     def execute(self, context) -> Any:
+        register_secrets([self.pool_source])
         self.timeout, self.poke_interval = self._scheduler(context)
         if self.deferrable:
             selection = self._poll(context)
