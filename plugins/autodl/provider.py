@@ -40,7 +40,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "default": "",
     },
     "pool": {
-        "description": "Inventory source when a task names none: auto (NVML, else the declared demo pool), nvml, "
+        "description": "Inventory source when a task's gpu_pool is empty: auto (NVML, else the declared demo pool), nvml, "
                        "prometheus+http://HOST:PORT (dcgm-exporter through Prometheus), or a pool file. Empty: auto. "
                        "AUTODL_POOL wins.",
         "version_added": "0.1.0",

@@ -33,11 +33,11 @@ from autodl.operators.params import check_conf, override_value
 from autodl.operators.secrets import register_secrets
 
 def _pool(value: str | None) -> str | None:
-    """The operator's (rendered) pool as a source: ``pool`` names, relative paths resolved against the include
+    """The operator's (rendered) gpu_pool as a source: ``pool`` names, relative paths resolved against the include
     folder (:func:`autodl.pipeline.resolve_pool_source`); "", "None" and None: the default source."""
     if value in ("", "None", None):
         return None
-    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's pool=)")
+    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's gpu_pool=)")
 
 
 def default_deferrable() -> bool:
