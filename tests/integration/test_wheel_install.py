@@ -107,6 +107,8 @@ def test_wheel_carries_the_shipped_files(installed):
                    "autodl/include/data/README.md"):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert "autodl/py.typed" in names and "autodl/__main__.py" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the Apache-2.0 text goes with the wheel"
     meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = zipfile.ZipFile(installed["wheel"]).read(meta).decode()
     for line in ("provider_info = autodl.provider:get_provider_info", "autodl = autodl.plugin:AutoDLPlugin",
