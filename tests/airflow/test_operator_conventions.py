@@ -65,6 +65,7 @@ def test_default_args_retries_and_delay_are_not_overridden():
         assert task.retries == 5 and task.retry_delay == timedelta(minutes=2), step
     # the deferred steps keep their floors, and go above them with the DAG's retries
     assert dag.get_task("train.select_device").retries == 5
+    assert dag.get_task("train.collect_metrics").retry_delay == timedelta(minutes=2)
     assert dag.get_task("train.wait_for_pool").retries >= 5
 
 

@@ -7,7 +7,7 @@
 builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device >> train_cnn.launch
 >> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``).
 ``wait_for_pool`` waits in autodl's admission queue and books the devices it grants; ``collect_metrics``
-follows the training from the triggerer (both deferrable by default).
+follows the training (both from the triggerer when deferrable: ``[operators] default_deferrable`` by default).
 
 With several GPU hosts on Celery (``[autodl] host_queues`` set where the DAG is parsed) a ``booked_host``
 step follows ``select_device`` and ``launch``/``collect_metrics`` are mapped over its one-element result,
@@ -142,7 +142,9 @@ class AutoDLTrainOperator(TaskGroup):
         deferrable = default_deferrable() if deferrable is None else deferrable
         timeout, poke = _spec_scheduler(spec)
         timeout = wait_timeout_s or timeout
-        inherited = default_retries(getattr(self.dag, "default_args", None) or {}, self.default_args)
+        dag_args = getattr(self.dag, "default_args", None) or {}
+        inherited = default_retries(dag_args, self.default_args)
+        delay = {} if "retry_delay" in {**dag_args, **(self.default_args or {})} else {"retry_delay": timedelta(seconds=5)}
         common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": gpu_pool, "task_group": self,
                   **({"pool": pool} if pool else {})}
         # what the user or default_args did not set is left to them (Airflow applies default_args to any
@@ -156,10 +158,10 @@ class AutoDLTrainOperator(TaskGroup):
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
                                      retries=max(floor, reschedule_retries(timeout, poke)),
-                                     retry_delay=timedelta(seconds=min(poke, 5)))
+                                     **({"retry_delay": timedelta(seconds=min(poke, 5))} if delay else {}))
         # select and collect defer too: retries absorb Airflow's stale-event race on a quick resume (see
         # autodl.triggers.MIN_DEFERRAL_S); a failed training is final (no retry)
-        deferred = {"retries": max(floor, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
+        deferred = {"retries": max(floor, DEFERRED_STEP_RETRIES), **delay}
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
         routed = routing_enabled()
