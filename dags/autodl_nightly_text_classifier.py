@@ -5,7 +5,7 @@ over `include/data/text/topics.tsv`, synthetic sentences on four topics, CC0), w
 fits, books it, trains **one more epoch** on top of the checkpoint the previous night left in the output
 folder (`task.output_dir` of the spec, default `$AUTODL_HOME/outputs/text_classifier`), and writes the run
 record: estimate vs actual peak, placement, and the training's own report (checkpoint and epoch it
-resumed from, validation accuracy). The GPU page (Browse > GPUs) shows each night's run.
+resumed from, validation accuracy). The GPU page (GPUs in the navigation bar) shows each night's run.
 
 **Unpausing does not start a run at once.** The schedule is a `CronTriggerTimetable` with
 `run_immediately=timedelta(0)` and no `start_date`, with `catchup=False`: the first run is the next 02:30
@@ -47,7 +47,7 @@ with DAG(
         task_id="retrain_text_classifier",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
-        pool="{{ params.pool }}",
+        gpu_pool="{{ params.pool }}",
         launcher="{{ params.launcher }}",
         policy="{{ params.policy }}",
         sample_interval_s=0.5,

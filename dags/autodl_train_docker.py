@@ -39,7 +39,7 @@ with DAG(
         task_id="train_in_docker",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
-        pool="{{ params.pool }}",
+        gpu_pool="{{ params.pool }}",
         launcher="{{ params.launcher }}",
         policy="{{ params.policy }}",
     )

@@ -41,7 +41,7 @@ with DAG(
         task_id="train_two_gpus",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
-        pool="{{ params.pool }}",
+        gpu_pool="{{ params.pool }}",
         launcher="{{ params.launcher }}",
         policy="{{ params.policy }}",
     )

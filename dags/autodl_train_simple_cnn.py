@@ -8,7 +8,7 @@ spec's launcher and policy) or run it end to end here:
 Params: `script` (empty: the spec's `task.script`), `spec`, `pool` (`auto`, `nvml` or a pool file in
 include/pools/), `launcher` and `policy` (`spec`: as the spec says). A conf key that is not one of these
 fails the profile step with a message naming it. Each step has an "autodl run record" link to the run on
-the GPU page (Browse > GPUs).
+the GPU page (GPUs in the navigation bar).
 
 On a machine without a GPU the pool is the declared demo pool (include/pools/demo.yaml): the policy
 still ranks and books a device, the logs and the record say the devices are declared, and the
@@ -42,7 +42,7 @@ with DAG(
         task_id="train_simple_cnn",
         script="{{ params.script }}",
         spec="{{ params.spec }}",
-        pool="{{ params.pool }}",
+        gpu_pool="{{ params.pool }}",
         launcher="{{ params.launcher }}",
         policy="{{ params.policy }}",
         sample_interval_s=0.5,

@@ -9,6 +9,6 @@ export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
 export AUTODL_HOME="${AUTODL_HOME:-$AIRFLOW_HOME/autodl}"
 export PATH="$_root/.venv/bin:$PATH"
 # Building or installing autodl from this folder (`pip wheel .`, `pip install .`, `python -m build`) leaves
-# plugins/autodl.egg-info; Airflow puts plugins/ on sys.path, would see the entry point there and in the
+# plugins/airflow_provider_autodl.egg-info; Airflow puts plugins/ on sys.path, would see the entry point there and in the
 # installed package, and report "Plugin 'autodl' already registered" (scripts/setup.sh removes it too).
 rm -rf "$_root"/plugins/*.egg-info

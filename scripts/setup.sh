@@ -16,7 +16,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
-# setuptools leaves plugins/autodl.egg-info behind; Airflow puts plugins/ on sys.path, sees the entry point
+# setuptools leaves plugins/airflow_provider_autodl.egg-info behind; Airflow puts plugins/ on sys.path, sees the entry point
 # there and in the installed package, and reports "Plugin 'autodl' already registered". The installed
 # metadata is all that is needed.
 rm -rf plugins/*.egg-info

@@ -16,6 +16,10 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="autodl-airflow-ho
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# autodl's steps take `deferrable` from [operators] default_deferrable (Airflow's default: false), as the
+# providers' operators do; the suite runs the deferrable paths, as the compose deployment (which has a
+# triggerer) does. Tests of the default set it themselves.
+os.environ.setdefault("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
 
 from autodl.catalog import load_catalog
 

@@ -541,6 +541,9 @@ _host_arg = _text_arg("host address", 253)  # a DNS name is at most 253 characte
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autodl", description="Profile, place, launch and record PaddlePaddle training runs.")
+    from autodl import DISTRIBUTION, __version__
+
+    p.add_argument("--version", action="version", version=f"autodl {__version__} ({DISTRIBUTION})")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def probe_flags(sp):

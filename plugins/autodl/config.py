@@ -62,7 +62,7 @@ def include_dir() -> Path:
         return Path(str(packaged)).resolve()
     raise ConfigError(
         f"autodl's files (GPU catalog, pools, specs) are not at {packaged}: this copy of the package lacks its "
-        "include/ folder. Reinstall autodl (pip install autodl...), copy the repository's include/ folder there "
+        "include/ folder. Reinstall autodl (pip install airflow-provider-autodl), copy the repository's include/ folder there "
         "(in a checkout plugins/autodl/include is a link to ../../include), or set AUTODL_INCLUDE to such a folder."
     )
 

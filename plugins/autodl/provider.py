@@ -40,7 +40,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "default": "",
     },
     "pool": {
-        "description": "Inventory source when a task names none: auto (NVML, else the declared demo pool), nvml, "
+        "description": "Inventory source when a task's gpu_pool is empty: auto (NVML, else the declared demo pool), nvml, "
                        "prometheus+http://HOST:PORT (dcgm-exporter through Prometheus), or a pool file. Empty: auto. "
                        "AUTODL_POOL wins.",
         "version_added": "0.1.0",
@@ -60,10 +60,33 @@ _OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+_GPU_HOST_FIELDS: dict[str, dict[str, Any]] = {
+    "base_url": {"label": "Engine URL", "schema": {"type": ["string", "null"]},
+                 "description": "The Docker engine of this GPU host: unix:///var/run/docker.sock or tcp://HOST:2376."},
+    "tls": {"label": "TLS", "schema": {"type": ["boolean", "null"]},
+            "description": "Talk to the engine over TLS (true when the certificate fields below are set)."},
+    "tls_ca_cert": {"label": "CA certificate file", "schema": {"type": ["string", "null"]},
+                    "description": "PEM file on the worker that signed the engine's certificate (docker --tlscacert)."},
+    "tls_client_cert": {"label": "Client certificate file", "schema": {"type": ["string", "null"]},
+                        "description": "PEM file on the worker (docker --tlscert); goes with the key file."},
+    "tls_client_key": {"label": "Client key file", "schema": {"type": ["string", "null"]},
+                       "description": "PEM file on the worker (docker --tlskey); goes with the certificate file."},
+    "tls_verify": {"label": "Verify the engine's certificate", "schema": {"type": ["boolean", "null"]},
+                   "description": "Check the engine's certificate against the CA file (default true with a CA)."},
+    "timeout": {"label": "Timeout (s)", "schema": {"type": ["integer", "null"]},
+                "description": "Seconds to wait for each call to the engine (docker-py's default: 60)."},
+}
+"""The ``autodl_gpu_host`` form's fields (stored in the connection's extra), as
+apache-airflow-providers-docker declares ``conn-fields`` in its provider info (Airflow 3.2+ builds the form
+from them; ``get_ui_field_behaviour`` is deprecated there)."""
+
+
 def get_provider_info() -> dict[str, Any]:
     """The provider description Airflow validates against its ``provider_info.schema.json``."""
+    from autodl import DISTRIBUTION
+
     return {
-        "package-name": "autodl",
+        "package-name": DISTRIBUTION,
         "name": "autodl",
         "description": "Profile a PaddlePaddle training script, place it on the right GPU of a pool that spans "
                        "hosts, launch it pinned (local process, Docker, Kubernetes), measure and record it.",
@@ -74,11 +97,21 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [{"integration-name": "autodl", "python-modules": ["autodl.operators.group",
                                                                         "autodl.operators.steps"]}],
         "sensors": [{"integration-name": "autodl", "python-modules": ["autodl.operators.steps"]}],
-        "triggers": [{"integration-name": "autodl", "python-modules": ["autodl.triggers.pool"]}],
+        "triggers": [{"integration-name": "autodl", "python-modules": ["autodl.triggers.pool",
+                                                                       "autodl.triggers.collect"]}],
         "hooks": [{"integration-name": "autodl", "python-modules": ["autodl.operators.hooks"]}],
+        "extra-links": ["autodl.operators.links.AutoDLRunRecordLink"],
         "connection-types": [
             {"connection-type": "autodl_gpu_host", "hook-class-name": "autodl.operators.hooks.GpuHostHook",
-             "hook-name": "autodl GPU host (Docker engine)"},
+             "hook-name": "autodl GPU host (Docker engine)",
+             "conn-fields": _GPU_HOST_FIELDS,
+             "ui-field-behaviour": {
+                 "hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
+                 "relabeling": {},
+                 "placeholders": {"base_url": "tcp://gpu-node-2:2376", "tls_ca_cert": "/etc/docker/certs/ca.pem",
+                                  "tls_client_cert": "/etc/docker/certs/cert.pem",
+                                  "tls_client_key": "/etc/docker/certs/key.pem"},
+             }},
         ],
         "plugins": [{"name": "autodl", "plugin-class": "autodl.plugin.AutoDLPlugin"}],
         "config": {

@@ -45,7 +45,7 @@ def build_dag(dag_id: str, spec: Path, pool: Path):
     from autodl.operators import AutoDLTrainOperator
 
     with DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False) as dag:
-        AutoDLTrainOperator(task_id="train", spec=str(spec), pool=str(pool), probe=False, sample_interval_s=0.2)
+        AutoDLTrainOperator(task_id="train", spec=str(spec), gpu_pool=str(pool), probe=False, sample_interval_s=0.2)
     return dag
 
 

@@ -154,7 +154,7 @@ def test_a_launcher_whose_extra_is_not_installed_is_a_launch_error_naming_the_ex
     out = " ".join(proc.stdout.split())  # rich wraps long lines
     assert "A100-SXM4-40GB" in out and "what it would run cannot be shown here:" in out
     assert f"launcher '{launcher}' needs the Python package '{launcher}'" in out
-    assert f'pip install "autodl[{launcher}]"' in out
-    with pytest.MonkeyPatch.context() as mp, pytest.raises(LaunchError, match=rf'pip install "autodl\[{launcher}\]"'):
+    assert f'pip install "airflow-provider-autodl[{launcher}]"' in out
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(LaunchError, match=rf'pip install "airflow-provider-autodl\[{launcher}\]"'):
         mp.setitem(sys.modules, launcher, None)  # the Airflow steps get the launcher the same way
         get_launcher(launcher)

@@ -183,6 +183,8 @@ class AirflowServer:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports[2]),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(ports[3]),
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            # this Airflow runs a triggerer: autodl's steps defer by default, as in the compose deployment
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
             "AUTODL_HOME": str(autodl_home),
             "AUTODL_STORE_URL": f"sqlite:///{autodl_home / 'autodl.db'}",
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",

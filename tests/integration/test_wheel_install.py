@@ -28,7 +28,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-SKIP_IN_OVERLAY = ("autodl", "__editable__", "_distutils_hack", "pip", "setuptools", "pkg_resources", "wheel")
+SKIP_IN_OVERLAY = ("autodl", "airflow_provider_autodl", "__editable__", "_distutils_hack", "pip", "setuptools", "pkg_resources", "wheel")
 
 
 def _tracked_copy(dest: Path) -> None:
@@ -85,11 +85,11 @@ def installed(tmp_path_factory):
     wheels = root / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(src)], check=True, capture_output=True, text=True)
-    wheel = next(wheels.glob("autodl-*.whl"))
+    wheel = next(wheels.glob("airflow_provider_autodl-*.whl"))
     py, purelib = _fresh_venv(root)
     venv = py.parent.parent
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
-                    f"autodl[airflow,docker,kubernetes] @ {wheel.as_uri()}"], check=True, capture_output=True, text=True)
+                    f"airflow-provider-autodl[airflow,docker,kubernetes] @ {wheel.as_uri()}"], check=True, capture_output=True, text=True)
     work = root / "elsewhere"
     (work / "plugins").mkdir(parents=True)
     return {"wheel": wheel, "venv": venv, "py": py, "work": work, "env": _outside_env(work, venv), "purelib": purelib}
@@ -107,6 +107,8 @@ def test_wheel_carries_the_shipped_files(installed):
                    "autodl/include/data/README.md"):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert "autodl/py.typed" in names and "autodl/__main__.py" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the Apache-2.0 text goes with the wheel"
     meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = zipfile.ZipFile(installed["wheel"]).read(meta).decode()
     for line in ("provider_info = autodl.provider:get_provider_info", "autodl = autodl.plugin:AutoDLPlugin",
@@ -143,7 +145,7 @@ from airflow import plugins_manager
 from airflow.providers_manager import ProvidersManager
 bag = DagBag(dag_folder="dags")
 plugins, errors = plugins_manager._get_plugins()
-provider = ProvidersManager().providers.get("autodl")
+provider = ProvidersManager().providers.get("airflow-provider-autodl")
 print(json.dumps({"dags": sorted(bag.dag_ids), "import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
                   "plugins": [p.name for p in plugins], "plugin_errors": {str(k): str(v) for k, v in errors.items()},
                   "provider": provider.version if provider else None}))

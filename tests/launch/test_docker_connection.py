@@ -64,3 +64,68 @@ def test_host_connection_without_engine_is_refused(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_DOCKER_GPU_A", json.dumps({"conn_type": "docker", "extra": {"tls": "true"}}))
     with pytest.raises(LaunchError, match="docker_gpu_a .*has no 'base_url'"):
         launcher_kwargs("docker", "gpu-a")
+
+
+def _pem_files(tmp_path):
+    paths = {}
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+        paths[name] = str(tmp_path / name)
+    return paths
+
+
+def test_tls_client_certificates_become_a_tls_config(monkeypatch, tmp_path):
+    """Seen (issue 21): the Docker connection took a `tls` boolean only, no client certificate."""
+    from docker.tls import TLSConfig
+
+    pem = _pem_files(tmp_path)
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_GPU_A", json.dumps(
+        {"conn_type": "autodl_gpu_host", "extra": {"base_url": "tcp://gpu-a:2376", "tls": "true",
+                                                   "tls_ca_cert": pem["ca.pem"], "tls_client_cert": pem["cert.pem"],
+                                                   "tls_client_key": pem["key.pem"]}}))
+    kwargs = launcher_kwargs("docker", "gpu-a")
+    tls = kwargs["tls"]
+    assert isinstance(tls, TLSConfig)
+    assert tls.cert == (pem["cert.pem"], pem["key.pem"]) and tls.verify is True and tls.ca_cert == pem["ca.pem"]
+    assert get_launcher("docker", **kwargs).tls is tls
+
+
+def test_tls_false_wins_over_certificate_files(monkeypatch, tmp_path):
+    pem = _pem_files(tmp_path)
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_DEFAULT", json.dumps(
+        {"conn_type": "docker", "extra": {"base_url": "tcp://gpu-a:2375", "tls": "false",
+                                          "tls_client_cert": pem["cert.pem"], "tls_client_key": pem["key.pem"]}}))
+    assert launcher_kwargs("docker")["tls"] is False
+
+
+def test_client_certificate_without_its_key_names_both_fields(monkeypatch, tmp_path):
+    from autodl.errors import LaunchError
+
+    pem = _pem_files(tmp_path)
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_DEFAULT", json.dumps(
+        {"conn_type": "docker", "extra": {"base_url": "tcp://gpu-a:2376", "tls_client_cert": pem["cert.pem"]}}))
+    with pytest.raises(LaunchError, match="'tls_client_cert' and 'tls_client_key' go together"):
+        launcher_kwargs("docker")
+
+
+def test_missing_certificate_file_is_named(monkeypatch, tmp_path):
+    from autodl.errors import LaunchError
+
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_DEFAULT", json.dumps(
+        {"conn_type": "docker", "extra": {"base_url": "tcp://gpu-a:2376", "tls_ca_cert": str(tmp_path / "no.pem")}}))
+    with pytest.raises(LaunchError, match="no.pem"):
+        launcher_kwargs("docker")
+
+
+def test_gpu_host_hook_builds_its_docker_client_once_and_it_answers(monkeypatch):
+    """The hook caches its client (cached_property, as the providers' hooks do); it talks to the real engine."""
+    import os
+
+    from autodl.operators.hooks import GpuHostHook
+
+    base_url = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    monkeypatch.setenv("AIRFLOW_CONN_DOCKER_LOCALHOST", json.dumps(
+        {"conn_type": "autodl_gpu_host", "extra": {"base_url": base_url, "timeout": "20"}}))
+    hook = GpuHostHook("docker_localhost")
+    assert hook.get_conn() is hook.api_client
+    assert hook.api_client.ping() is True

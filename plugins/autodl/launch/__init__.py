@@ -10,6 +10,7 @@ import importlib.util
 import sys
 from typing import Any
 
+from autodl import pip_install
 from autodl.errors import LaunchError
 from autodl.launch.base import Launcher, LaunchRequest, pinning_env, shell_line, training_command
 
@@ -48,13 +49,13 @@ def get_launcher(name: str, **kwargs: Any) -> Launcher:
     for needed in _NEEDS.get(name, ()):
         if _absent(needed):
             raise LaunchError(f"launcher {name!r} needs the Python package {needed!r}, which is not installed here: "
-                              f"install autodl's {name!r} extra (pip install \"autodl[{name}]\"; in a checkout: "
+                              f"install autodl's {name!r} extra ({pip_install(name)}; in a checkout: "
                               "pip install -r requirements.txt), or set launcher.type to 'local'.")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise LaunchError(f"launcher {name!r} needs {exc.name}: install autodl's {name!r} extra "
-                          f"(pip install \"autodl[{name}]\"; in a checkout: pip install -r requirements.txt).") from exc
+                          f"({pip_install(name)}; in a checkout: pip install -r requirements.txt).") from exc
     return getattr(module, cls_name)(**kwargs)
 
 

@@ -5,10 +5,12 @@ The connections follow the providers' conventions, read through their hooks:
 * ``docker_default`` (apache-airflow-providers-docker, ``DockerHook``): host/port/login/password are
   the *registry* to pull from; the engine is not part of the provider's connection, so autodl reads
   it from the extra: ``{"base_url": "unix:///var/run/docker.sock", "tls": false}`` (``docker_url`` is
-  accepted as a synonym, the ``DockerOperator`` argument's name).
+  accepted as a synonym, the ``DockerOperator`` argument's name), with optional TLS client certificate
+  files ``tls_ca_cert``, ``tls_client_cert``, ``tls_client_key`` (docker-py ``TLSConfig``).
 * ``kubernetes_default`` (apache-airflow-providers-cncf-kubernetes, ``KubernetesHook``): extras
   ``in_cluster``, ``kube_config_path``, ``kube_config`` (inline JSON/YAML), ``cluster_context``,
-  ``namespace``.
+  ``namespace``, ``disable_verify_ssl``, ``disable_tcp_keepalive``; the launcher gets the hook's own
+  cached ``CoreV1Api``, so each option means what it means in the provider.
 
 A missing connection means "the defaults": the local Docker socket, the kubeconfig.
 
@@ -16,7 +18,7 @@ Several GPU hosts: a pool spans hosts, and a booked device is launched on its ow
 engine. The engine of host ``H`` comes from the connection ``docker_<H>`` (:func:`host_conn_id`: the
 host name lower-cased, anything but letters, digits and ``_`` turned into ``_``), of the Docker
 provider's type or autodl's ``autodl_gpu_host`` type (:class:`autodl.operators.hooks.GpuHostHook`),
-with the same extra (``base_url``, ``tls``); registry credentials stay those of ``docker_default``.
+with the same extra (``base_url``, ``tls``, the TLS files); registry credentials stay those of ``docker_default``.
 A host without its own connection uses ``docker_default``'s engine.
 """
 
@@ -58,8 +60,36 @@ def _get_connection(conn_id: str) -> Any:
         return None
 
 
-def _engine_kwargs(conn: Any) -> dict[str, Any]:
-    """``base_url``/``tls``/``timeout`` from a Docker engine connection's extra."""
+TLS_FILE_FIELDS = ("tls_ca_cert", "tls_client_cert", "tls_client_key")
+"""Extra fields naming PEM files for a TLS Docker engine (docker-py ``TLSConfig``; ``docker --tlscacert``,
+``--tlscert``, ``--tlskey``)."""
+
+
+def _tls_config(extra: dict[str, Any], conn_id: str) -> Any:
+    """``docker.tls.TLSConfig`` from the extra's certificate files, or None when it names none.
+
+    :raises LaunchError: for a certificate without its key (or the reverse), naming the fields.
+    """
+    files = {name: extra.get(name) or None for name in TLS_FILE_FIELDS}
+    if not any(files.values()):
+        return None
+    cert, key, ca = files["tls_client_cert"], files["tls_client_key"], files["tls_ca_cert"]
+    if bool(cert) != bool(key):
+        raise LaunchError(f"Airflow connection {conn_id}: 'tls_client_cert' and 'tls_client_key' go together "
+                          "(the client certificate and its private key); set both or neither.")
+    verify = _as_bool(extra.get("tls_verify", True)) if ca else False
+    from docker.tls import TLSConfig
+
+    try:
+        return TLSConfig(client_cert=(cert, key) if cert else None, ca_cert=ca, verify=verify)
+    except Exception as exc:  # docker.errors.TLSParameterError: a path that is not a file
+        raise LaunchError(f"Airflow connection {conn_id}: TLS files {', '.join(f for f in files.values() if f)}: "
+                          f"{exc}; put the PEM files on the worker and name their paths.") from None
+
+
+def _engine_kwargs(conn: Any, conn_id: str = DOCKER_CONN_ID) -> dict[str, Any]:
+    """``base_url``/``tls``/``timeout`` from a Docker engine connection's extra; ``tls`` is a ``TLSConfig``
+    when the extra names certificate files (:data:`TLS_FILE_FIELDS`), else a boolean."""
     extra = conn.extra_dejson or {}
     kwargs: dict[str, Any] = {}
     base_url = extra.get("base_url") or extra.get("docker_url")
@@ -67,6 +97,9 @@ def _engine_kwargs(conn: Any) -> dict[str, Any]:
         kwargs["base_url"] = base_url
     if "tls" in extra:
         kwargs["tls"] = _as_bool(extra["tls"])
+    tls = _tls_config(extra, conn_id) if kwargs.get("tls", True) else None
+    if tls is not None:
+        kwargs["tls"] = tls
     if "timeout" in extra:
         kwargs["timeout"] = int(extra["timeout"])
     return kwargs
@@ -77,23 +110,23 @@ def _docker_kwargs(conn_id: str, host: str | None = None) -> dict[str, Any]:
     conn = _get_connection(conn_id)
     if conn is not None:
         kwargs = _default_docker_kwargs(conn)
-    if host:
-        per_host = _get_connection(host_conn_id(host))
-        if per_host is not None:
-            engine = _engine_kwargs(per_host)
-            if "base_url" not in engine:
-                raise LaunchError(
-                    f"Airflow connection {host_conn_id(host)} (the Docker engine of GPU host {host}) has no "
-                    "'base_url' in its extra; set it, e.g. {\"base_url\": \"tcp://" + host + ":2376\", \"tls\": true}."
-                )
-            kwargs.pop("tls", None)
-            kwargs.update(engine)
+    if host and _get_connection(host_conn_id(host)) is not None:
+        from autodl.operators.hooks import GpuHostHook
+
+        engine = GpuHostHook(host_conn_id(host)).engine_kwargs()
+        if "base_url" not in engine:
+            raise LaunchError(
+                f"Airflow connection {host_conn_id(host)} (the Docker engine of GPU host {host}) has no "
+                "'base_url' in its extra; set it, e.g. {\"base_url\": \"tcp://" + host + ":2376\", \"tls\": true}."
+            )
+        kwargs.pop("tls", None)
+        kwargs.update(engine)
     return kwargs
 
 
 def _default_docker_kwargs(conn: Any) -> dict[str, Any]:
     extra = conn.extra_dejson or {}
-    kwargs = _engine_kwargs(conn)
+    kwargs = _engine_kwargs(conn, DOCKER_CONN_ID)
     if conn.host and conn.login:
         registry = f"{conn.host}:{conn.port}" if conn.port else conn.host
         kwargs["registry"] = {
@@ -106,43 +139,52 @@ def _default_docker_kwargs(conn: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _kubernetes_kwargs(conn_id: str) -> dict[str, Any]:
-    from airflow.exceptions import AirflowNotFoundException
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+def _check_inline_kubeconfig(hook: Any, conn_id: str) -> None:
+    """Refuse an inline ``kube_config`` that is not a kubeconfig mapping, naming the field."""
+    inline = hook._get_field("kube_config")
+    if not inline or isinstance(inline, dict):
+        return
+    import yaml
 
     try:
-        KubernetesHook.get_connection(conn_id)
-    except AirflowNotFoundException:
+        inline = json.loads(inline)
+    except ValueError:
+        try:
+            inline = yaml.safe_load(inline)
+        except yaml.YAMLError:
+            inline = None
+    if not isinstance(inline, dict):
+        raise LaunchError(
+            f"Airflow connection {conn_id}: extra 'kube_config' is not a kubeconfig mapping; paste the "
+            "kubeconfig as JSON or YAML, or use kube_config_path."
+        )
+
+
+def _kubernetes_kwargs(conn_id: str) -> dict[str, Any]:
+    """``namespace`` and a ``CoreV1Api`` built by the provider's ``KubernetesHook`` (its cached
+    ``core_v1_client``), so every option of the connection applies as in the provider's own operators:
+    ``in_cluster``, ``kube_config_path``, ``kube_config``, ``cluster_context``, ``disable_verify_ssl``,
+    ``disable_tcp_keepalive``.
+
+    :raises LaunchError: for an unreadable inline kubeconfig or a client that cannot be configured.
+    """
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    if _get_connection(conn_id) is None:  # (KubernetesHook.get_connection makes up an empty kubernetes_default)
         return {}
     hook = KubernetesHook(conn_id=conn_id)
+    _check_inline_kubeconfig(hook, conn_id)
     kwargs: dict[str, Any] = {}
     namespace = hook.get_namespace()
     if namespace:
         kwargs["namespace"] = namespace
-    in_cluster = hook._get_field("in_cluster")
-    if in_cluster is not None:
-        kwargs["in_cluster"] = _as_bool(in_cluster)
-    path = hook._get_field("kube_config_path")
-    if path:
-        kwargs["config_file"] = path
-    context = hook._get_field("cluster_context")
-    if context:
-        kwargs["cluster_context"] = context
-    inline = hook._get_field("kube_config")
-    if inline:
-        if isinstance(inline, str):
-            import yaml
-
-            try:
-                inline = json.loads(inline)
-            except ValueError:
-                inline = yaml.safe_load(inline)
-        if not isinstance(inline, dict):
-            raise LaunchError(
-                f"Airflow connection {conn_id}: extra 'kube_config' is not a kubeconfig mapping; paste the "
-                "kubeconfig as JSON or YAML, or use kube_config_path."
-            )
-        kwargs["config_dict"] = inline
+    try:
+        kwargs["api"] = hook.core_v1_client
+    except Exception as exc:  # noqa: BLE001 - kubeconfig/in-cluster errors of the kubernetes client, reworded
+        raise LaunchError(
+            f"Airflow connection {conn_id}: cannot configure the Kubernetes client ({type(exc).__name__}: {exc}); "
+            "fix its extra in_cluster, kube_config_path, kube_config or cluster_context."
+        ) from None
     return kwargs
 
 

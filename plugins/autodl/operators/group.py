@@ -8,7 +8,7 @@ builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device
 >> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``: the
 group's last task, whose XCom ``train.result`` is the run's :class:`autodl.records.RunResult`).
 ``wait_for_pool`` waits in autodl's admission queue and books the devices it grants; ``collect_metrics``
-follows the training from the triggerer (both deferrable by default).
+follows the training (both from the triggerer when deferrable: ``[operators] default_deferrable`` by default).
 
 With several GPU hosts on Celery (``[autodl] host_queues`` set where the DAG is parsed) a ``booked_host``
 step follows ``select_device`` and ``launch``/``collect_metrics`` are mapped over its one-element result,
@@ -25,6 +25,7 @@ from airflow.sdk import TaskGroup, XComArg
 
 from autodl.operators.steps import (
     STEP_IDS,
+    default_deferrable,
     AutoDLBookedHostOperator,
     AutoDLCollectOperator,
     AutoDLLaunchOperator,
@@ -71,54 +72,105 @@ def reschedule_retries(timeout_s: float, poke_interval_s: float) -> int:
     return max(3, math.ceil(float(timeout_s) / max(1.0, float(poke_interval_s))) + 1)
 
 
+_POOL_FILE_HINTS = (".yaml", ".yml", ".json")
+_INVENTORY_WORDS = {"auto", "nvml"}
+
+
+def refuse_inventory_as_airflow_pool(pool: str | None, task_id: str) -> None:
+    """Refuse an old-style ``pool=`` that names autodl's inventory source, not one of Airflow's pools.
+
+    ``pool`` used to be autodl's inventory source; it is now Airflow's own pool (Admin > Pools), and the
+    inventory source is ``gpu_pool``. A value that reads as an inventory source (``auto``, ``nvml``,
+    ``prometheus+http://...``, a path or a ``.yaml``/``.json`` file, a template of ``params.pool``) is refused
+    at DAG parse time, naming ``gpu_pool``.
+
+    :raises ValueError: for such a value.
+    """
+    if not isinstance(pool, str):
+        return
+    value = pool.strip()
+    looks_like_source = (value in _INVENTORY_WORDS or value.startswith("prometheus+") or "/" in value
+                         or value.endswith(_POOL_FILE_HINTS) or ("{{" in value and "params.pool" in value))
+    if looks_like_source:
+        raise ValueError(
+            f"AutoDLTrainOperator(task_id={task_id!r}, pool={pool!r}): 'pool' is Airflow's pool (a name from "
+            f"Admin > Pools, to cap how many tasks run at once); autodl's inventory source is now 'gpu_pool': "
+            f"write gpu_pool={pool!r}."
+        )
+
+
+def default_retries(dag_default_args: dict[str, Any], group_default_args: dict[str, Any]) -> int | None:
+    """The ``retries`` the DAG's (or the group's) ``default_args`` set, None when neither does."""
+    merged = {**(dag_default_args or {}), **(group_default_args or {})}
+    value = merged.get("retries")
+    return None if value is None else int(value)
+
+
 class AutoDLTrainOperator(TaskGroup):
     """Profile, wait for the pool (and book), select a device, launch, collect metrics, release and record.
 
     :param task_id: the group id; the steps are ``<task_id>.profile`` ... ``<task_id>.release_and_record``.
     :param script: training script (templated); default: the spec's ``task.script``.
     :param spec: task spec YAML (templated).
-    :param pool: inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml`` or a
-        pool file path. Default ``$AUTODL_POOL`` or ``auto``.
+    :param gpu_pool: autodl's inventory source (templated): ``auto`` (NVML, else the demo pool file), ``nvml``,
+        ``prometheus+http://HOST:PORT`` or a pool file path. Default ``$AUTODL_POOL`` / ``[autodl] pool`` or ``auto``.
+    :param pool: Airflow's pool (Admin > Pools) every step takes a slot of, e.g. to cap concurrent trainings
+        (a pool with "include deferred" counts the waiting and following steps too). Default: Airflow's.
     :param probe: run the sandboxed CPU probe (None: when Paddle is importable).
     :param launcher: override the spec's ``launcher.type`` (templated: ``local``, ``docker``, ``kubernetes``;
         ``spec`` or None: the spec's).
     :param policy: override the spec's ``scheduler.algorithm`` (templated: ``rule_based``, ``rl_based``;
         ``spec`` or None: the spec's).
-    :param deferrable: wait in the admission queue and follow the training from the triggerer (default),
-        holding no worker slot; False: the wait reschedules between polls and collect follows the training
-        in a worker.
+    :param deferrable: wait in the admission queue and follow the training from the triggerer, holding no worker
+        slot (needs a running ``airflow triggerer``); False: the wait reschedules between polls and collect
+        follows the training in a worker. Default: ``[operators] default_deferrable`` (Airflow's default
+        false), as the providers' operators do.
     :param wait_timeout_s: override the spec's ``scheduler.timeout`` (seconds).
     :param execution_timeout: the longest the training may run (the collect step's
         ``execution_timeout``); past it the training is stopped and the record says why. The spec's
         ``scheduler.max_run_time`` does the same from the spec.
-    :param retries: retries of every step (at least :data:`TRANSIENT_RETRIES`; autodl's refusals — a bad spec,
-        nothing fits — and failed trainings never retry).
+    :param retries: retries of every step; default: the DAG's ``default_args`` (Airflow's default otherwise),
+        raised to at least :data:`TRANSIENT_RETRIES`, since every step is idempotent and a try Airflow itself
+        failed (the execution API timing out, a lost worker) must not end the run. Select and collect get at
+        least :data:`DEFERRED_STEP_RETRIES`, the wait at least :func:`reschedule_retries`. autodl's own
+        refusals (a bad spec, nothing fits) and failed trainings never retry.
     :param args: the script's arguments for this run (templated, each element), replacing the spec's ``task.args``.
     """
 
-    def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None, pool: str | None = None,
+    def __init__(self, *, task_id: str, script: str | None = None, spec: str | None = None,
+                 gpu_pool: str | None = None, pool: str | None = None,
                  probe: bool | None = None, launcher: str | None = None, policy: str | None = None,
-                 deferrable: bool = True,
-                 wait_timeout_s: int | None = None, retries: int = 1, sample_interval_s: float = 1.0,
+                 deferrable: bool | None = None,
+                 wait_timeout_s: int | None = None, retries: int | None = None, sample_interval_s: float = 1.0,
                  execution_timeout: timedelta | None = None, args: list[str] | None = None, **group_kwargs: Any):
+        refuse_inventory_as_airflow_pool(pool, task_id)
         super().__init__(group_id=task_id, **group_kwargs)
         self.script = script
         self.spec = spec
+        deferrable = default_deferrable() if deferrable is None else deferrable
         timeout, poke = _spec_scheduler(spec)
         timeout = wait_timeout_s or timeout
-        common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": pool, "task_group": self}
+        dag_args = getattr(self.dag, "default_args", None) or {}
+        inherited = default_retries(dag_args, self.default_args)
+        delay = {} if "retry_delay" in {**dag_args, **(self.default_args or {})} else {"retry_delay": timedelta(seconds=5)}
+        common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": gpu_pool, "task_group": self,
+                  **({"pool": pool} if pool else {})}
         # every step is idempotent: a try failed by Airflow itself (the execution API timing out under load, a
-        # lost worker) is retried; autodl's own refusals and a failed training fail at once (PERMANENT_ERRORS)
-        retry = {"retries": max(retries, TRANSIENT_RETRIES), "retry_delay": timedelta(seconds=5)}
+        # lost worker) is retried; autodl's own refusals and a failed training fail at once (PERMANENT_ERRORS).
+        # An explicit retries= wins; default_args above the floor are kept, and their retry_delay too.
+        floor = retries if retries is not None else max(inherited or 0, TRANSIENT_RETRIES)
+        retry = {"retries": floor, **delay}
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
                                              args=args, **common, **retry)
-        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], group_id=task_id, pool_source=pool, task_group=self,
+        wait_kwargs = {k: v for k, v in common.items() if k not in ("script", "spec")}
+        self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], **wait_kwargs,
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
-                                     retries=reschedule_retries(timeout, poke), retry_delay=timedelta(seconds=min(poke, 5)))
+                                     retries=max(floor, reschedule_retries(timeout, poke)),
+                                     **({"retry_delay": timedelta(seconds=min(poke, 5))} if delay else {}))
         # select and collect defer too: retries absorb Airflow's stale-event race on a quick resume (see
         # autodl.triggers.MIN_DEFERRAL_S); a failed training is final (no retry)
-        deferred = {"retries": max(retries, DEFERRED_STEP_RETRIES), "retry_delay": timedelta(seconds=5)}
+        deferred = {"retries": max(floor, DEFERRED_STEP_RETRIES), **delay}
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
         routed = routing_enabled()
@@ -131,7 +183,8 @@ class AutoDLTrainOperator(TaskGroup):
         if routed:
             # several GPU hosts on Celery: launch and collect are created once the booking is known, so
             # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
-            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self)
+            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self,
+                                                        **({"pool": pool} if pool else {}))
             self.select >> self.booked_host
             hosts = XComArg(self.booked_host)
             self.launch = AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts)

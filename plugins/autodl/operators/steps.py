@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +31,7 @@ from autodl.errors import (
 )
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
+from autodl.operators.secrets import register_secrets
 from autodl.store import RunState
 from autodl.types import PoolEvent, ProfileResult, Selection
 
@@ -36,11 +39,55 @@ HANDED = {"profile": (ProfileResult, RunState.PROFILE), "select": (Selection, Ru
 """The typed values the profile and select steps hand the later ones: (model, run-state name)."""
 
 def _pool(value: str | None) -> str | None:
-    """The operator's (rendered) pool as a source: ``pool`` names, relative paths resolved against the include
+    """The operator's (rendered) gpu_pool as a source: ``pool`` names, relative paths resolved against the include
     folder (:func:`autodl.pipeline.resolve_pool_source`); "", "None" and None: the default source."""
     if value in ("", "None", None):
         return None
-    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's pool=)")
+    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's gpu_pool=)")
+
+
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable`` (Airflow's own default: false), the default the providers'
+    operators take for ``deferrable``: a deployment without a triggerer then never waits forever."""
+    from airflow.configuration import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def _deferrable(value: bool | None) -> bool:
+    return default_deferrable() if value is None else bool(value)
+
+
+TRIGGERER_NOTE = ("this needs a running triggerer (airflow triggerer): without one the task stays 'deferred' "
+                  "until its timeout; deployments without a triggerer set deferrable=False or "
+                  "[operators] default_deferrable = False")
+"""Said in the log whenever a step defers (a task cannot see whether a triggerer runs: that is in Airflow's
+metadata database, which autodl's tasks never read)."""
+
+NOT_DEFERRING_NOTE = ("not deferring (deferrable=False, or [operators] default_deferrable is false): this worker "
+                      "slot is held while {what}")
+
+_FINDING = re.compile(r"^\s*(error|warning)\s+\[")
+_WARNING_WORDS = ("could not ", "cannot ", "KEPT", "ignoring ", "lost a booking race", "was reclaimed")
+
+
+def log_level(line: str) -> int:
+    """The ``logging`` level of one line of :mod:`autodl.pipeline`'s log: a finding's own severity
+    (``  error   [code] ...``, ``  warning [code] ...``), WARNING for a line saying something could not be
+    done or was kept/ignored, INFO otherwise (the training's own output, ``[train] ...``, always INFO)."""
+    if line.startswith("[train] "):
+        return logging.INFO
+    m = _FINDING.match(line)
+    if m:
+        return logging.ERROR if m.group(1) == "error" else logging.WARNING
+    if any(word in line for word in _WARNING_WORDS):
+        return logging.WARNING
+    return logging.INFO
+
+
+def _leveled(logger: Any) -> Any:
+    """A one-argument log function for :mod:`autodl.pipeline` that logs each line at :func:`log_level`."""
+    return lambda line: logger.log(log_level(str(line)), "%s", line)
 
 
 PERMANENT_ERRORS = (SpecError, ProfileError, NoFitError, CatalogError, InventoryError, LeaseLost, TrainingFailed, ConfigError,
@@ -128,6 +175,7 @@ class _AutoDLStep(BaseOperator):
         return None if value in ("", "None", None) else value
 
     def execute(self, context) -> Any:
+        register_secrets([self.pool_source])
         ctx = self._ctx(context)
         try:
             return self.run_step(ctx, context)
@@ -178,7 +226,7 @@ class AutoDLProfileOperator(_AutoDLStep):
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy),
                      "args": self.args}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
-                                     probe=self.probe, log=self.log.info, run_key=ctx.run_key,
+                                     probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key,
                                      overrides=overrides).model_dump(mode="json")
 
 
@@ -209,7 +257,7 @@ class _Waiting:
         ctx = self._ctx(context)
         timeout, poke = self._scheduler(context)
         try:
-            selection = pipeline.step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=self.log.info,
+            selection = pipeline.step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
                                            poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=_launcher_kwargs)
             return selection.model_dump(mode="json") if selection is not None else None
         except WaitTimeout as exc:
@@ -228,7 +276,7 @@ class _Waiting:
         timeout, poke = self._scheduler(context)
         ctx = self._ctx(context)
         self.log.info("waiting in the admission queue from the triggerer (no worker slot held), every %s s, "
-                      "up to %s s (scheduler.timeout)", poke, timeout)
+                      "up to %s s (scheduler.timeout); %s", poke, timeout, TRIGGERER_NOTE)
         self.defer(
             trigger=PoolTrigger(profile_out=self._handed(context, "profile").model_dump(mode="json"), pool=self._src(),
                                 poke_interval=poke,
@@ -262,7 +310,8 @@ class _Waiting:
 class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
     """Step 2: waits in autodl's admission queue and books the devices the queue grants (one step).
 
-    Deferrable by default: after one poll in the worker it waits in the triggerer (:class:`PoolTrigger`).
+    Deferrable (``deferrable``, default ``[operators] default_deferrable``): after one poll in the worker it
+    waits in the triggerer (:class:`PoolTrigger`).
     ``deferrable=False`` reschedules between polls instead (a worker slot only while polling); it is
     given enough retries to survive Airflow's reschedule race (apache/airflow#71172: the scheduler may
     fail a rescheduled sensor whose 'success' exit it reads late) and keeps its place in the queue
@@ -274,13 +323,13 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
     ui_color = "#fef7e0"
     operator_extra_links = (AutoDLRunRecordLink(),)
 
-    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool = True,
+    def __init__(self, *, group_id: str, pool_source: str | None = None, deferrable: bool | None = None,
                  wait_timeout_s: float | None = None, **kwargs: Any):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.group_id = group_id
         self.pool_source = pool_source
-        self.deferrable = deferrable
+        self.deferrable = _deferrable(deferrable)
         self.wait_timeout_s = wait_timeout_s
 
     _sibling = _AutoDLStep._sibling
@@ -292,12 +341,14 @@ class AutoDLPoolSensor(_Waiting, BaseSensorOperator):
         return _pool(self.pool_source)
 
     def execute(self, context) -> Any:
+        register_secrets([self.pool_source])
         self.timeout, self.poke_interval = self._scheduler(context)
         if self.deferrable:
             selection = self._poll(context)
             if selection is None:
                 self._defer_to_queue(context)
             return selection
+        self.log.info(NOT_DEFERRING_NOTE.format(what="polling (between polls the task is rescheduled)"))
         return super().execute(context)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -323,9 +374,9 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
 
     step = "select"
 
-    def __init__(self, *, deferrable: bool = True, wait_timeout_s: float | None = None, **kwargs: Any):
+    def __init__(self, *, deferrable: bool | None = None, wait_timeout_s: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.deferrable = deferrable
+        self.deferrable = _deferrable(deferrable)
         self.wait_timeout_s = wait_timeout_s
 
     def _src(self) -> str | None:
@@ -333,12 +384,13 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
 
     def run_step(self, ctx, context):
         try:
-            return pipeline.step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=self.log.info,
+            return pipeline.step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
                                         launcher_kwargs_for=_launcher_kwargs).model_dump(mode="json")
         except PoolBusy as exc:
             self.log.info("%s", exc)
         if self.deferrable:
             self._defer_to_queue(context)
+        self.log.info(NOT_DEFERRING_NOTE.format(what="waiting for the pool again"))
         _timeout, poke = self._scheduler(context)
         while True:
             selection = self._poll(context)
@@ -389,27 +441,28 @@ class AutoDLLaunchOperator(_AutoDLStep):
         pipeline.require_booked_worker(self.booked_host, ctx.run_key, launcher_type)
         return pipeline.step_launch(ctx, profile_out, selection,
                                     launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
-                                    log=self.log.info)
+                                    log=_leveled(self.log))
 
 
 class AutoDLCollectOperator(_AutoDLStep):
     """Step 5: follow the training to its end: log lines into this task's log, metrics sampled, the lease
     heartbeated, ``scheduler.max_run_time`` and ``execution_timeout`` enforced.
 
-    Deferrable by default: the following happens in the triggerer (:class:`CollectTrigger`), so no worker
+    Deferrable (``deferrable``, default ``[operators] default_deferrable``): the following happens in the
+    triggerer (:class:`CollectTrigger`), so no worker
     slot is held while the training runs; ``deferrable=False`` follows it in the worker.
     """
 
     step = "collect"
 
-    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool = True, booked_host: str | None = None,
+    def __init__(self, *, sample_interval_s: float = 1.0, deferrable: bool | None = None, booked_host: str | None = None,
                  **kwargs: Any):
         super().__init__(**kwargs)
         if not float(sample_interval_s) > 0:
             raise ValueError(f"sample_interval_s: {sample_interval_s!r} is not a positive number of seconds; "
                              "pass e.g. sample_interval_s=1.0")
         self.sample_interval_s = sample_interval_s
-        self.deferrable = deferrable
+        self.deferrable = _deferrable(deferrable)
         self.booked_host = booked_host
 
     def _limits(self, context) -> pipeline.CollectLimits:
@@ -445,7 +498,8 @@ class AutoDLCollectOperator(_AutoDLStep):
         if self.deferrable:
             from autodl.triggers.collect import CollectTrigger
 
-            self.log.info("following the training from the triggerer (no worker slot held); its log follows")
+            self.log.info("following the training from the triggerer (no worker slot held); its log follows; %s",
+                          TRIGGERER_NOTE)
             backstop = None
             if limits.deadline_ts is not None:
                 backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
@@ -453,9 +507,10 @@ class AutoDLCollectOperator(_AutoDLStep):
             self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
                                               interval_s=float(self.sample_interval_s)),
                        method_name="execute_complete", timeout=backstop)
+        self.log.info(NOT_DEFERRING_NOTE.format(what="the training runs"))
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
-                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=self.log.info,
+                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
                                      interval_s=self.sample_interval_s, limits=limits)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -506,5 +561,5 @@ class AutoDLReleaseOperator(_AutoDLStep):
             ctx, script=self._none(self.script), spec_path=self._none(self.spec),
             profile_out=self._handed(context, "profile"), selection=self._handed(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
-            launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=self.log.info,
+            launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
         )

@@ -47,7 +47,7 @@ def format_table(results: Sequence[SimResult], baseline: str = "fifo_first_fit")
             f"{r.rejected:>9}{r.failed:>7}{r.decision_us_median:>10.1f}{r.wall_s:>8.2f}"
         )
     lines.append(
-        f"seed claim: GPU utilization {SEED_UTILIZATION_CLAIM[0]:.0%} -> {SEED_UTILIZATION_CLAIM[1]:.0%} "
+        f"the project's stated goal, GPU utilization {SEED_UTILIZATION_CLAIM[0]:.0%} -> {SEED_UTILIZATION_CLAIM[1]:.0%}: "
         "(not reproduced by placement; util = steady-state window, see benchmarks/scheduling.py)"
     )
     lines.append(SOURCES)
