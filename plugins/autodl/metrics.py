@@ -411,7 +411,16 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
     for uuid in unknown_on:
         if "process_peak_bytes" in by_device.get(uuid, {}):
             by_device[uuid]["process_peak_bytes"] = None
-    if reports["reserved_peak_bytes"] is not None:
+    measured = process_peak if process_peak is not None else (rss_peak if source == "process" else None)
+    if reports["reserved_peak_bytes"] is not None and measured is not None and \
+            measured > reports["reserved_peak_bytes"] + MEASURED_SLACK_BYTES:
+        # the training's own figure is self-reported: one far below what autodl measured is not believed
+        # (issue 23: 3 GiB of RSS held for 15 s was recorded as 3,800 B from a forged line)
+        peak, peak_source = measured, ("nvml_process" if process_peak is not None else "rss")
+        notes.append(f"the training reported a peak of {reports['reserved_peak_bytes']} B, {measured / 2**30:.2f} GiB "
+                     f"below what was measured ({peak_source}): the measured figure is kept (self-reported figures "
+                     "are not trusted over measured ones)")
+    elif reports["reserved_peak_bytes"] is not None:
         peak, peak_source = reports["reserved_peak_bytes"], "paddle_reserved"
     elif process_peak is not None:
         peak, peak_source = process_peak, "nvml_process"
@@ -444,6 +453,13 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
         notes=notes,
         **read_steps(steps_path),
     )
+
+
+MEASURED_SLACK_BYTES = 1 << 30
+"""How far a measured peak (NVML per-process memory, or a CPU run's RSS) may lie above the training's own
+reported reserved peak before the report is not believed, bytes: 1 GiB, what a process holds outside
+Paddle's allocator (the CUDA context and library handles, 300-600 MiB per process in NVML; the Python
+interpreter and Paddle's libraries on a CPU run), as :data:`autodl.oom.CONTEXT_SLACK_BYTES`."""
 
 
 def _int(value: Any) -> int | None:
