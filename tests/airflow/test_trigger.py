@@ -247,13 +247,14 @@ def test_the_triggerer_samples_at_the_configured_interval(autodl_home, tmp_path)
 
     class TI:
         start_date = None
+        dag_id, task_id, try_number = "dag", "g.collect_metrics", 1
 
         def xcom_pull(self, task_ids):
             return {"g.launch": handle, "g.profile": out}[task_ids]
 
     op = AutoDLCollectOperator(task_id="g.collect_metrics", group_id="g", sample_interval_s=0.2)
     with pytest.raises(TaskDeferred) as deferred:
-        op.run_step(ctx, {"ti": TI()})
+        op.run_step(ctx, {"ti": TI(), "run_id": "interval-test"})
     trigger = deferred.value.trigger
     assert trigger.interval_s == 0.2
     classpath, kwargs = trigger.serialize()

@@ -12,6 +12,7 @@ import yaml
 from autodl import pipeline
 from autodl.launch.docker import DockerLauncher
 from autodl.ledger import Ledger
+from autodl.types import Selection
 from tests.airflow.test_trigger import LogSink, collect_trigger, first_event
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,8 @@ def test_trigger_restart_repeats_no_line_and_no_fact(tmp_path, busybox_image, do
     run_key = f"it.docker_trigger.{uuid.uuid4().hex[:8]}"
     ctx = pipeline.RunContext(run_key=run_key, dag_id="it_dag", run_id="manual__it", task_id="g.collect", try_number=1)
     lease = Ledger().book(run_key, [f"it-device-{uuid.uuid4().hex[:8]}"], model="A100-SXM4-40GB")
-    selection = {"devices": [], "lease": {"lease_id": lease.lease_id}, "declared_pool": True}
+    selection = Selection(lease=lease, placement={"devices": lease.device_ids, "model": lease.model}, devices=[],
+                          declared_pool=True, pool_source="test", algorithm="rule_based")
     out = {"profile": profile, "script": str(code / "train.py"), "spec_path": str(spec)}
     handle = pipeline.step_launch(ctx, out, selection, log=lambda _l: None)
     sink = LogSink()

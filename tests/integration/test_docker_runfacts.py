@@ -12,6 +12,7 @@ import yaml
 from autodl import pipeline
 from autodl.launch.docker import DockerLauncher
 from autodl.ledger import Ledger
+from autodl.types import Selection
 from autodl.records import RecordStore
 from tests.integration import paddle_image
 
@@ -64,7 +65,8 @@ def _run_once(tmp_path, image, name):
     ctx = pipeline.RunContext(run_key=run_key, dag_id="it_dag", run_id=f"manual__{run_key}",
                               task_id="train.launch", try_number=1)
     lease = Ledger().book(run_key, [f"it-device-{uuid.uuid4().hex[:8]}"], model="A100-SXM4-40GB")
-    selection = {"devices": [], "lease": {"lease_id": lease.lease_id}, "declared_pool": True}
+    selection = Selection(lease=lease, placement={"devices": lease.device_ids, "model": lease.model}, devices=[],
+                          declared_pool=True, pool_source="test", algorithm="rule_based")
     profile_out = {"profile": profile, "script": str(script), "spec_path": str(spec)}
     lines: list[str] = []
     handle = pipeline.step_launch(ctx, profile_out, selection, log=lines.append)
