@@ -39,6 +39,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -59,7 +60,9 @@ R = {
     "model": None, "optimizer": None, "inputs": None, "num_workers": [], "datasets": [], "devices_asked": [],
     "distributed_calls": [], "loaders": [], "error": None, "end": None, "notes": [], "seconds": {},
     "train_done": False, "eval_seen": False, "created_batches": [],
+    "max_reading": None, "max_reading_batch": None,
 }
+_SAVE_LOCK = threading.Lock()
 
 
 
@@ -73,11 +76,12 @@ def _kill_children():
         pass
 
 def save():
-    R["seconds"]["elapsed"] = round(time.monotonic() - T0, 3)
-    tmp = RESULT + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(R, f)
-    os.replace(tmp, RESULT)
+    with _SAVE_LOCK:
+        R["seconds"]["elapsed"] = round(time.monotonic() - T0, 3)
+        tmp = RESULT + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(R, f)
+        os.replace(tmp, RESULT)
 
 
 def note(msg):
@@ -113,8 +117,38 @@ def _current():
     return int(core.host_memory_stat_current_value("Allocated", 0))
 
 
+def _note_reading():
+    """Keep the largest allocator peak the script reached while it ran (bytes) and the batch it ran at: the
+    profile's figure is never below it, whatever stops the dry run later (a timeout, an error)."""
+    if R["status"] != "running":
+        return
+    v = _peak()
+    if v > (R["max_reading"] or 0):
+        w = St.window if "St" in globals() else None
+        R["max_reading"] = v
+        R["max_reading_batch"] = (w or {}).get("batch")
+
+
 def _reset():
+    _note_reading()
     core.host_memory_stat_reset_peak_value("Allocated", 0)
+
+
+READING_PERIOD_S = 0.5
+"""How often the watcher keeps the allocator's peak (s): a dry run killed on its timeout keeps what it reached."""
+
+
+def _watch():
+    last = None
+    while True:
+        time.sleep(READING_PERIOD_S)
+        try:
+            _note_reading()
+            if R["max_reading"] != last:
+                last = R["max_reading"]
+                save()
+        except Exception:  # noqa: BLE001 - a reading missed is taken at the next tick or the next reset
+            pass
 
 
 # ------------------------------------------------------------------------------------------------ controller
@@ -984,6 +1018,10 @@ def _sample_sig(sample):
             out.append({"shape": [int(s) for s in x.shape], "dtype": str(x.dtype).split(".")[-1]})
         elif isinstance(x, (int, float)) and not isinstance(x, bool):
             out.append({"shape": [], "dtype": "int64" if isinstance(x, int) else "float32"})
+        elif isinstance(x, (list, tuple)) and x and all(isinstance(y, (int, float)) and not isinstance(y, bool)
+                                                          for y in x):
+            # a Python list of numbers (a tokenizer's ids): one field of that length, as a collate_fn stacks it
+            out.append({"shape": [len(x)], "dtype": "int64" if all(isinstance(y, int) for y in x) else "float32"})
         elif isinstance(x, (list, tuple)) and d < 2:
             for y in x:
                 rec(y, d + 1)
@@ -991,7 +1029,11 @@ def _sample_sig(sample):
             for y in x.values():
                 rec(y, d + 1)
     rec(sample)
-    return out
+    return out[:SAMPLE_FIELDS]
+
+
+SAMPLE_FIELDS = 64
+"""Fields of a first sample the report keeps (the parent refuses more: :func:`autodl.profile.dryrun._sig`)."""
 
 
 def _dl_iter(self):
@@ -1241,6 +1283,7 @@ def main():
     sys.path.insert(0, SCRIPT_DIR)
     R["status"] = "running"
     save()
+    threading.Thread(target=_watch, name="autodl-dryrun-watch", daemon=True).start()
     try:
         runpy.run_path(SCRIPT, run_name="__main__")
         R["end"] = "script-finished"
@@ -1262,6 +1305,7 @@ def main():
     if St.opt_param_ids:  # evaluation calls of frozen helpers (not what the optimizers train) are not eval passes
         R["evals"] = [e for e, layer in zip(R["evals"], St.eval_layers) if _trained(layer)]
     R["optimizer"] = [type(o).__name__ for o in St.optimizers or St.static_optimizers]
+    _note_reading()
     R["status"] = "replaying"
     save()
     if R["end"] != "exception" or R["steps"]:
