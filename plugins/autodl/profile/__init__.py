@@ -423,6 +423,9 @@ def profile_script(
                 f"ready (prefetch_factor + the buffer reader's; measured on Paddle 3.3.1: 5 at the defaults), "
                 f"{held / 2**20:,.1f} MiB of inputs at batch {batch}, added to the estimate (labels not counted).")))
     amp = facts.amp
+    if method == "dry_run" and measured_peak is not None and task and task.sequence_length:
+        measured_peak = _to_sequence_length(measured_peak, task.sequence_length, phases, params, trainable,
+                                            optimizer, findings)
     reading = (dr.raw.get("max_reading") or 0) if dr is not None and not user_error else 0
     if reading and reading > (measured_peak if measured_peak is not None else 0) and (
             measured_peak is not None or reading > _static_tensor_peak(params, trainable, facts, act_per_sample,
@@ -500,6 +503,26 @@ def _static_tensor_peak(params, trainable, facts, act_per_sample, batch, fixed, 
     if facts.recompute:
         act = int(act * E.RECOMPUTE_FACTOR)
     return int(E.breakdown(params or 0, trainable or 0, facts.optimizer, facts.amp, act, fixed, has_conv)[2])
+
+
+def _to_sequence_length(peak: int, seq_len: int, phases: list[PhasePeak], params, trainable, optimizer,
+                        findings: list[Finding]) -> int:
+    """The training peak (bytes) at the spec's ``sequence_length`` when the dry run's token inputs were all shorter
+    (variable-length batches: the longest, which sets the peak, may come late in the epoch): the part above the
+    model states scaled by ``sequence_length / longest length seen``, an upper bound for activations linear in the
+    length, said in a warning. Unchanged when a token input (int, rank 2) reached ``seq_len``."""
+    lengths = [s[0] for p in phases for s, d in zip(p.input_shapes, p.input_dtypes)
+               if len(s) == 1 and d.startswith("int") and s[0] > 1]
+    if not lengths or max(lengths) >= seq_len:
+        return peak
+    seen = max(lengths)
+    w, g, o = E.model_states(params or 0, trainable or 0, optimizer, None)
+    scaled = int(w + g + o + max(0, peak - (w + g + o)) * seq_len / seen)
+    findings.append(Finding(severity="warning", code="sequence-length-bound", message=(
+        f"the dry run's token inputs were at most {seen} long, the spec's task.sequence_length is {seq_len}: the "
+        f"longest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
+        f"({max(0, peak - (w + g + o)) / 2**20:,.1f} MiB) is scaled by {seq_len}/{seen}: {scaled / 2**20:,.1f} MiB (a bound for activations linear in the length).")))
+    return max(peak, scaled)
 
 
 FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
