@@ -92,3 +92,33 @@ def test_variable_length_bounded_by_the_spec_sequence_length():
     p = _profile("r3_varlen_last_batch_longest")
     assert _close(p.tensor_peak_bytes, 147_452_128)
     assert any(f.code == "sequence-length-bound" for f in p.findings)
+
+
+def _seed_profile(path: Path):
+    p = profile_script(path, probe=True)
+    errors = [f for f in p.errors if f.code == "script-error"]
+    notes = [f.message for f in p.findings if f.code == "dry-run-note" and "stood in" in f.message]
+    return p, errors, notes
+
+
+def test_seed_example_cifar10_stand_in_gives_paddles_own_error():
+    """The seed's verbatim example: Cifar10(transform=Normalize) downloads (no network in the sandbox). Was: exit 0,
+    three warnings, a 0.9 GiB cold start and an A100 booked. Samples of Cifar10's format stand in, through the
+    user's own transform: HWC images reach Conv2D(3, 32, 3) -> Paddle's channel error, an error finding."""
+    p, errors, notes = _seed_profile(CASES / "seed_simple_cnn_verbatim.py")
+    assert errors and "channels" in errors[0].message, [f.message for f in p.findings]
+    assert errors[0].line == 17
+    assert notes
+
+
+def test_seed_example_with_to_tensor_stops_at_the_linear_layer(tmp_path):
+    """With ToTensor() added the images are CHW: 32*15*15 = 7200 features reach Linear(6272, 10)."""
+    text = (CASES / "seed_simple_cnn_verbatim.py").read_text()
+    text = text.replace("from paddle.vision.transforms import Normalize",
+                        "from paddle.vision.transforms import Compose, Normalize, ToTensor")
+    text = text.replace("transform=Normalize(mean=[0.5], std=[0.5])",
+                        "transform=Compose([ToTensor(), Normalize(mean=[0.5], std=[0.5])])")
+    script = tmp_path / "seed_to_tensor.py"
+    script.write_text(text)
+    p, errors, _ = _seed_profile(script)
+    assert errors and "7200" in errors[0].message and "6272" in errors[0].message, [f.message for f in p.findings]

@@ -345,6 +345,8 @@ def profile_script(
                 message=(f"line {dr.error_line}: " if dr.error_line else "") + "run as the launcher would run it "
                         f"(its own arguments, data and batch; on CPU), the script raised {dr.reason}. The run would "
                         "fail the same way; fix the script."))
+            findings.extend(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}.")
+                            for n in dr.raw.get("notes") or [] if "stood in" in n)
         elif dr.outcome == "no-isolation":
             # the sandbox could not be made when it was needed: nothing ran, and the probe (sandboxed too) won't
             findings.append(Finding(severity="warning", code="probe-unavailable", message=(
