@@ -1083,8 +1083,9 @@ def _mark_eval_loader():
 
 
 # ------------------------------------------------------------------------------ data sets that download
-STANDIN_SAMPLES = {"train": 1024, "test": 256}
-"""Samples of a stand-in data set (per mode): enough batches for the dry run's steps, a few MiB on disk."""
+STANDIN_SAMPLES = {"train": 1000, "test": 200}
+"""Samples of a stand-in data set (per mode): enough batches for the dry run's steps, a few MiB on disk; multiples
+of 100, as Paddle's MNIST reader reads 100 at a time (``buffer_size=100`` in ``paddle.vision.datasets.mnist``)."""
 
 
 def _standin_file(url):
