@@ -523,7 +523,8 @@ def _to_sequence_length(peak: int, seq_len: int, phases: list[PhasePeak], params
     findings.append(Finding(severity="warning", code="sequence-length-bound", message=(
         f"the dry run's token inputs were at most {seen} long, the spec's task.sequence_length is {seq_len}: the "
         f"longest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
-        f"({max(0, peak - (w + g + o)) / 2**20:,.1f} MiB) is scaled by {seq_len}/{seen}: {scaled / 2**20:,.1f} MiB (a bound for activations linear in the length).")))
+        f"({max(0, peak - (w + g + o)) / 2**20:,.1f} MiB) is scaled by {seq_len}/{seen}: {scaled / 2**20:,.1f} MiB "
+        "(a bound for activations linear in the length).")))
     return max(peak, scaled)
 
 
