@@ -75,7 +75,7 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
     ``tests/cases/estimator/esttest/truth.json`` (a fresh user's scripts and faults; ``task`` there is the spec's)."""
     out = [(*c, None) for c in CONFIGS]
     for folder, key, prefix in ((CASES, "cases", "case"), (USER, "scripts", "user"),
-                                (CASES / "esttest", "cases", "esttest")):
+                                (CASES / "esttest", "cases", "esttest"), (CASES / "t3", "cases", "t3")):
         tj = folder / "truth.json"
         if not tj.exists():
             continue
@@ -86,7 +86,8 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
             inp = t.get("measured_input_of_first_call")
             truth = {"peak": t["train_peak_bytes"], "eval_peak": t.get("eval_peak_bytes"), "params": t.get("params"),
                      "fwd_flops_per_call": t.get("hook_forward_flops_per_call"), "input": inp,
-                     "fwd_flops_per_sample": t.get("fwd_flops_per_sample")}
+                     "fwd_flops_per_sample": t.get("fwd_flops_per_sample"),
+                     "spec": str(folder / t["spec"]) if t.get("spec") else None, "env": t.get("env") or {}}
             task = dict(t.get("task") or ({"batch_size_per_gpu": t["spec_batch_size"]} if t.get("spec_batch_size") else {}))
             out.append((f"{prefix} {script[:-3]}", folder / script, list(t.get("args") or []), task, (), truth))
     return out
@@ -124,7 +125,7 @@ def main() -> None:
         run_ops()
         return
     from autodl.profile import profile_script
-    from autodl.spec import parse_spec
+    from autodl.spec import load_spec, parse_spec
 
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     rows = []
@@ -151,10 +152,17 @@ def main() -> None:
         print(f"... {name}: truth {'cached' if t_truth < 1 else f'in {t_truth:.0f}s'}", file=sys.stderr, flush=True)
         if opts.no_profile:
             continue
-        spec = parse_spec({"task": dict(task, args=list(argv))})
+        # a case with its own spec file (t3: launcher.env) is profiled with it, and with the case's environment
+        spec = load_spec(truth["spec"]) if truth.get("spec") else parse_spec({"task": dict(task, args=list(argv))})
+        saved = {k: os.environ.get(k) for k in truth.get("env") or {}}
+        os.environ.update(truth.get("env") or {})
         load = os.getloadavg()[0]
         t0 = time.time()
-        prof = profile_script(path, spec, probe=True)
+        try:
+            prof = profile_script(path, spec, probe=True)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
         secs = time.time() - t0
         peak = max(truth["peak"], truth.get("eval_peak") or 0)
         ref = truth.get("fwd_flops_per_sample")

@@ -182,7 +182,8 @@ def profile_script(
     spec_batch = task.batch_size_per_gpu if task and task.batch_size_per_gpu else None
     batch = spec_batch or facts.batch_size
     if (task and task.batch_size_per_gpu and facts.batch_size and facts.batch_size != task.batch_size_per_gpu
-            and BATCH_SIZE_ENV not in source):
+            and BATCH_SIZE_ENV not in source
+            and not batch_passed(task.batch_size_per_gpu, task.args, spec.launcher.env if spec else {})):
         findings.append(Finding(
             severity="warning", code="spec-batch-not-used",
             message=f"the spec's task.batch_size_per_gpu={task.batch_size_per_gpu} is what this estimate is for, but "
@@ -304,9 +305,9 @@ def profile_script(
                          hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
                                 "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
                                 "params": st.params, "fallback_batch": batch},
-                         eval_expected=_has_eval(source))
+                         eval_expected=_has_eval(source), env=dict(spec.launcher.env) if spec else None)
         dry_seconds = dr.seconds
-        findings.extend(dr.findings)
+        findings.extend(_true_batch_reason(f, source) for f in dr.findings)
         if dr.ok:
             from autodl.profile.dryrun import script_native
 
@@ -344,6 +345,8 @@ def profile_script(
                 message=(f"line {dr.error_line}: " if dr.error_line else "") + "run as the launcher would run it "
                         f"(its own arguments, data and batch; on CPU), the script raised {dr.reason}. The run would "
                         "fail the same way; fix the script."))
+            findings.extend(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}.")
+                            for n in dr.raw.get("notes") or [] if "stood in" in n)
         elif dr.outcome == "no-isolation":
             # the sandbox could not be made when it was needed: nothing ran, and the probe (sandboxed too) won't
             findings.append(Finding(severity="warning", code="probe-unavailable", message=(
@@ -351,6 +354,8 @@ def profile_script(
             reasons.append("the script was not run: no sandbox isolation on this host")
             do_probe = False
         else:
+            if dr.params and not params:  # the model the script built before it stopped: its states bound the need
+                params, trainable = dr.params, dr.trainable if dr.trainable is not None else dr.params
             reasons.append(f"dry run not usable: {dr.reason}")
             findings.append(Finding(severity="warning", code="dry-run-failed", message=(
                 f"the dry run (the script itself, run in the sandbox on CPU) could not measure a training step: "
@@ -420,6 +425,19 @@ def profile_script(
                 f"ready (prefetch_factor + the buffer reader's; measured on Paddle 3.3.1: 5 at the defaults), "
                 f"{held / 2**20:,.1f} MiB of inputs at batch {batch}, added to the estimate (labels not counted).")))
     amp = facts.amp
+    if method == "dry_run" and measured_peak is not None and task and task.sequence_length:
+        measured_peak = _to_sequence_length(measured_peak, task.sequence_length, phases, params, trainable,
+                                            optimizer, findings)
+    reading = (dr.raw.get("max_reading") or 0) if dr is not None and not user_error else 0
+    if reading and reading > (measured_peak if measured_peak is not None else 0) and (
+            measured_peak is not None or reading > _static_tensor_peak(params, trainable, facts, act_per_sample,
+                                                                       batch, fixed, st.has_conv)):
+        findings.append(Finding(severity="warning", code="measured-floor", message=(
+            f"the dry run's allocator reached {reading / 2**20:,.1f} MiB while the script ran"
+            + (f" (at batch {dr.raw['max_reading_batch']})" if dr.raw.get("max_reading_batch") else "")
+            + f", more than the {method.replace('_', ' ')} figure; a run needs at least what was measured, so "
+            "tensor_peak_bytes is raised to that reading (a lower bound, not an extrapolation).")))
+        measured_peak = int(reading)
     if measured_peak is not None:
         # the dry run's peak at the run's batch is the tensor peak; split it into the breakdown's terms
         w, g, o = E.model_states(params or 0, trainable or 0, optimizer, None)
@@ -479,6 +497,65 @@ def profile_script(
         probe_batch_sizes=probe_batches,
     )
     return prof.model_copy(update={"max_batch_size_by_device": _max_batches(prof, catalog, threshold)})
+
+
+def _static_tensor_peak(params, trainable, facts, act_per_sample, batch, fixed, has_conv) -> int:
+    """The tensor peak the static or cold-start figures give (bytes), to compare with a dry-run reading."""
+    act = int(act_per_sample or 0) * batch
+    if facts.recompute:
+        act = int(act * E.RECOMPUTE_FACTOR)
+    return int(E.breakdown(params or 0, trainable or 0, facts.optimizer, facts.amp, act, fixed, has_conv)[2])
+
+
+def _to_sequence_length(peak: int, seq_len: int, phases: list[PhasePeak], params, trainable, optimizer,
+                        findings: list[Finding]) -> int:
+    """The training peak (bytes) at the spec's ``sequence_length`` when the dry run's token inputs were all shorter
+    (variable-length batches: the longest, which sets the peak, may come late in the epoch): the part above the
+    model states scaled by ``sequence_length / longest length seen``, an upper bound for activations linear in the
+    length, said in a warning. Unchanged when a token input (int, rank 2) reached ``seq_len``."""
+    lengths = [s[0] for p in phases for s, d in zip(p.input_shapes, p.input_dtypes)
+               if len(s) == 1 and d.startswith("int") and s[0] > 1]
+    if not lengths or max(lengths) >= seq_len:
+        return peak
+    seen = max(lengths)
+    w, g, o = E.model_states(params or 0, trainable or 0, optimizer, None)
+    scaled = int(w + g + o + max(0, peak - (w + g + o)) * seq_len / seen)
+    findings.append(Finding(severity="warning", code="sequence-length-bound", message=(
+        f"the dry run's token inputs were at most {seen} long, the spec's task.sequence_length is {seq_len}: the "
+        f"longest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
+        f"({max(0, peak - (w + g + o)) / 2**20:,.1f} MiB) is scaled by {seq_len}/{seen}: {scaled / 2**20:,.1f} MiB "
+        "(a bound for activations linear in the length).")))
+    return max(peak, scaled)
+
+
+FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
+                    "e.g. with a BatchSampler")
+
+
+def _true_batch_reason(f: Finding, source: str) -> Finding:
+    """A script that reads :data:`BATCH_SIZE_ENV` does not fix its batch: the dry run kept its steps small itself
+    (its time and memory budgets, or tensors it reduced), so the finding says that instead."""
+    if f.code != "dry-run-extrapolated" or FIXED_BATCH_TEXT not in f.message or BATCH_SIZE_ENV not in source:
+        return f
+    return f.model_copy(update={"message": f.message.replace(
+        FIXED_BATCH_TEXT, f"the script reads {BATCH_SIZE_ENV}, but the dry run kept its steps small to stay within "
+                          "its time and memory budgets")})
+
+
+BATCH_FLAGS = ("batch", "bs", "bsz")
+"""Argument and variable names that carry a batch (``--batch-size``, ``--bs``, ``BATCH``, ``TRAIN_BSZ``)."""
+
+
+def batch_passed(batch: int, args: list[str], env: dict[str, str]) -> bool:
+    """Whether what the launch passes sets ``batch``: a ``task.args`` option named for a batch (``--batch-size 64``,
+    ``--bs=64``) or a ``launcher.env`` variable named for one holding it. Then ``spec-batch-not-used`` is untrue."""
+    want = str(batch)
+    for i, a in enumerate(args):
+        name, _, val = a.partition("=")
+        if any(f in name.lower() for f in BATCH_FLAGS) and name.startswith("-"):
+            if (val or (args[i + 1] if i + 1 < len(args) else "")) == want:
+                return True
+    return any(any(f in k.lower() for f in BATCH_FLAGS) and v.strip() == want for k, v in (env or {}).items())
 
 
 _EVAL_MARKERS = ("no_grad", ".eval()", "evaluate(", "eval_data", "eval_loader", "val_loader", "valid_loader",

@@ -299,10 +299,12 @@ def arg_paths(argv: list[str] | None) -> tuple[list[Path], list[str]]:
     return out, refused
 
 
-def _env(batch_env: int | None, workdir: Path) -> dict[str, str]:
-    """The child's whole environment: the launcher's contract (``AUTODL_PADDLE_DEVICE``, the planned batch, an
-    output folder -- here inside the working directory, so checkpoints land in the sandbox), nothing of the caller's."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "", "AUTODL_PADDLE_DEVICE": "cpu",
+def _env(batch_env: int | None, workdir: Path, launch_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment: the spec's ``launcher.env`` as the training gets it, then the launcher's
+    contract (``AUTODL_PADDLE_DEVICE``, the planned batch, an output folder -- here inside the working directory, so
+    checkpoints land in the sandbox), which wins as it does at launch; nothing of the caller's."""
+    env = {str(k): str(v) for k, v in (launch_env or {}).items()}
+    env |= {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "", "AUTODL_PADDLE_DEVICE": "cpu",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
            "GLOG_minloglevel": "2", "LANG": "C.UTF-8", "PYTHONWARNINGS": "ignore", "AUTODL_DRY_RUN": "1",
            "AUTODL_OUTPUT_DIR": str(workdir / ".autodl-output")}
@@ -311,8 +313,8 @@ def _env(batch_env: int | None, workdir: Path) -> dict[str, str]:
     return env
 
 
-def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_env: int | None
-               ) -> tuple[dict, SandboxResult]:
+def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_env: int | None,
+               launch_env: dict[str, str] | None = None) -> tuple[dict, SandboxResult]:
     with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
@@ -332,7 +334,8 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
-        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work, env=_env(batch_env, work),
+        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work,
+                               env=_env(batch_env, work, launch_env),
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound()),
                                read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
                                                 *arg_paths(cfg.get("argv"))[0]])
@@ -377,6 +380,7 @@ def run_dry_run(
     eval_expected: bool = False,
     timeout_s: float | None = None,
     budget_s: float | None = None,
+    env: dict[str, str] | None = None,
 ) -> DryRun:
     """Run ``script`` in the sandbox with the dry-run hooks and turn what it measured into a :class:`DryRun`.
 
@@ -391,6 +395,7 @@ def run_dry_run(
     :param eval_expected: the script has an evaluation pass (``no_grad``/``eval()``): wait for it.
     :param timeout_s: hard limit; default ``$AUTODL_DRYRUN_TIMEOUT_S`` or :data:`DRY_RUN_TIMEOUT_S`.
     :param budget_s: soft budget of the measured steps; default ``$AUTODL_DRYRUN_BUDGET_S`` or :data:`DRY_RUN_BUDGET_S`.
+    :param env: the spec's ``launcher.env``: the script sees it as the training will (autodl's own variables win).
     :returns: the dry run; failures are outcomes with a reason, never exceptions.
     """
     t0 = time.monotonic()
@@ -411,7 +416,7 @@ def run_dry_run(
            "record_allocations": os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1"}
     try:
         raw, res = _run_child(script, cfg, timeout=timeout, memory=memory,
-                              batch_env=batch if batch_from_spec else None)
+                              batch_env=batch if batch_from_spec else None, launch_env=env)
     except SandboxUnavailable as exc:  # user code never runs unisolated
         return DryRun(outcome="no-isolation", reason=str(exc), seconds=round(time.monotonic() - t0, 3))
     dr = summarize(raw, res, target_batch=target, timeout=timeout)
@@ -420,7 +425,7 @@ def run_dry_run(
         # the reduced batch broke the script (e.g. a label tensor of the full batch): once more at its own batch
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None)
+                                batch_env=batch if batch_from_spec else None, launch_env=env)
         dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
@@ -435,7 +440,7 @@ def run_dry_run(
         # -10% to -35%). Run it once more at its own batch, which its own steps are enough for.
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None)
+                                batch_env=batch if batch_from_spec else None, launch_env=env)
         dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
         if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
             dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
@@ -563,6 +568,8 @@ def dryrun_report(text: str) -> dict[str, Any]:
                                          _list(data.get("created_batches"), "created_batches", 64))],
         "alloc_preexisting": _int(data.get("alloc_preexisting"), "alloc_preexisting", none=True),
         "reduced": data.get("reduced") is True,
+        "max_reading": _int(data.get("max_reading"), "max_reading", none=True),
+        "max_reading_batch": _int(data.get("max_reading_batch"), "max_reading_batch", 1, MAX_BATCH, none=True),
     }
     if out["trainable"] is not None and out["params"] is not None and out["trainable"] > out["params"]:
         raise ValueError("more trainable parameters than parameters")
