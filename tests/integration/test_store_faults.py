@@ -13,14 +13,14 @@ import uuid
 from contextlib import closing
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from autodl.errors import StoreError, StoreUnavailable
 from autodl.ledger import Ledger
 from autodl.pipeline import CollectGuard, CollectLimits, RunContext
 from autodl.store_faults import classify
 from autodl.types import LaunchHandle
-from tests.integration.conftest import require_service
+from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
 
@@ -90,80 +90,48 @@ class CuttableProxy:
 
 
 @pytest.fixture
-def pg_schema_url():
-    url = os.environ.get("AUTODL_TEST_PG_URL")
-    require_service(bool(url), "PostgreSQL", "set AUTODL_TEST_PG_URL (.ci/postgres.sh starts one on 127.0.0.1)")
-    schema = f"t_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield url, schema
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
-
-
-def _through(url: str, port: int, schema: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).set(host="127.0.0.1", port=port).render_as_string(hide_password=False) + \
-        f"?options=-csearch_path%3D{schema}"
-
-
-def test_a_postgresql_restart_under_a_training_keeps_its_lease(pg_schema_url, monkeypatch):
-    url, schema = pg_schema_url
-    from sqlalchemy.engine import make_url
-
-    target = make_url(url)
+def proxied_lease(pg_url, monkeypatch):  # noqa: F811 - pg_url is test_store_postgres's schema-per-test store
+    """A lease booked through a cuttable proxy in front of the test's PostgreSQL schema, and a collect guard
+    heartbeating it every 6 s with a 30 s TTL: (proxy, store URL, lease, guard, log lines, start time)."""
+    target = make_url(pg_url)
     proxy = CuttableProxy((target.host, target.port))
+    store = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    monkeypatch.setenv("AUTODL_STORE_URL", store)
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "30")
+    lease = Ledger(store).book(f"dag.train.manual__{uuid.uuid4().hex[:6]}", ["GPU-0"])
+    handle = LaunchHandle(launcher="local", run_key=lease.run_key, lease_id=lease.lease_id)
+    logged: list[str] = []
+    guard = CollectGuard(RunContext(run_key=lease.run_key), handle, launcher=None,
+                         limits=CollectLimits(heartbeat_every_s=6.0), log=logged.append)
     try:
-        store = _through(url, proxy.port, schema)
-        monkeypatch.setenv("AUTODL_STORE_URL", store)
-        monkeypatch.setenv("AUTODL_LEASE_TTL", "30")
-        lease = Ledger(store).book("dag.train.manual__1", ["GPU-0"])
-        handle = LaunchHandle(launcher="local", run_key=lease.run_key, lease_id=lease.lease_id)
-        logged: list[str] = []
-        guard = CollectGuard(RunContext(run_key=lease.run_key), handle, launcher=None,
-                             limits=CollectLimits(heartbeat_every_s=6.0), log=logged.append)
-        t = handle.started_at.timestamp()
-        assert guard.check(now=t + 6) is None            # a beat that the store answers
-        proxy.cut()                                       # the server restarts
-        with pytest.raises(StoreUnavailable, match="AUTODL_STORE_URL"):
-            Ledger(store).heartbeat(lease.run_key, lease.lease_id)
-        assert guard.check(now=t + 12) is None            # the run goes on; the beat is retried
-        assert guard.check(now=t + 13) is None
-        assert any("no answer from the store" in line for line in logged)
-        proxy.restore()
-        assert guard.check(now=t + 14) is None            # answered again: the lease was kept alive
-        held = Ledger(store).get(lease.run_key)
-        assert held is not None and held.lease_id == lease.lease_id
+        yield proxy, store, lease, guard, logged, handle.started_at.timestamp()
     finally:
         proxy.close()
 
 
-def test_a_store_down_longer_than_the_ttl_stops_the_training_saying_why(pg_schema_url, monkeypatch):
-    url, schema = pg_schema_url
-    from sqlalchemy.engine import make_url
+def test_a_postgresql_restart_under_a_training_keeps_its_lease(proxied_lease):
+    proxy, store, lease, guard, logged, t = proxied_lease
+    assert guard.check(now=t + 6) is None            # a beat that the store answers
+    proxy.cut()                                       # the server restarts
+    with pytest.raises(StoreUnavailable, match="AUTODL_STORE_URL"):
+        Ledger(store).heartbeat(lease.run_key, lease.lease_id)
+    assert guard.check(now=t + 12) is None            # the run goes on; the beat is retried
+    assert guard.check(now=t + 13) is None
+    assert any("no answer from the store" in line for line in logged)
+    proxy.restore()
+    assert guard.check(now=t + 14) is None            # answered again: the lease was kept alive
+    held = Ledger(store).get(lease.run_key)
+    assert held is not None and held.lease_id == lease.lease_id
 
-    target = make_url(url)
-    proxy = CuttableProxy((target.host, target.port))
-    try:
-        store = _through(url, proxy.port, schema)
-        monkeypatch.setenv("AUTODL_STORE_URL", store)
-        monkeypatch.setenv("AUTODL_LEASE_TTL", "30")
-        lease = Ledger(store).book("dag.train.manual__2", ["GPU-0"])
-        handle = LaunchHandle(launcher="local", run_key=lease.run_key, lease_id=lease.lease_id)
-        guard = CollectGuard(RunContext(run_key=lease.run_key), handle, launcher=None,
-                             limits=CollectLimits(heartbeat_every_s=6.0), log=lambda _m: None)
-        t = handle.started_at.timestamp()
-        assert guard.check(now=t + 6) is None
-        proxy.cut()
-        assert guard.check(now=t + 12) is None
-        stopped = guard.check(now=t + 40)
-        assert stopped is not None and stopped.status == "lease_lost"
-        assert "has not answered" in str(stopped) and "TTL" in str(stopped)
-    finally:
-        proxy.close()
+
+def test_a_store_down_longer_than_the_ttl_stops_the_training_saying_why(proxied_lease):
+    proxy, _store, _lease, guard, _logged, t = proxied_lease
+    assert guard.check(now=t + 6) is None
+    proxy.cut()
+    assert guard.check(now=t + 12) is None
+    stopped = guard.check(now=t + 40)
+    assert stopped is not None and stopped.status == "lease_lost"
+    assert "has not answered" in str(stopped) and "TTL" in str(stopped)
 
 
 def test_a_store_that_accepts_and_never_answers_fails_the_command_with_exit_9():
