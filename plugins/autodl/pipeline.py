@@ -771,7 +771,7 @@ def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],
     if spec.task.batch_size_per_gpu:
         # the batch the estimate was made for; scripts that read it train with what was planned
         env[BATCH_SIZE_ENV] = str(spec.task.batch_size_per_gpu)
-    output_dir = output_dir_path(spec, profile_out.script, autodl_home())
+    output_dir = output_dir_path(spec, profile_out.script, autodl_home(), dag_id=ctx.dag_id, owner=ctx.user)
     output_dir.mkdir(parents=True, exist_ok=True)
     env[OUTPUT_DIR_ENV] = str(output_dir)
     env[REPORT_FILE_ENV] = str(state_dir(ctx.run_key) / "report.json")

@@ -143,7 +143,8 @@ class TaskSection(_Section):
                                                  "default: when Paddle is importable. The CLI's --probe/--no-probe wins.")
     output_dir: str | None = Field(
         None, description="Folder the training keeps its checkpoints in across runs (AUTODL_OUTPUT_DIR), relative "
-                          "to the spec file; default: $AUTODL_HOME/outputs/<model_name or script name>.")
+                          "to the spec file; default: $AUTODL_HOME/outputs/<dag_id>/<owner>/<model_name or script "
+                          "name> (outside Airflow: outputs/<name>).")
 
     @field_validator("num_gpus_estimate", mode="before")
     @classmethod
@@ -776,19 +777,26 @@ MAX_ERRORS_SHOWN = 10
 """Validation errors listed in one message; the rest are counted (a list of 100,000 bad values says so in a line)."""
 
 
-def output_dir_path(spec: TaskSpec, script: str | Path, home: Path) -> Path:
-    """The folder a run keeps its checkpoints in, the same for every run of one model.
+def output_dir_path(spec: TaskSpec, script: str | Path, home: Path, *, dag_id: str | None = None,
+                    owner: str | None = None) -> Path:
+    """The folder a run keeps its checkpoints in, the same for every run of one model of one DAG and owner.
 
     :param spec: the task spec; ``task.output_dir`` wins (relative to the spec file).
     :param script: the training script (names the default folder when the spec has no model name).
-    :param home: autodl's state folder (``AUTODL_HOME``); the default is ``home/outputs/<name>``.
+    :param home: autodl's state folder (``AUTODL_HOME``); the default is ``home/outputs/<name>``, and
+        ``home/outputs/<dag_id>/<owner>/<name>`` for a run of a DAG, so two owners' (or two DAGs') models of one
+        script name never resume from or overwrite each other's checkpoints (issue 23).
+    :param dag_id: the DAG the run belongs to (None: a run outside Airflow).
+    :param owner: who runs it (the Airflow user or the DAG's owner; None: ``unknown``).
     :returns: an absolute path (not created here).
     """
     if spec.task.output_dir:
         base = Path(spec.source_path).parent if spec.source_path else Path.cwd()
         return (base / spec.task.output_dir).resolve()
-    name = spec.task.model_name or Path(script).stem
-    return (home / "outputs" / output_dir_name(name)).resolve()
+    name = output_dir_name(spec.task.model_name or Path(script).stem)
+    if dag_id is None:
+        return (home / "outputs" / name).resolve()
+    return (home / "outputs" / output_dir_name(dag_id) / output_dir_name(owner or "unknown") / name).resolve()
 
 
 def output_dir_name(name: str) -> str:

@@ -108,3 +108,21 @@ def test_a_pool_url_password_is_not_in_the_inventory_source():
     assert inventory.devices and "s3cretPW" not in inventory.source and "***" in inventory.source
     # the credentials reach the server as Basic auth (urllib alone would take them for part of the host)
     assert _OneSeries.seen_auth and set(_OneSeries.seen_auth) == {"Basic " + base64.b64encode(b"ops:s3cretPW").decode()}
+
+
+def test_two_owners_models_of_one_script_name_get_their_own_checkpoint_folders(tmp_path):
+    """Issue 23: two owners' models with the same script name shared one checkpoint folder (one resumed from and
+    overwrote the other's). A DAG's run keys its folder by DAG and owner; a run outside Airflow keeps the old one."""
+    from autodl.spec import output_dir_path
+
+    spec = parse_spec({"task": {"script": "train.py"}})
+    alice = output_dir_path(spec, "train.py", tmp_path, dag_id="nightly", owner="alice")
+    bob = output_dir_path(spec, "train.py", tmp_path, dag_id="nightly", owner="bob")
+    other_dag = output_dir_path(spec, "train.py", tmp_path, dag_id="weekly", owner="alice")
+    assert len({alice, bob, other_dag}) == 3
+    assert alice == output_dir_path(spec, "train.py", tmp_path, dag_id="nightly", owner="alice")  # night after night
+    assert alice == (tmp_path / "outputs" / "nightly" / "alice" / "train").resolve()
+    assert output_dir_path(spec, "train.py", tmp_path) == (tmp_path / "outputs" / "train").resolve()
+    # a name with characters a folder cannot hold is still one folder level, never a path
+    odd = output_dir_path(spec, "train.py", tmp_path, dag_id="a/../b", owner="../../etc")
+    assert odd.parent.parent.parent == (tmp_path / "outputs").resolve()
