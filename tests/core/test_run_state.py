@@ -9,6 +9,7 @@ from sqlalchemy import create_engine, inspect
 from autodl.errors import StateError
 from autodl.store import RunState, get_engine, head_revision
 from autodl.types import Lease, MemoryBreakdown, PoolEvent, ProfileResult, ResourceProfile, Selection
+from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the schema-per-test fixture
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -17,28 +18,6 @@ def store_url(request, tmp_path):
         yield f"sqlite:///{tmp_path / 'state.db'}"
         return
     yield request.getfixturevalue("pg_url")
-
-
-@pytest.fixture
-def pg_url():
-    """The test PostgreSQL (AUTODL_TEST_PG_URL), in a schema of its own dropped after."""
-    import os
-    import uuid
-
-    from sqlalchemy import text
-
-    from tests.integration.conftest import require_service
-
-    url = os.environ.get("AUTODL_TEST_PG_URL")
-    require_service(bool(url), "PostgreSQL", "set AUTODL_TEST_PG_URL (.ci/postgres.sh starts one on 127.0.0.1)")
-    schema = f"t_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield f"{url}?options=-csearch_path%3D{schema}"
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    engine.dispose()
 
 
 def profile_result() -> ProfileResult:
