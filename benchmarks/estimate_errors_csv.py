@@ -1,4 +1,4 @@
-"""Write ``include/data/estimate-errors.csv`` (the scheduling simulator's memory-estimate errors) from the
+"""Write ``sim/src/autodl_sim/data/estimate-errors.csv`` (the scheduling simulator's memory-estimate errors) from the
 estimator benchmark's table ``benchmarks/results/estimate_accuracy.txt``.
 
 Run from the repository root after ``benchmarks/estimate_accuracy.py`` has rewritten the table::
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "benchmarks" / "results" / "estimate_accuracy.txt"
-CSV = ROOT / "include" / "data" / "estimate-errors.csv"
+CSV = ROOT / "sim" / "src" / "autodl_sim" / "data" / "estimate-errors.csv"
 MIB = 2**20
 
 EVAL_PEAK = {

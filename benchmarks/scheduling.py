@@ -37,11 +37,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim" / "src"))  # the simulator distribution (autodl-sim)
 
-from autodl.policy.admission import AGING_S, GANG_FIRST_S, CA_WINDOW, WAIT_MARGIN  # noqa: E402
-from autodl.simulate import run_all  # noqa: E402
-from autodl.simulate.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
-from autodl.simulate.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
+from autodl.policy.admission import AGING_S, CA_WINDOW, GANG_FIRST_S, WAIT_MARGIN  # noqa: E402
+from autodl_sim import run_all  # noqa: E402
+from autodl_sim.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
+from autodl_sim.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
 
 SLICE_JOBS = 10_000
 TUNE_SLICES = (0, 2, 7)
@@ -344,7 +345,7 @@ def main() -> int:
     schedulers = SCHEDULERS
     out(f"# Philly slices {[s for s, _ in reps]} of {jobs:,d} jobs (replica i: slice, seed i); tuned on slices "
         f"{TUNE_SLICES} only")
-    out(f"# pool include/pools/sim-pai-hetero.yaml (560 GPUs) scaled per setting; headroom 0.85 for every scheduler; "
+    out(f"# pool autodl_sim/data/sim-pai-hetero.yaml (560 GPUs) scaled per setting; headroom 0.85 for every scheduler; "
         f"queue constants: aging {AGING_S / 3600:.0f} h, comparative-advantage window {CA_WINDOW}; autodl's wait "
         f"margin {WAIT_MARGIN:g}")
     tasks = []

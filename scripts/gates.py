@@ -17,13 +17,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / ".ci" / "gates-baseline.json"
-TARGET = "plugins/autodl"
+TARGETS = ["plugins/autodl", "sim/src/autodl_sim"]
+"""The product and the simulator distribution (sim/)."""
 _MYPY_LINE = re.compile(r"^(?P<file>[^:]+):\d+(?::\d+)?: error: .*\[(?P<code>[a-z0-9-]+)\]$")
 
 
 def ruff_counts() -> Counter:
     """(``ruff``, file, rule) -> offences, from ``ruff check --output-format json``."""
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", TARGET, "--output-format", "json", "--no-cache",
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", *TARGETS, "--output-format", "json", "--no-cache",
                            "--exit-zero"], cwd=ROOT, capture_output=True, text=True, check=True)
     counts: Counter = Counter()
     for item in json.loads(done.stdout or "[]"):
@@ -34,7 +35,7 @@ def ruff_counts() -> Counter:
 
 def mypy_counts() -> Counter:
     """(``mypy``, file, error code) -> errors, from mypy's text output (settings in pyproject.toml)."""
-    done = subprocess.run([sys.executable, "-m", "mypy", TARGET, "--no-error-summary", "--no-pretty",
+    done = subprocess.run([sys.executable, "-m", "mypy", *TARGETS, "--no-error-summary", "--no-pretty",
                            "--show-error-codes", "--no-color-output"], cwd=ROOT, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"mypy could not run (exit {done.returncode}): {done.stderr.strip() or done.stdout[-2000:]}")

@@ -499,7 +499,7 @@ _run_key = _text_arg("run key", MAX_RUN_KEY_CHARS)
 _pool_arg = _text_arg("pool source", 8192)
 
 
-def _path_arg(what: str, *, check_length: bool = True):
+def path_arg(what: str, *, check_length: bool = True):
     """argparse type: a path that is not empty (an empty path is the current folder: never what was meant), nor
     longer than Linux allows (``check_length``; off where the reader, :func:`autodl.inputs.resolve_file`, says so
     itself naming the file and the field); what it names is checked where it is read."""
@@ -553,16 +553,16 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
 
     sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
-    sp.add_argument("script", nargs="?", type=_path_arg("training script", check_length=False),
+    sp.add_argument("script", nargs="?", type=path_arg("training script", check_length=False),
                     help="training script (default: the spec's task.script)")
-    sp.add_argument("--spec", type=_path_arg("spec file", check_length=False), help="task spec YAML whose values override the script's")
+    sp.add_argument("--spec", type=path_arg("spec file", check_length=False), help="task spec YAML whose values override the script's")
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
     sp.set_defaults(func=cmd_profile)
 
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
-    sp.add_argument("spec", type=_path_arg("spec file", check_length=False), help="task spec YAML")
-    sp.add_argument("--script", type=_path_arg("training script", check_length=False), help="override the spec's task.script")
+    sp.add_argument("spec", type=path_arg("spec file", check_length=False), help="task spec YAML")
+    sp.add_argument("--script", type=path_arg("training script", check_length=False), help="override the spec's task.script")
     sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     probe_flags(sp)
@@ -591,12 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--plot", metavar="RUN_KEY", type=_run_key, help="draw the run's memory/utilization timeline (PNG beside its log)")
-    sp.add_argument("--out", type=_path_arg("output file"), help="with --plot: write the PNG here instead")
+    sp.add_argument("--out", type=path_arg("output file"), help="with --plot: write the PNG here instead")
     sp.set_defaults(func=cmd_runs)
 
     sp = sub.add_parser("calibration", help="out-of-memory runs that raise later estimates (and forgetting them)")
     sp.add_argument("--clear", action="store_true", help="forget them: later estimates are no longer raised from them")
-    sp.add_argument("--script", type=_path_arg("training script"), help="only this script's runs")
+    sp.add_argument("--script", type=path_arg("training script"), help="only this script's runs")
     sp.add_argument("--limit", type=_count, default=200, help="newest N records searched (1..100000)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_calibration)
@@ -606,13 +606,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host", type=_host_arg, default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sp.set_defaults(func=cmd_exporter)
 
-    try:
-        from autodl.simulate.cli import register
-    except ImportError:
-        pass
-    else:
-        register(sub)
+    _register_extra_commands(sub)
     return p
+
+
+def _register_extra_commands(sub) -> None:
+    """Add the subcommands other installed distributions declare in the ``autodl.commands`` entry point group
+    (``autodl simulate`` comes from ``autodl-sim``, ``sim/``); one that cannot be loaded is left out with a
+    note on stderr, so it never breaks the product's own commands."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="autodl.commands"):
+        try:
+            register = ep.load()
+        except Exception as exc:  # an extra's import error must not take the product's CLI down with it
+            print(f"autodl: the {ep.name!r} command ({ep.value}) is left out: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            continue
+        register(sub)
 
 
 def _count(text: str) -> int:

@@ -27,12 +27,13 @@ def test_fewer_offences_ask_for_the_baseline_to_come_down():
     assert worse == [] and better == ["mypy plugins/autodl/a.py arg-type: 1 (baseline 3)"]
 
 
-def test_the_baseline_round_trips_and_covers_only_the_product():
+def test_the_baseline_round_trips_and_covers_only_the_product_and_the_simulator():
     data = json.loads((ROOT / ".ci" / "gates-baseline.json").read_text())
     counts = gates.from_json(data)
     assert gates.as_json(counts) == data
     assert {tool for tool, _p, _c in counts} <= {"ruff", "mypy"}
-    assert all(path.startswith("plugins/autodl/") for _t, path, _c in counts)
+    assert all(path.startswith(("plugins/autodl/", "sim/src/autodl_sim/")) for _t, path, _c in counts)
+    assert not [path for _t, path, _c in counts if path.startswith("plugins/autodl/simulate/")]
 
 
 def test_mypy_lines_are_read_with_their_code():

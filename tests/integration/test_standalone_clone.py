@@ -29,7 +29,9 @@ def test_no_tracked_file_reads_the_handed_data_folder():
     out = subprocess.run(["git", "grep", "-l", HANDED_DATA], cwd=REPO, capture_output=True, text=True)
     assert out.stdout.split() == [], out.stdout
     readme = (REPO / "include/data/README.md").read_text()
-    assert "CC BY 4.0" in readme and "philly-jobs.csv" in readme and "gpu-relative-throughput.csv" in readme
+    assert "CC BY 4.0" in readme and "gpu-relative-throughput.csv" in readme
+    sim_readme = (REPO / "sim/src/autodl_sim/data/README.md").read_text()
+    assert "CC BY 4.0" in sim_readme and "philly-jobs.csv" in sim_readme and "estimate-errors.csv" in sim_readme
 
 
 def test_data_tests_pass_in_a_clone_with_nothing_beside_it(tmp_path):

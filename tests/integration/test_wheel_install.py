@@ -103,9 +103,11 @@ def test_wheel_carries_the_shipped_files(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     for needed in ("autodl/include/catalog/gpus.yaml", "autodl/include/catalog/vendors.yaml",
                    "autodl/include/pools/demo.yaml", "autodl/include/specs/simple_cnn.yaml",
-                   "autodl/include/scripts/simple_cnn.py", "autodl/include/data/philly-jobs.csv",
+                   "autodl/include/scripts/simple_cnn.py", "autodl/include/data/gpu-relative-throughput.csv",
                    "autodl/include/data/README.md"):
         assert needed in names, needed
+    # the simulator and its 3.4 MB trace are their own distribution (sim/, autodl-sim), not the product's
+    assert not [n for n in names if n.startswith("autodl/simulate/") or n.endswith("philly-jobs.csv")], names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "autodl/py.typed" in names and "autodl/__main__.py" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the Apache-2.0 text goes with the wheel"

@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from autodl.simulate import run_all
-from autodl.simulate.cli import register, run
 from autodl.policy.scoring import DEFAULT_WEIGHTS
-from autodl.simulate.engine import EVAL_PEAK_FRACTION, PEAK_STEP_S, SimOptions, simulate
-from autodl.simulate.pool import HostGroup, SimPool, load_sim_pool, scale_pool
-from autodl.simulate.workload import SimJob, load_errors, load_trace
+from autodl_sim import run_all
+from autodl_sim.cli import register, run
+from autodl_sim.engine import EVAL_PEAK_FRACTION, PEAK_STEP_S, SimOptions, simulate
+from autodl_sim.pool import HostGroup, SimPool, load_sim_pool, scale_pool
+from autodl_sim.workload import SimJob, load_errors, load_trace
 
 GIB = 2**30
 V100 = "V100-PCIE-16GB"   # 16 GiB = 17,179,869,184 bytes in the catalog
@@ -243,7 +243,7 @@ def test_measured_errors_are_what_the_policy_sees():
 
 
 def test_error_table_is_the_benchmark_table_converted():
-    """``include/data/estimate-errors.csv`` is what ``benchmarks/estimate_errors_csv.py`` writes from
+    """``autodl_sim/data/estimate-errors.csv`` is what ``benchmarks/estimate_errors_csv.py`` writes from
     ``benchmarks/results/estimate_accuracy.txt``: row for row, with the eval-phase scripts marked."""
     import importlib.util
     from pathlib import Path

@@ -1,7 +1,7 @@
 """The admission queue's decision, as a pure function: which waiting runs get devices now, and which devices.
 
 Both the product (waiting runs registered in autodl's store, see :mod:`autodl.queue`) and the
-trace-driven simulator (:mod:`autodl.simulate.engine`) call :func:`admit` with the runs that wait,
+trace-driven simulator (:mod:`autodl_sim.engine`) call :func:`admit` with the runs that wait,
 the devices that are free and the runs that hold devices, so the simulator measures the queue code
 that orders real runs.
 

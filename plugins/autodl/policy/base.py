@@ -1,7 +1,7 @@
 """The policy protocol and registry: what a placement policy sees (a run's need, device-set options) and returns (scores with visible terms).
 
 Both :func:`autodl.policy.place` (a real or declared inventory) and the trace-driven simulator
-(:mod:`autodl.simulate`) build :class:`Option` values and ask the same policy objects to score
+(:mod:`autodl_sim`) build :class:`Option` values and ask the same policy objects to score
 them, so the simulator measures the code that places real runs.
 """
 

@@ -1,7 +1,7 @@
 """Trace-driven scheduling simulator: replay the Philly job trace on a heterogeneous pool under each placement policy.
 
 Pure code (no Airflow): :func:`run_all` loads the trace slice, the pool and the heterogeneity
-matrix and replays every policy named; :mod:`autodl.simulate.cli` exposes it as ``autodl simulate``.
+matrix and replays every policy named; :mod:`autodl_sim.cli` exposes it as ``autodl simulate``.
 """
 
 from __future__ import annotations
@@ -10,10 +10,16 @@ from pathlib import Path
 from typing import Sequence
 
 from autodl.catalog import Catalog, load_catalog
-from autodl.simulate.engine import SimOptions, SimResult, simulate
-from autodl.simulate.pool import SimPool, load_sim_pool, scale_pool
-from autodl.simulate.workload import (
-    SimJob, assumed_speeds, load_errors, load_throughput, load_trace, perturb_speeds, speed_table,
+from autodl_sim.engine import SimOptions, SimResult, simulate
+from autodl_sim.pool import SimPool, load_sim_pool, scale_pool
+from autodl_sim.workload import (
+    SimJob,
+    assumed_speeds,
+    load_errors,
+    load_throughput,
+    load_trace,
+    perturb_speeds,
+    speed_table,
 )
 
 DEFAULT_POLICIES = ("fifo_first_fit", "random", "best_fit_memory", "gavel_max_throughput", "rule_based", "rl_based",
@@ -40,18 +46,18 @@ def run_all(
 ) -> list[SimResult]:
     """Replay one trace slice under each policy, side by side (same jobs, same draws).
 
-    :param trace: job CSV (default ``include/data/philly-jobs.csv``).
-    :param pool: simulated pool file (default ``include/pools/sim-pai-hetero.yaml``).
+    :param trace: job CSV (default ``autodl_sim/data/philly-jobs.csv``).
+    :param pool: simulated pool file (default ``autodl_sim/data/sim-pai-hetero.yaml``).
     :param throughput: heterogeneity matrix CSV (default ``include/data/gpu-relative-throughput.csv``).
     :param start: first job of the slice, after sorting by submit time.
     :param jobs: slice length (``None`` = to the end).
     :param seed: seeds memory draws, estimate errors, catalog errors and policy randomness.
     :param error: a uniform memory estimate error (0.15 = +-15%); default None = the measured errors.
-    :param errors: the measured error table (default ``include/data/estimate-errors.csv``).
+    :param errors: the measured error table (default ``autodl_sim/data/estimate-errors.csv``).
     :param load: arrival-rate multiplier (2 = submit times halved).
     :param pool_scale: hosts per device model multiplied by this (0.5 = the pool halved; at least one host each).
     :param runtime_sigma: spread of the expected runtimes the queue sees (default
-        :data:`autodl.simulate.workload.RUNTIME_SIGMA`; ``math.inf`` = unknown).
+        :data:`autodl_sim.workload.RUNTIME_SIGMA`; ``math.inf`` = unknown).
     :param speed_sigma: the catalog's speed figures the policies see are off by exp(N(0, speed_sigma))
         per device model (0 = the catalog's roofline figures as they are).
     :param policies: placement policy names (each placed through the admission queue), or ``tiresias_las``.
@@ -61,7 +67,7 @@ def run_all(
     """
     import dataclasses
 
-    from autodl.simulate.workload import RUNTIME_SIGMA
+    from autodl_sim.workload import RUNTIME_SIGMA
 
     cat = catalog or load_catalog()
     sim_pool = load_sim_pool(pool, cat)

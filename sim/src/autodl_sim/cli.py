@@ -1,4 +1,4 @@
-"""The ``autodl simulate`` subcommand: argparse wiring for :func:`autodl.simulate.run_all`."""
+"""The ``autodl simulate`` subcommand: argparse wiring for :func:`autodl_sim.run_all`."""
 
 from __future__ import annotations
 
@@ -64,12 +64,12 @@ _hours = _finite_positive("hours, e.g. 96")
 
 def _path(text: str) -> str:
     """argparse type: a path that is not empty (an empty one would silently mean the default file), nor longer
-    than a path can be (:func:`autodl.cli._path_arg`)."""
-    from autodl.cli import _path_arg
+    than a path can be (:func:`autodl.cli.path_arg`)."""
+    from autodl.cli import path_arg
 
     if not text.strip():
         raise argparse.ArgumentTypeError("the path is empty; pass a file's path, or leave the option out for the default")
-    return _path_arg("file")(text)
+    return path_arg("file")(text)
 
 
 def _policies(text: str) -> str:
@@ -85,24 +85,24 @@ def register(subparsers) -> argparse.ArgumentParser:
     :param subparsers: what ``ArgumentParser.add_subparsers()`` returned.
     :returns: the new subparser (its ``func`` default is :func:`run`).
     """
-    from autodl.simulate import DEFAULT_POLICIES
+    from autodl_sim import DEFAULT_POLICIES
 
     p = subparsers.add_parser(
         "simulate",
         help="replay the Philly job trace on a simulated heterogeneous pool under each placement policy",
-        description="Trace-driven simulation: Philly jobs (include/data/philly-jobs.csv) on a heterogeneous pool, "
+        description="Trace-driven simulation: Philly jobs (autodl_sim/data/philly-jobs.csv) on a heterogeneous pool, "
         "speeds from gpu-relative-throughput.csv (Sia/Pollux artifacts).",
     )
-    p.add_argument("--trace", type=_path, default=None, help="job CSV (default include/data/philly-jobs.csv)")
-    p.add_argument("--pool", type=_path, default=None, help="simulated pool YAML (default include/pools/sim-pai-hetero.yaml)")
+    p.add_argument("--trace", type=_path, default=None, help="job CSV (default autodl_sim/data/philly-jobs.csv)")
+    p.add_argument("--pool", type=_path, default=None, help="simulated pool YAML (default autodl_sim/data/sim-pai-hetero.yaml)")
     p.add_argument("--throughput", type=_path, default=None, help="heterogeneity matrix CSV")
     p.add_argument("--start", type=_count(0), default=0, help="first job of the slice after sorting by submit time")
     p.add_argument("--jobs", type=_count(1), default=None, help="number of jobs in the slice (default: to the end)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error", type=_fraction, default=None,
                    help="a uniform relative error of memory estimates (0.15 = +-15%%); default: the estimator's "
-                        "measured errors (include/data/estimate-errors.csv)")
-    p.add_argument("--errors", type=_path, default=None, help="measured error table (default include/data/estimate-errors.csv)")
+                        "measured errors (autodl_sim/data/estimate-errors.csv)")
+    p.add_argument("--errors", type=_path, default=None, help="measured error table (default autodl_sim/data/estimate-errors.csv)")
     p.add_argument("--load", type=_positive, default=1.0, help="arrival-rate multiplier (2 = twice the trace's jobs per hour)")
     p.add_argument("--pool-scale", type=_positive, default=1.0, help="hosts per device model x this (0.5 = pool halved)")
     p.add_argument("--queue", choices=("autodl", "own"), default="autodl",
@@ -128,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
     :returns: 0 on success, the error's exit code on an :class:`AutoDLError` (message on stderr).
     """
-    from autodl.simulate import run_all
-    from autodl.simulate.report import SOURCES, format_table, write_plot
+    from autodl_sim import run_all
+    from autodl_sim.report import SOURCES, format_table, write_plot
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                               "each policy keeps its classic queue, which has neither: drop them or --queue own.")
         if not args.load > 0 or not args.pool_scale > 0:
             raise AutoDLError("--load and --pool-scale must be > 0 (1 = as the trace and the pool file are).")
-        from autodl.simulate.engine import SimOptions
+        from autodl_sim.engine import SimOptions
 
         results = run_all(
             trace=args.trace, pool=args.pool, throughput=args.throughput, start=args.start, jobs=args.jobs,
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry: ``python -m autodl.simulate.cli simulate ...``."""
+    """Stand-alone entry: ``python -m autodl_sim.cli simulate ...``."""
     parser = argparse.ArgumentParser(prog="autodl")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

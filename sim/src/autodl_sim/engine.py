@@ -33,12 +33,19 @@ from typing import Sequence
 
 from autodl.catalog import Catalog
 from autodl.policy.admission import (
-    AGING_S, CA_WINDOW, GANG_FIRST_MIN_GPUS, WAIT_MARGIN, QueuedRun, RunningRun, decide, queue_key,
+    AGING_S,
+    CA_WINDOW,
+    GANG_FIRST_MIN_GPUS,
+    WAIT_MARGIN,
+    QueuedRun,
+    RunningRun,
+    decide,
+    queue_key,
 )
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
-from autodl.simulate.pool import SimPool
-from autodl.simulate.workload import ROOFLINE_REFERENCE, SimJob
+from autodl_sim.pool import SimPool
+from autodl_sim.workload import ROOFLINE_REFERENCE, SimJob
 
 PEAK_STEP_S = 60.0
 """Seconds from start until a training-step peak is reached (process start, model build, first
@@ -48,7 +55,7 @@ iteration); the run is charged this time, or its whole runtime if shorter."""
 EVAL_PEAK_FRACTION = 0.1
 """Fraction of a run's runtime before its first evaluation pass, where an evaluation-phase peak is
 reached (assumption: evaluation after the first of ten epochs). Applies to error samples whose
-``phase`` is ``eval`` (``include/data/estimate-errors.csv``)."""
+``phase`` is ``eval`` (``autodl_sim/data/estimate-errors.csv``)."""
 
 CHECKPOINT_S = 60.0
 """Seconds a preemption costs the preempted job (save a checkpoint, restore it on restart). Assumption:

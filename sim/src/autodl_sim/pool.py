@@ -1,4 +1,4 @@
-"""Simulated pools: device-model groups of identical hosts, read from ``include/pools/sim-*.yaml`` or a declared pool file."""
+"""Simulated pools: device-model groups of identical hosts, read from ``autodl_sim/data/sim-*.yaml`` or a declared pool file."""
 
 from __future__ import annotations
 
@@ -48,19 +48,20 @@ def load_sim_pool(path: str | Path | None, catalog: Catalog) -> SimPool:
     Two layouts: ``groups: [{model, hosts, gpus_per_host}]`` (a ``sim-*.yaml`` file), or a declared
     pool (``host:`` + ``devices: [{model, ...}]``, like ``demo.yaml``), read as one host per group.
 
-    :param path: the YAML file; a bare name is looked up in ``include/pools/``; default
+    :param path: the YAML file; a bare name is looked up in ``autodl_sim/data/``, then in autodl's ``include/pools/``; default
         :data:`DEFAULT_SIM_POOL`.
     :param catalog: resolves model names, memory, vendor, price and tags.
     :raises AutoDLError: on a missing file or an entry without a known model (naming file and entry).
     """
     p = Path(path or DEFAULT_SIM_POOL)
     if not os.path.isfile(p) and not p.is_absolute():
-        p = include_dir() / "pools" / p
+        own = Path(__file__).resolve().parent / "data" / p
+        p = own if own.is_file() else include_dir() / "pools" / p
     if not os.path.isfile(p):
-        raise AutoDLError(f"{p}: pool file not found; pass --pool with a file from include/pools/.")
-    raw = read_yaml(p, AutoDLError, "pool file not found; pass --pool with a file from include/pools/.") or {}
+        raise AutoDLError(f"{p}: pool file not found; pass --pool with a pool file (autodl_sim/data/sim-*.yaml or autodl's include/pools/).")
+    raw = read_yaml(p, AutoDLError, "pool file not found; pass --pool with a pool file (autodl_sim/data/sim-*.yaml or autodl's include/pools/).") or {}
     if not isinstance(raw, dict):
-        raise AutoDLError(f"{p}: a simulated pool is a mapping with 'groups:' or 'devices:'; see include/pools/{DEFAULT_SIM_POOL}.")
+        raise AutoDLError(f"{p}: a simulated pool is a mapping with 'groups:' or 'devices:'; see autodl_sim/data/{DEFAULT_SIM_POOL}.")
     groups: list[HostGroup] = []
     if "groups" in raw:
         for i, g in enumerate(raw["groups"] or []):
@@ -86,7 +87,7 @@ def load_sim_pool(path: str | Path | None, catalog: Catalog) -> SimPool:
             gpu = catalog.get(name)
             groups.append(HostGroup(gpu.name, gpu.vendor, 1, c, gpu.memory_bytes, gpu.cost_per_hour_usd, tuple(gpu.tags)))
     if not groups:
-        raise AutoDLError(f"{p}: no 'groups:' or 'devices:'; see include/pools/{DEFAULT_SIM_POOL} for the layout.")
+        raise AutoDLError(f"{p}: no 'groups:' or 'devices:'; see autodl_sim/data/{DEFAULT_SIM_POOL} for the layout.")
     return SimPool(str(p), tuple(groups))
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from autodl.simulate.engine import SimResult
+from autodl_sim.engine import SimResult
 
 SOURCES = (
     "Jobs: Philly trace (Jeon et al., USENIX ATC 2019; job table from the Sia SOSP 2023 artifacts, CC BY 4.0). "
     "True speeds: gpu-relative-throughput.csv (Sia/Pollux artifacts; V100 = 1.0); device models absent from it "
     "are scaled by a catalog roofline bound; policies see the catalog's roofline figures. Memory estimate errors: "
-    "include/data/estimate-errors.csv (autodl's estimator, measured)."
+    "autodl_sim/data/estimate-errors.csv (autodl's estimator, measured)."
 )
 
 SEED_UTILIZATION_CLAIM = (0.52, 0.83)

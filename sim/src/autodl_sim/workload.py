@@ -3,7 +3,7 @@
 Sources (cite them in any output): the job table ``philly-jobs.csv`` (Jeon et al., USENIX ATC 2019,
 as derived in the Sia SOSP 2023 artifacts, CC BY 4.0) and the heterogeneity matrix
 ``gpu-relative-throughput.csv`` (single-GPU throughput relative to a V100, from the Sia/Pollux
-artifacts). Both ship with autodl in ``include/data/`` (sources and licences in its README).
+artifacts). The trace ships with the simulator (``autodl_sim/data/``), the matrix with autodl (``include/data/``); sources and licences in each folder's README.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from autodl.inputs import read_text
 MAX_CSV_BYTES = 256 << 20
 """Largest trace or throughput CSV read (256 MiB; the shipped Philly trace is a few MiB)."""
 
-DATA_DIR = include_dir() / "data"
-"""``include/data``: the Philly trace and the measured throughput ratios, with their sources."""
+DATA_DIR = Path(__file__).resolve().parent / "data"
+"""The simulator's own data (``autodl_sim/data``): the Philly trace, the estimator's measured errors and the
+simulated pool, with their sources in its README."""
 
 DEFAULT_TRACE = DATA_DIR / "philly-jobs.csv"
-DEFAULT_THROUGHPUT = DATA_DIR / "gpu-relative-throughput.csv"
+DEFAULT_THROUGHPUT = include_dir() / "data" / "gpu-relative-throughput.csv"
+"""The measured throughput ratios ship with autodl (the step-time model reads them too)."""
 
 CLASS_BY_GPU_HOURS = ((1.0, "cifar10_resnet18"), (10.0, "bert_finetune"), (math.inf, "imagenet_resnet50"))
 """Model class of a job by its GPU-hours (upper bound, class), in the manner of Sia (Jayaram
@@ -145,7 +147,7 @@ def load_errors(path: str | Path | None = None) -> list[ErrorSample]:
     """Read the memory estimator's measured errors.
 
     :param path: CSV with ``name,measured_bytes,estimated_bytes,phase,source``; default
-        ``include/data/estimate-errors.csv``.
+        ``autodl_sim/data/estimate-errors.csv``.
     :returns: one sample per row with a measured and an estimated peak (rows with an empty estimate:
         refused by the estimator, are kept as ratio ``inf``: the run is refused as fitting nowhere).
     :raises AutoDLError: when the file is missing, empty or a row is malformed (naming the line).
@@ -238,13 +240,13 @@ def load_trace(
     Draws (batch scale, memory estimate error, runtime estimate error) come from one
     ``random.Random(seed)`` over the whole sorted trace, so a job's draws do not depend on the slice.
 
-    :param path: CSV with ``timestamp,duration,num_gpus,gpu_time``; default ``include/data/philly-jobs.csv``.
+    :param path: CSV with ``timestamp,duration,num_gpus,gpu_time``; default ``autodl_sim/data/philly-jobs.csv``.
     :param start: index of the first job of the slice (after sorting).
     :param jobs: number of jobs (``None`` = to the end).
     :param seed: seed of the draws.
     :param error: when given, a uniform memory estimate error: estimate = true x (1 + U(-error, +error));
         default None: the measured error distribution (``errors``).
-    :param errors: the measured error table (path or samples); default ``include/data/estimate-errors.csv``.
+    :param errors: the measured error table (path or samples); default ``autodl_sim/data/estimate-errors.csv``.
         Each job's estimate is its true peak x the ratio of one sample drawn uniformly (a bootstrap).
     :param runtime_sigma: see :data:`RUNTIME_SIGMA`; ``math.inf`` = runtimes unknown to the queue.
     :param load: arrival-rate multiplier: submit times are divided by it (2 = twice as many jobs per hour).
