@@ -23,7 +23,7 @@ def refused(text: str) -> str:
 
 @pytest.mark.parametrize("text, value", [
     ("a: 1", {"a": 1}),
-    ("a: -3\nb: 0x1f\nc: 0\nd: 1_000", {"a": -3, "b": 31, "c": 0, "d": 1000}),  # 017 is refused (tests/core/test_sectest_cases.py)
+    ("a: -3\nb: 0x1f\nc: 0\nd: 1_000", {"a": -3, "b": 31, "c": 0, "d": 1000}),  # 017 is refused (tests/core/test_hostile_cli_inputs.py)
     ("a: 1.5\nb: .5\nc: 1.0e+3", {"a": 1.5, "b": 0.5, "c": 1000.0}),
     ("a: yes\nb: off\nc: ~", {"a": True, "b": False, "c": None}),
     ("user: 1000:1000", {"user": "1000:1000"}),          # not YAML 1.1's base-60 integer 61000

@@ -30,6 +30,8 @@ from autodl.inventory.declared import read_pool_file
 from autodl.spec import TaskSpec, load_spec
 from tests.fuzz import strategies as S
 
+pytestmark = pytest.mark.fuzz
+
 EXAMPLES = {"spec": 500, "pool": 300, "script": 400, "cli": 100}
 """Cases per property and run: with the Linear property (100) and the paths one (60), 1,460 in all (the issue
 asks for at least 1,000)."""
@@ -281,10 +283,6 @@ def test_the_cli_answers_every_input_with_a_documented_exit_code(workdir, capsys
         json.loads(out, parse_constant=lambda c: pytest.fail(f"--json printed {c}"))
     if code not in (0, 3, 4):
         assert err.startswith("autodl: error: ") and out == ""
-
-
-def test_the_suite_runs_at_least_1000_cases():
-    assert EXAMPLES["spec"] + EXAMPLES["pool"] + EXAMPLES["script"] + EXAMPLES["script"] // 4 + EXAMPLES["cli"] + 60 >= 1000
 
 
 def test_every_error_kind_is_an_autodl_error():

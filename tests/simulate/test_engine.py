@@ -16,6 +16,8 @@ from autodl_sim.engine import EVAL_PEAK_FRACTION, PEAK_STEP_S, SimOptions, simul
 from autodl_sim.pool import HostGroup, SimPool, load_sim_pool, scale_pool
 from autodl_sim.workload import SimJob, load_errors, load_trace
 
+pytestmark = pytest.mark.simulator
+
 GIB = 2**30
 V100 = "V100-PCIE-16GB"   # 16 GiB = 17,179,869,184 bytes in the catalog
 EXACT = dict(tick_s=0.0)  # decide at every event (the hand-computed traces)
