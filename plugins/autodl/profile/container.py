@@ -41,8 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autodl.profile.dryrun import (CHILD, MAX_STAGED_BYTES, MAX_STAGED_FILES, MIRROR_DEPTH, REPORT_FILE_BYTES,
-                                   ChildOutput, _stage, child_env)
+from autodl.profile.dryrun import (
+    CHILD,
+    MAX_STAGED_BYTES,
+    MAX_STAGED_FILES,
+    MIRROR_DEPTH,
+    REPORT_FILE_BYTES,
+    ChildOutput,
+    _stage,
+    child_env,
+)
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, Staged
 
 log = logging.getLogger(__name__)
@@ -125,9 +133,9 @@ def _entry_report(data: dict) -> EntryReport:
                       seconds=float(data["seconds"]) if type(data.get("seconds")) in (int, float) else 0.0,
                       left_out=[str(x)[:300] for x in (data.get("left_out") or [])[:64]]
                       if isinstance(data.get("left_out"), list) else [])
-    files = data.get("files") if isinstance(data.get("files"), dict) else {}
+    files: dict = data["files"] if isinstance(data.get("files"), dict) else {}
     for name in ("result.json", "alloc_events.json"):
-        item = files.get(name) if isinstance(files.get(name), dict) else {}
+        item: dict = files[name] if isinstance(files.get(name), dict) else {}
         text = item.get("data")
         if isinstance(text, str):
             try:
@@ -331,7 +339,7 @@ class DockerVenue:
             loader.remove(force=True)
 
     def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
-        import docker
+        import docker.errors
 
         try:
             return client.containers.create(**kwargs)
@@ -340,7 +348,7 @@ class DockerVenue:
                                      f"check launcher.image ({self.image}) and launcher.mounts") from None
 
     def _start(self, container: Any) -> None:
-        import docker
+        import docker.errors
 
         try:
             container.start()
@@ -367,7 +375,7 @@ class DockerVenue:
 
     @staticmethod
     def _remove(container: Any, volume: Any) -> None:
-        import docker
+        import docker.errors
 
         for thing in (container, volume):
             if thing is None:

@@ -35,9 +35,24 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from autodl.profile.container import (BUNDLE_DIR, ENTRY, FRAME, FRAME_END, MAX_LOG_BYTES, OUT_BYTES, OUT_DIR,
-                                      START_GRACE_S, STDERR_TAIL_LINES, WORK_DIR, bundle_files, child_output,
-                                      container_config, container_env, decode_report, sandbox_result)
+from autodl.profile.container import (
+    BUNDLE_DIR,
+    ENTRY,
+    FRAME,
+    FRAME_END,
+    MAX_LOG_BYTES,
+    OUT_BYTES,
+    OUT_DIR,
+    START_GRACE_S,
+    STDERR_TAIL_LINES,
+    WORK_DIR,
+    bundle_files,
+    child_output,
+    container_config,
+    container_env,
+    decode_report,
+    sandbox_result,
+)
 from autodl.profile.dryrun import ChildOutput
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, Staged
 

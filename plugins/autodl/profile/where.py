@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from autodl.errors import ConfigError
 
@@ -63,7 +63,7 @@ def choose(setting: str, launcher_type: str, *, paddle_here: bool, no_sandbox_wh
     :param paddle_here: Paddle is importable by this worker's interpreter.
     :param no_sandbox_why: why bubblewrap cannot make a sandbox here; None when it can.
     """
-    container = launcher_type if launcher_type in ("docker", "kubernetes") else None
+    container = cast("Venue | None", launcher_type if launcher_type in ("docker", "kubernetes") else None)
     worker_why = None
     if not paddle_here:
         worker_why = "PaddlePaddle is not installed on this worker"
