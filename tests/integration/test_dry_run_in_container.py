@@ -70,3 +70,25 @@ def test_the_profile_step_says_where_it_ran(spec_file, monkeypatch):
     assert "profile ran in: docker (a container of the launcher's image)" in lines
     assert any("dry_run_in is launcher: the dry run ran in the launcher's image (docker)" in f.message
                for f in out.profile.findings if f.code == "estimate-path")
+
+
+def test_the_dry_run_pod_measures_what_the_sandbox_does(spec_file, docker_client, monkeypatch):
+    """The pod of :func:`autodl.profile.pod.dry_run_pod`, run by a one-node stand-in of the API on the real dockerd
+    (``tests/integration/pod_standin.py``: no cluster here), its report read with the cncf provider's PodManager
+    from the pod's one log stream: the same figure as the worker's sandbox."""
+    from tests.integration.pod_standin import DockerPodApi
+
+    spec = load_spec(spec_file)
+    script = spec.script_path()
+    here = profile_script(script, spec)
+    launcher = spec.launcher.model_copy(update={"type": "kubernetes", "code_pvc": "team-code", "code_dir": "/opt/code"})
+    k8s_spec = spec.model_copy(update={"launcher": launcher})
+    api = DockerPodApi(docker_client, claims={"team-code": str(script.parent)},
+                       image_binds=paddle_image.python_mounts())
+    monkeypatch.setattr(prof, "paddle_available", lambda: False)
+    there = profile_script(script, k8s_spec, engine={"api": api})
+    assert there.dry_run_in == "kubernetes" and there.method == "dry_run", there.method_reason
+    assert there.tensor_peak_bytes == here.tensor_peak_bytes and there.phases[0].measured == here.phases[0].measured
+    assert api.pods == {}  # deleted
+    assert not docker_client.containers.list(all=True, filters={"label": "autodl.test=pod-standin"})
+    assert not [v for v in docker_client.volumes.list() if v.name.startswith("standin-")]
