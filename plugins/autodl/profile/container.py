@@ -8,7 +8,7 @@
   (``NVIDIA_VISIBLE_DEVICES=void``), so it runs on CPU as the sandbox does;
 * read-only root file system; the working folder, the output folder and ``/tmp`` are tmpfs of bounded size
   (:attr:`autodl.sandbox.SandboxLimits.disk_bytes`); ``/dev/shm`` bounded too;
-* ``--memory`` = ``--memory-swap`` (no swap) and ``--pids-limit`` from :class:`~autodl.sandbox.SandboxLimits`, and
+* ``--cpus`` :data:`CPU_CORES`, ``--memory`` = ``--memory-swap`` (no swap) and ``--pids-limit`` from :class:`~autodl.sandbox.SandboxLimits`, and
   ``RLIMIT_AS``/``RLIMIT_FSIZE`` on the child as in the sandbox; ``--cap-drop ALL``, ``no-new-privileges``, the
   spec's non-root ``launcher.user``;
 * no secret in its environment: :func:`autodl.profile.dryrun.child_env` (the spec's ``launcher.env`` and autodl's
@@ -71,6 +71,10 @@ before it is killed from outside."""
 
 MAX_LOG_BYTES = 64 << 20
 """Bytes of the container's stdout read back (the framed report of two files of at most 32 MiB each, compressed)."""
+
+CPU_CORES = 2
+"""CPUs the dry run may use (``--cpus``; a pod's CPU request and limit): the budgets of :mod:`autodl.profile.dryrun`
+are set for two cores, and a dry run on a GPU host leaves the trainings' data loaders the rest."""
 
 STDERR_TAIL_LINES = 200
 """Lines of the container's stderr (the script's own output) kept for the reason of a failed dry run."""
@@ -285,7 +289,7 @@ class DockerVenue:
             "tmpfs": {WORK_DIR: tmpfs_opts.format(disk), OUT_DIR: tmpfs_opts.format(OUT_BYTES) + ",noexec",
                       "/tmp": tmpfs_opts.format(disk)},
             "shm_size": disk, "mem_limit": limits.memory_bytes, "memswap_limit": limits.memory_bytes,
-            "pids_limit": limits.max_processes, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
+            "pids_limit": limits.max_processes, "nano_cpus": CPU_CORES * 10**9, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
             "ipc_mode": "private", "volumes": volumes, "detach": True,
         }
 

@@ -9,7 +9,7 @@ the Docker venue (:mod:`autodl.profile.container`), and the same bounds where Ku
   in the environment), no host network, PID or IPC; the environment of
   :func:`autodl.profile.container.container_env` (no secret);
 * ``resources``: memory limit = request (:attr:`~autodl.sandbox.SandboxLimits.memory_bytes`), CPU
-  (:data:`CPU_CORES`), ``ephemeral-storage``; the working folder, ``/tmp`` and ``/dev/shm`` are ``emptyDir`` with a
+  (:data:`autodl.profile.container.CPU_CORES`), ``ephemeral-storage``; the working folder, ``/tmp`` and ``/dev/shm`` are ``emptyDir`` with a
   ``sizeLimit``; no device resource is requested (CPU only, ``CUDA_VISIBLE_DEVICES`` empty);
 * ``activeDeadlineSeconds`` (the child's timeout plus :data:`~autodl.profile.container.START_GRACE_S`), and the
   caller deletes the pod afterwards, whatever happened;
@@ -37,6 +37,7 @@ from typing import Any
 
 from autodl.profile.container import (
     BUNDLE_DIR,
+    CPU_CORES,
     ENTRY,
     FRAME,
     FRAME_END,
@@ -63,10 +64,6 @@ DRY_RUN_LABEL = "autodl/dry-run"
 
 POLICY_NAME = "autodl-dry-run-deny-all"
 """Name of the NetworkPolicy :class:`PodVenue` requires in the dry run's namespace."""
-
-CPU_CORES = 2
-"""CPU request and limit of the dry run's container (the budgets of :mod:`autodl.profile.dryrun` are set for two
-cores)."""
 
 MAX_READ_BYTES = 256 << 20
 """Bytes of the pod's log read at most (the script's own output and the framed report)."""
