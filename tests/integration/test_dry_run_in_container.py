@@ -72,11 +72,18 @@ def test_the_profile_step_says_where_it_ran(spec_file, monkeypatch):
                for f in out.profile.findings if f.code == "estimate-path")
 
 
-def test_the_dry_run_pod_measures_what_the_sandbox_does(spec_file, docker_client, monkeypatch):
+@pytest.mark.parametrize("reader", ["PodManager", "client without the provider"])
+def test_the_dry_run_pod_measures_what_the_sandbox_does(spec_file, docker_client, monkeypatch, reader):
     """The pod of :func:`autodl.profile.pod.dry_run_pod`, run by a one-node stand-in of the API on the real dockerd
     (``tests/integration/pod_standin.py``: no cluster here), its report read with the cncf provider's PodManager
-    from the pod's one log stream: the same figure as the worker's sandbox."""
+    (or, where the provider is not installed, the client's log call) from the pod's one log stream: the same figure
+    as the worker's sandbox."""
+    import sys
+
     from tests.integration.pod_standin import DockerPodApi
+
+    if reader != "PodManager":
+        monkeypatch.setitem(sys.modules, "airflow.providers.cncf.kubernetes.utils.pod_manager", None)
 
     spec = load_spec(spec_file)
     script = spec.script_path()

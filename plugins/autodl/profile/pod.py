@@ -251,13 +251,12 @@ def _wait(api: Any, pod: Any, deadline_s: float) -> tuple[bool, str | None]:
 
 def read_log(api: Any, pod: Any) -> tuple[str, str]:
     """The entry's frame lines and the last :data:`STDERR_TAIL_LINES` other lines of the pod's ``dryrun`` container,
-    read with the cncf provider's ``PodManager`` (at most :data:`MAX_READ_BYTES`)."""
-    from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
-
+    read with the cncf provider's ``PodManager`` (at most :data:`MAX_READ_BYTES`); where the provider is not
+    installed (the ``autodl`` command outside Airflow), with the client's ``read_namespaced_pod_log``."""
     frames: list[str] = []
     tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
     seen = kept = 0
-    for raw in PodManager(kube_client=api).read_pod_logs(pod, "dryrun", follow=False):
+    for raw in _log_lines(api, pod):
         seen += len(raw)
         if seen > MAX_READ_BYTES:
             break
@@ -268,6 +267,23 @@ def read_log(api: Any, pod: Any) -> tuple[str, str]:
         else:
             tail.append(line)
     return "\n".join(frames), "\n".join(tail)
+
+
+def _log_lines(api: Any, pod: Any) -> Any:
+    """The ``dryrun`` container's log, line by line (bytes)."""
+    try:
+        from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
+    except ImportError:
+        response = api.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace, container="dryrun",
+                                               _preload_content=False)
+        rest = b""
+        for chunk in response.stream(4096, decode_content=True):
+            *lines, rest = (rest + chunk).split(b"\n")
+            yield from (line + b"\n" for line in lines)
+        if rest:
+            yield rest
+        return
+    yield from PodManager(kube_client=api).read_pod_logs(pod, "dryrun", follow=False)
 
 
 __all__ = ["DRY_RUN_LABEL", "POLICY_NAME", "PodVenue", "deny_all_policy", "dry_run_pod", "read_log"]
