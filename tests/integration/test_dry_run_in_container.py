@@ -99,3 +99,27 @@ def test_the_dry_run_pod_measures_what_the_sandbox_does(spec_file, docker_client
     assert api.pods == {}  # deleted
     assert not docker_client.containers.list(all=True, filters={"label": "autodl.test=pod-standin"})
     assert not [v for v in docker_client.volumes.list() if v.name.startswith("standin-")]
+
+
+def test_a_package_only_the_image_has_is_measured_in_the_image(tmp_path, docker_client):
+    """The worker has Paddle but not the team's package (in the image, here a read-only mount on its
+    PYTHONPATH): on the worker the script stops on its import; the dry run runs again in the image and measures."""
+    image = paddle_image.build(docker_client)
+    pkgs = tmp_path / "pkgs" / "teampkg"
+    pkgs.mkdir(parents=True)
+    (pkgs / "__init__.py").write_text("WIDTH = 1\n")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import teampkg  # only in the training's image\n" + (FIX / "simple_cnn.py").read_text())
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "task": {"script": "code/train.py", "batch_size_per_gpu": 32},
+        "launcher": {"type": "docker", "image": image, "image_pull_policy": "Never", "env": {"PYTHONPATH": "/opt/pkgs"},
+                     "python": paddle_image.python_in_container(),
+                     "mounts": [*paddle_image.python_mounts(),
+                                {"source": str(tmp_path / "pkgs"), "target": "/opt/pkgs", "read_only": True}]}}))
+    spec = load_spec(spec_path)
+    p = profile_script(spec.script_path(), spec)
+    assert p.method == "dry_run" and p.dry_run_in == "docker", p.method_reason
+    (note,) = [f for f in p.findings if f.code == "dry-run-where"]
+    assert "No module named 'teampkg'" in note.message and "launcher's image (docker)" in note.message

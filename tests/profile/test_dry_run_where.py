@@ -123,3 +123,16 @@ def test_a_result_that_is_a_link_is_refused_with_why():
     rep = decode_report(_frames({"returncode": 0, "files": {"result.json": {"data": None, "why": "not a regular file"}}}))
     out = child_output(rep)
     assert out.result is None and "not a regular file" in out.refused
+
+
+def test_a_package_only_the_image_has_sends_the_dry_run_to_the_image():
+    from autodl.profile.where import image_retry
+
+    worker = choose("auto", "docker", paddle_here=True, no_sandbox_why=None)
+    missing = {"type": "ModuleNotFoundError", "message": "No module named 'paddlenlp'"}
+    again = image_retry(worker, "docker", missing, "cannot-run")
+    assert again is not None and again.venue == "docker" and "launcher's image" in again.reason
+    assert image_retry(worker, "local", missing, "cannot-run") is None  # no image to try
+    assert image_retry(worker, "docker", {"type": "FileNotFoundError"}, "cannot-run") is None  # data: not the image's
+    forced = choose("worker", "docker", paddle_here=True, no_sandbox_why=None)
+    assert image_retry(forced, "docker", missing, "cannot-run") is None  # forced to the worker: stays there

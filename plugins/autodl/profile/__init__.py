@@ -290,13 +290,24 @@ def profile_script(
     if do_dry:
         from autodl.profile.dryrun import run_dry_run
 
-        dr = run_dry_run(path, argv=list(task.args) if task else [], batch=spec_batch, script_batch=facts.batch_size,
-                         batch_from_spec=bool(spec_batch),
-                         hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
-                                "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
-                                "params": st.params, "fallback_batch": batch},
-                         eval_expected=_has_eval(source), env=dict(spec.launcher.env) if spec else None,
-                         venue=_venue(choice, spec, engine))
+        def dry(where):
+            return run_dry_run(path, argv=list(task.args) if task else [], batch=spec_batch,
+                               script_batch=facts.batch_size, batch_from_spec=bool(spec_batch),
+                               hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
+                                      "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
+                                      "params": st.params, "fallback_batch": batch},
+                               eval_expected=_has_eval(source), env=dict(spec.launcher.env) if spec else None,
+                               venue=_venue(where, spec, engine))
+
+        dr = dry(choice)
+        from autodl.profile.where import image_retry
+
+        again = image_retry(choice, spec.launcher.type if spec else "local", dr.raw.get("error") or {}, dr.outcome)
+        if again is not None:  # the worker lacks a package the training's image has: measure it there
+            first = dr.reason
+            choice, dr = again, dry(again)
+            dr.findings.insert(0, Finding(severity="info", code="dry-run-where", message=(
+                f"on this worker the script could not run ({first}); {again.reason}.")))
         if dr.outcome != "no-isolation" and choice is not None:
             ran_in = choice.venue
             if choice.venue != "worker":

@@ -4,7 +4,8 @@ Decided by ``task.dry_run_in`` in the spec, else ``[autodl] dry_run_in`` / ``AUT
 
 * ``auto``: the worker's sandbox where Paddle is importable and bubblewrap can make a sandbox here; else the
   launcher's image when the spec's launcher is ``docker`` or ``kubernetes``; else nowhere (the estimate is the
-  static bound, and the finding says why).
+  static bound, and the finding says why). A script that stops on an import on the worker runs again in the
+  launcher's image (:func:`image_retry`): the image has the training's packages.
 * ``worker``: the worker's sandbox only (nowhere when it cannot be made).
 * ``launcher``: the launcher's image only (nowhere for ``launcher: local``, which has no image).
 
@@ -81,6 +82,22 @@ def choose(setting: str, launcher_type: str, *, paddle_here: bool, no_sandbox_wh
     return Choice(container, f"{lead}the dry run ran in the launcher's image ({container})", setting)
 
 
+IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
+"""What the script raised on the worker that the training's image may not raise: a package only the image has."""
+
+
+def image_retry(choice: Choice | None, launcher_type: str, error: dict[str, Any], outcome: str) -> Choice | None:
+    """Where to run the dry run again after it could not run on the worker, or None: in ``auto``, with a
+    ``docker`` or ``kubernetes`` launcher, when the script stopped on an import (the worker lacks a package the
+    training's image has, e.g. paddlenlp)."""
+    if choice is None or choice.setting != "auto" or choice.venue != "worker" or outcome != "cannot-run":
+        return None
+    if error.get("type") not in IMPORT_ERRORS or launcher_type not in ("docker", "kubernetes"):
+        return None
+    venue = cast("Venue", launcher_type)
+    return Choice(venue, f"it ran again in the launcher's image ({venue}), which the training runs in", "auto")
+
+
 def venue_for(venue: str, launcher: Any, engine: dict[str, Any] | None) -> Any:
     """The :class:`~autodl.profile.dryrun.DryRunVenue` of the launcher's image: a container (``docker``) or a pod
     (``kubernetes``), on the engine or cluster of ``engine`` (the launcher's connection keyword arguments)."""
@@ -91,4 +108,4 @@ def venue_for(venue: str, launcher: Any, engine: dict[str, Any] | None) -> Any:
     return venues[venue](launcher, engine)
 
 
-__all__ = ["CHOICES", "Choice", "DryRunIn", "Venue", "choose", "configured", "venue_for"]
+__all__ = ["CHOICES", "Choice", "DryRunIn", "Venue", "choose", "configured", "image_retry", "venue_for"]
