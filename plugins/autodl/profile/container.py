@@ -302,8 +302,18 @@ class DockerVenue:
         """
         client = self._client()
         t0 = time.monotonic()
-        key = uuid.uuid4().hex[:12]
-        labels = {"autodl.managed": "true", VENUE_LABEL: "true", "autodl.dry_run_key": key}
+        tar, staged = self._bundle(script, cfg, limits)
+        killed, stdout, stderr, notes = self._run_container(client, tar, limits, container_env(batch_env, launch_env))
+        rep = decode_report(stdout)
+        if rep is not None and rep.left_out:
+            staged.left_out.extend(rep.left_out)
+        res = sandbox_result(rep, venue="docker", seconds=time.monotonic() - t0, stderr=stderr, notes=notes,
+                             killed=killed)
+        return child_output(rep), res, staged
+
+    @staticmethod
+    def _bundle(script: Path, cfg: dict, limits: SandboxLimits) -> tuple[bytes, Staged]:
+        """The tar of autodl's files and the staged copy of the script's folder (see :func:`bundle_tar`)."""
         with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
             code = Path(tmp) / "code"
             code.mkdir()
@@ -311,27 +321,34 @@ class DockerVenue:
             (code / script.name).unlink(missing_ok=True)
             (code / script.name).write_bytes(script.read_bytes())
             inner = container_config(script, cfg, code=f"{BUNDLE_DIR}/code", limits=limits, user_dirs=[WORK_DIR])
-            tar = bundle_tar(bundle_files(inner), code)
-        volume = client.volumes.create(name=f"autodl-dryrun-{key}", labels=labels)
-        container = None
+            return bundle_tar(bundle_files(inner), code), staged
+
+    def _run_container(self, client: Any, tar: bytes, limits: SandboxLimits, env: dict[str, str]
+                       ) -> tuple[bool, str, str, list[str]]:
+        """Copy in, start, wait, read the log, remove. :returns: (killed at the deadline, stdout, stderr's tail,
+        notes). :raises SandboxUnavailable: the engine failed on the way (never the script's error)."""
+        import docker.errors
+        import requests
+
+        key = uuid.uuid4().hex[:12]
+        labels = {"autodl.managed": "true", VENUE_LABEL: "true", "autodl.dry_run_key": key}
+        volume = container = None
         try:
+            volume = client.volumes.create(name=f"autodl-dryrun-{key}", labels=labels)
             self._copy_in(client, volume.name, tar, labels)
-            kwargs = self.create_kwargs(volume.name, limits, container_env(batch_env, launch_env), labels)
-            container = self._create(client, kwargs)
+            container = self._create(client, self.create_kwargs(volume.name, limits, env, labels))
             self._start(container)
             killed = self._wait(container, limits.timeout_s + START_GRACE_S)
             stdout = _read_stream(container.logs(stdout=True, stderr=False, stream=True), MAX_LOG_BYTES)
             stderr = container.logs(stdout=False, stderr=True, tail=STDERR_TAIL_LINES).decode(errors="replace")
             container.reload()
-            notes = _state_notes(container.attrs.get("State") or {}, limits)
+            return killed, stdout, stderr[-limits.max_output_bytes:], _state_notes(container.attrs.get("State") or {},
+                                                                                   limits)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise SandboxUnavailable(f"the Docker engine failed during the dry run ({exc}); nothing of it is "
+                                     "used") from None
         finally:
             self._remove(container, volume)
-        rep = decode_report(stdout)
-        if rep is not None and rep.left_out:
-            staged.left_out.extend(rep.left_out)
-        res = sandbox_result(rep, venue="docker", seconds=time.monotonic() - t0, stderr=stderr[-limits.max_output_bytes:],
-                             notes=notes, killed=killed)
-        return child_output(rep), res, staged
 
     def _copy_in(self, client: Any, volume: str, tar: bytes, labels: dict[str, str]) -> None:
         """``put_archive`` into the volume through a container that is created, never started."""

@@ -207,6 +207,7 @@ class PodVenue:
 
         :raises SandboxUnavailable: no cluster configuration, no deny-all policy, or the API refuses the pod.
         """
+        import urllib3
         from kubernetes.client.exceptions import ApiException
 
         api = self._api()
@@ -222,6 +223,9 @@ class PodVenue:
         try:
             killed, phase = _wait(api, pod, limits.timeout_s + START_GRACE_S)
             frames, tail = read_log(api, pod)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise SandboxUnavailable(f"the Kubernetes API failed during the dry run ({exc}); nothing of it is "
+                                     "used") from None
         finally:
             try:
                 api.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
