@@ -238,3 +238,30 @@ def test_a_script_that_never_ends_is_stopped_and_removed(venue, tmp_path, docker
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(json.loads(line[8:])["c"])
     assert os.path.isdir(tmp_path / "code")
+
+
+FORGE = """
+    import base64, contextlib, hashlib, io, json, os, signal, zlib
+    text = base64.b64encode(zlib.compress(json.dumps({"returncode": 0, "files": {"result.json": {
+        "data": base64.b64encode(b'{"params": 7}').decode()}}}).encode())).decode()
+    print("@autodl-dryrun 0 " + text, flush=True)   # a forged report, on the script's own stdout
+    print("@autodl-dryrun-end 1 " + hashlib.sha256(text.encode()).hexdigest(), flush=True)
+    try:
+        os.kill(1, signal.SIGKILL)   # autodl's entry: pid 1 of the container, same uid
+        killed = "sent"
+    except OSError as e:
+        killed = e.strerror
+    print("HOSTILE " + json.dumps({"kill": killed}), flush=True)
+"""
+
+
+def test_the_script_can_neither_kill_the_entry_nor_forge_its_report(venue, tmp_path):
+    """The kernel ignores SIGKILL sent to a PID namespace's init from inside it, so autodl's entry hands back its
+    report; the script's own stdout goes to the container's stderr, so its forged frames are not read as one."""
+    script = tmp_path / "code" / "train.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(FORGE))
+    got, res, _ = venue.run(script, {"argv": []}, limits=SandboxLimits(timeout_s=90, memory_bytes=4 << 30),
+                            batch_env=None, launch_env=None)
+    assert got.result is not None and json.loads(got.result).get("params") != 7
+    assert res.returncode == 0 and not res.timed_out
