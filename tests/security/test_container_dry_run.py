@@ -1,6 +1,6 @@
 """The dry run in the launcher's image (issue 17, item 5) holds the sandbox's guarantees against a hostile script:
-no network, a read-only code mount and root, no secret of the worker in its environment, a process limit, no host
-socket, and nothing left on the engine afterwards. Each script runs as the user's script of a real dry run (the
+no network, a read-only code mount and root, no secret of the worker in its environment, a process and a memory
+limit, no host socket, and nothing left on the engine afterwards. Each script runs as the user's script of a real dry run (the
 dry-run child and the container's entry as in production) in a container of the Paddle test image on the real
 dockerd; what it found comes back on its output, which the container's stderr carries."""
 
@@ -36,12 +36,13 @@ def venue(docker_client):  # noqa: F811
     return DockerVenue(spec.launcher, {"client": docker_client})
 
 
-def run_hostile(venue, folder: Path, source: str, *, max_processes: int = 256, timeout_s: float = 90) -> dict:
+def run_hostile(venue, folder: Path, source: str, *, max_processes: int = 256, timeout_s: float = 90,
+                memory_bytes: int = 4 << 30) -> dict:
     """Run ``source`` as the dry run's script; :returns: the JSON line it printed after ``HOSTILE``."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "train.py"
     script.write_text(textwrap.dedent(source))
-    limits = SandboxLimits(timeout_s=timeout_s, memory_bytes=4 << 30, max_processes=max_processes)
+    limits = SandboxLimits(timeout_s=timeout_s, memory_bytes=memory_bytes, max_processes=max_processes)
     _got, res, _staged = venue.run(script, {"argv": []}, limits=limits, batch_env=None,
                                    launch_env=dict(venue.launcher.env))
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("HOSTILE ")]
@@ -265,3 +266,19 @@ def test_the_script_can_neither_kill_the_entry_nor_forge_its_report(venue, tmp_p
                             batch_env=None, launch_env=None)
     assert got.result is not None and json.loads(got.result).get("params") != 7
     assert res.returncode == 0 and not res.timed_out
+
+
+MEMORY = """
+    import json
+    try:
+        block = bytearray(3 << 30)   # past the dry run's memory bound of 2 GiB (RLIMIT_AS; the cgroup holds the tree)
+        got = "allocated"
+    except MemoryError:
+        got = "MemoryError"
+    print("HOSTILE " + json.dumps({"got": got}), flush=True)
+"""
+
+
+def test_the_memory_bound_holds(venue, tmp_path, docker_client):  # noqa: F811
+    out = run_hostile(venue, tmp_path / "code", MEMORY, memory_bytes=2 << 30)
+    assert out["got"] == "MemoryError"
