@@ -3,7 +3,8 @@
 This is xMem's approach (Middleware 2025: CPU-only dynamic analysis of the real training script). The script runs
 as ``python script.py <task.args>`` would (``__name__ == "__main__"``, its own argparse, config files, Dataset and
 DataLoader) inside :func:`autodl.sandbox.run_sandboxed` (CPU only, no network, memory cap, timeout, whole tree
-killed), with hooks installed by :mod:`autodl.profile._dryrun_child` before the script starts. What is measured:
+killed) -- or, where the worker cannot, in the launcher's image (:class:`DryRunVenue`,
+:mod:`autodl.profile.where`) -- with hooks installed by :mod:`autodl.profile._dryrun_child` before the script starts. What is measured:
 Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``) per phase of each training
 step (forward+backward, optimizer update) and of each evaluation call, the parameters, the inputs' shapes and
 dtypes, and the forward FLOPs of what ran. The batch is reduced when the real one is too large for the budget and
