@@ -118,7 +118,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
         ctx = pipeline.RunContext(run_key="plan")
         profile_out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
-                                    pool_source=inventory.source, declared_pool=inventory.declared)
+                                    pool_source=inventory.source, declared_pool=inventory.declared,
+                                    profiled_in=profile.dry_run_in or "not-run")
 
         def render(on_cpu: bool) -> dict:
             lease = Lease(lease_id="plan", run_key=ctx.run_key, device_ids=[d.device_id for d in devices])

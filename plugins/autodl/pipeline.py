@@ -363,16 +363,24 @@ def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
 
 
 def profile_run(script: str | Path | None, spec_path: str | Path | None, *, probe: bool | None = None,
-                catalog: Catalog | None = None) -> tuple[TaskSpec, ResourceProfile]:
+                catalog: Catalog | None = None, launcher_type: str | None = None,
+                engine: dict[str, Any] | None = None) -> tuple[TaskSpec, ResourceProfile]:
     """Profile the script (static analysis, optional sandboxed probe); never runs it here.
 
+    :param launcher_type: the run's launcher (an override of the spec's ``launcher.type``): a dry run that cannot
+        run on this worker runs in its image (:mod:`autodl.profile.where`).
+    :param engine: that launcher's connection keyword arguments (the Airflow connection's), for that dry run.
     :raises SpecError: bad spec or script path.
     :raises ProfileError: syntax error in the script, or error findings (e.g. a shape mismatch).
     """
     spec, script_path = load_inputs(script, spec_path)
     catalog = catalog or load_catalog()
     check_spec_against_catalog(spec, catalog)
-    profile = _profile_fn()(script_path, spec, catalog=catalog, probe=probe)
+    profiled = apply_overrides(spec, {"launcher": launcher_type}) if launcher_type else spec
+    if engine is not None:
+        profile = _profile_fn()(script_path, profiled, catalog=catalog, probe=probe, engine=engine)
+    else:
+        profile = _profile_fn()(script_path, profiled, catalog=catalog, probe=probe)
     from autodl.records import calibrate_profile  # never below what this script needed when it ran out of memory
 
     profile = calibrate_profile(profile, threshold=spec.resource_policy.memory_threshold)
@@ -483,7 +491,8 @@ def format_profile(profile: ResourceProfile, threshold: float | None = None) -> 
 # ----------------------------------------------------------------------------------- the steps
 def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
                  log: Callable[[str], None] = print, run_key: str | None = None,
-                 overrides: dict[str, Any] | None = None) -> ProfileResult:
+                 overrides: dict[str, Any] | None = None,
+                 launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> ProfileResult:
     """Step 1: profile and pre-check. Refuses at once when nothing in the pool can ever fit.
 
     Logs the memory breakdown, the findings and the largest batch per device model (:func:`format_profile`).
@@ -492,6 +501,8 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
         refused run still holds what the profile found.
     :param overrides: run-time overrides of the spec (:data:`OVERRIDES`, e.g. ``{"launcher": "docker"}``);
         the later steps read the spec through :func:`run_spec` with them applied.
+    :param launcher_kwargs_for: ``(launcher type) -> connection keyword arguments`` (the operator's Airflow
+        connections), for a dry run in the launcher's image.
     :returns: the :class:`ProfileResult`.
     :raises SpecError, ProfileError, NoFitError: with the message to show.
     """
@@ -499,7 +510,10 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
         begin_attempt(run_key, log)
     checked = check_overrides(overrides)
     catalog = load_catalog()
-    spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog)
+    launcher_type = checked.get("launcher") or load_inputs(script, spec_path)[0].launcher.type
+    engine = launcher_kwargs_for(launcher_type) if launcher_kwargs_for and launcher_type != "local" else None
+    spec, profile = profile_run(script, spec_path, probe=probe, catalog=catalog, launcher_type=checked.get("launcher"),
+                                engine=engine)
     for name, value in checked.items():
         section, key, _ = OVERRIDES[name]
         log(f"override: {section}.{key} = {value} (the spec says {getattr(getattr(spec, section), key)})")
@@ -510,9 +524,11 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
         f"{flops} FLOPs/step, batch {profile.batch_size}, {profile.num_gpus} device(s)")
     for line in format_profile(profile, spec.resource_policy.memory_threshold):
         log(line)
+    log(f"profile ran in: {profile.dry_run_in or 'not-run'} ({profile_venue_line(profile)})")
     inventory = read_inventory(pool, catalog=catalog)
     out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
-                        pool_source=inventory.source, declared_pool=inventory.declared, overrides=checked)
+                        pool_source=inventory.source, declared_pool=inventory.declared, overrides=checked,
+                        profiled_in=profile.dry_run_in or "not-run")
     if run_key:
         RunState().put(run_key, RunState.PROFILE, out)
         (state_dir(run_key) / "profile.json").write_text(out.model_dump_json())  # this machine's timeline reads it
@@ -520,6 +536,18 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     if not decision.fits:
         raise no_fit_error(profile, decision, inventory, spec.resource_policy.memory_threshold)
     return out
+
+
+def profile_venue_line(profile: ResourceProfile) -> str:
+    """Where the script ran for the estimate, in words: this worker's sandbox, a container or pod of the launcher's
+    image, or nowhere (the static bound) with why."""
+    words = {"worker": "this worker's bubblewrap sandbox", "docker": "a container of the launcher's image",
+             "kubernetes": "a pod of the launcher's image"}
+    if profile.dry_run_in:
+        return words[profile.dry_run_in]
+    why = [r for r in (profile.method_reason or "").split("; ") if r.startswith(("the script was not run",
+                                                                                 "dry run not usable"))]
+    return "the estimate is the static bound" + (f": {why[0]}" if why else "")
 
 
 def owner_of(ctx: RunContext) -> LeaseOwner:

@@ -48,6 +48,16 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "example": "prometheus+http://prometheus:9090",
         "default": "",
     },
+    "dry_run_in": {
+        "description": "Where the profile's dry run runs the script: auto (this worker's bubblewrap sandbox where "
+                       "Paddle and bubblewrap work, else a container or pod of the launcher's image), worker (the "
+                       "sandbox only) or launcher (the image only). A spec's task.dry_run_in wins. Empty: auto. "
+                       "AUTODL_DRY_RUN_IN wins.",
+        "version_added": "0.1.0",
+        "type": "string",
+        "example": "launcher",
+        "default": "",
+    },
     "host_queues": {
         "description": "Several GPU hosts on the CeleryExecutor: host=queue pairs, comma-separated. The launch and "
                        "collect steps of a run booked on a listed host go to its queue (one worker per host runs "

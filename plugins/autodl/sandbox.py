@@ -83,12 +83,10 @@ Not bounded: CPU time (only wall-clock, through the timeout; no ``cpu`` cgroup q
 the kernel itself exposes to an unprivileged process (system calls are not filtered: no seccomp
 policy).
 
-Where Docker is the launcher, the same isolation can come from a container instead
-(implemented elsewhere if at all): ``docker run --rm --network none --read-only --tmpfs /tmp
---pids-limit N --memory M --memory-swap M --user 65534:65534 --cap-drop ALL --security-opt
-no-new-privileges -v WORKDIR:WORKDIR IMAGE ...``: network, a read-only root from the image, a
-process and whole-container memory bound, an unprivileged user, no capabilities, plus Docker's
-default seccomp profile; the image must hold Paddle.
+Where the worker cannot make this sandbox (or has no Paddle), the dry run can run in the launcher's image
+instead: a container (:mod:`autodl.profile.container`: ``--network none``, read-only root, bounded tmpfs,
+``--pids-limit``, ``--memory`` = ``--memory-swap``, a non-root user, ``--cap-drop ALL``, ``no-new-privileges``,
+Docker's default seccomp profile) or a pod (:mod:`autodl.profile.pod`); :mod:`autodl.profile.where` chooses.
 
 What of the user's own folder a sandbox is shown is decided by :func:`stage_tree`: a copy of its regular files
 (never a socket, FIFO, device or link out: a host Unix socket stays connectable through a read-only mount), never

@@ -141,6 +141,9 @@ class TaskSection(_Section):
     num_gpus_estimate: DeviceCount | Literal["auto"] = "auto"
     probe: bool | None = Field(None, description="Measure the model in the sandboxed CPU probe; "
                                                  "default: when Paddle is importable. The CLI's --probe/--no-probe wins.")
+    dry_run_in: Literal["auto", "worker", "launcher"] | None = Field(
+        None, description="Where the dry run runs the script: auto (this worker's sandbox, else the launcher's "
+                          "image), worker or launcher; default: [autodl] dry_run_in, else auto.")
     output_dir: str | None = Field(
         None, description="Folder the training keeps its checkpoints in across runs (AUTODL_OUTPUT_DIR), relative "
                           "to the spec file; default: $AUTODL_HOME/outputs/<dag_id>/<owner>/<model_name or script "

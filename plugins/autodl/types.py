@@ -118,6 +118,9 @@ class ResourceProfile(_Frozen):
     method_reason: str | None = Field(None, description="Why this path was taken (and why the ones before it were not).")
     phases: list[PhasePeak] = Field(default_factory=list, description="Tensor peak per phase; the profile's is their maximum.")
     dry_run_seconds: float | None = None
+    dry_run_in: Literal["worker", "docker", "kubernetes"] | None = Field(
+        None, description="Where the dry run ran the script: this worker's sandbox, a container or a pod of the "
+                          "launcher's image; None: it did not run (method_reason says why).")
     probe_seconds: float | None = None
     findings: list[Finding] = Field(default_factory=list)
     max_batch_size_by_device: dict[str, int] = Field(default_factory=dict)
@@ -477,6 +480,9 @@ class ProfileResult(_StepValue):
     pool_source: str | None = Field(
         None, description="The inventory source the profile was checked against ('file:<path>', 'nvml', ...); None: not checked.")
     declared_pool: bool = False
+    profiled_in: Literal["worker", "docker", "kubernetes", "not-run"] = Field(
+        "not-run", description="Where the script ran for the estimate (the dry run's venue); 'not-run': the "
+                               "estimate is the static bound (the profile's findings say why).")
     overrides: dict[str, str | list[str]] = Field(
         default_factory=dict, description="Run-time spec overrides, e.g. {'launcher': 'docker', 'args': ['--epochs', '3']}.")
 

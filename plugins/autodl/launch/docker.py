@@ -474,29 +474,37 @@ class DockerLauncher:
         return sorted(mine, key=lambda c: c.attrs.get("Created", ""), reverse=True)
 
     def _ensure_image(self, plan: DockerPlan) -> None:
+        self.ensure_image(plan.image, plan.pull_policy)
+
+    def ensure_image(self, image: str, pull_policy: str) -> None:
+        """Pull ``image`` as ``pull_policy`` (``launcher.image_pull_policy``) says: when absent (``IfNotPresent``),
+        always (``Always``), or never (``Never``: an absent image is an error).
+
+        :raises LaunchError: the image is absent and may not be pulled, or the pull failed (naming the fix).
+        """
         import docker
 
         present = True
         try:
-            self.client.images.get(plan.image)
+            self.client.images.get(image)
         except docker.errors.ImageNotFound:
             present = False
-        if present and plan.pull_policy != "Always":
+        if present and pull_policy != "Always":
             return
-        if plan.pull_policy == "Never":
+        if pull_policy == "Never":
             raise LaunchError(
-                f"image {plan.image} is not on the Docker host and launcher.image_pull_policy is Never; "
-                f"run `docker pull {plan.image}` there or set image_pull_policy: IfNotPresent."
+                f"image {image} is not on the Docker host and launcher.image_pull_policy is Never; "
+                f"run `docker pull {image}` there or set image_pull_policy: IfNotPresent."
             )
         auth = None
         if self.registry and self.registry.get("username"):
             auth = {"username": self.registry["username"], "password": self.registry.get("password")}
-        log.info("pulling %s", plan.image)
+        log.info("pulling %s", image)
         try:
-            self.client.images.pull(plan.image, auth_config=auth)
+            self.client.images.pull(image, auth_config=auth)
         except docker.errors.APIError as exc:
             raise LaunchError(
-                f"cannot pull image {plan.image}: {exc.explanation or exc}; check launcher.image, the registry "
+                f"cannot pull image {image}: {exc.explanation or exc}; check launcher.image, the registry "
                 "credentials in the Airflow connection docker_default, and that the Docker host reaches the registry."
             ) from exc
 

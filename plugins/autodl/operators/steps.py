@@ -227,7 +227,7 @@ class AutoDLProfileOperator(_AutoDLStep):
                      "args": self.args}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key,
-                                     overrides=overrides).model_dump(mode="json")
+                                     overrides=overrides, launcher_kwargs_for=_launcher_kwargs).model_dump(mode="json")
 
 
 def _user(context, default: str | None) -> str | None:

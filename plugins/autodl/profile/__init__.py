@@ -2,9 +2,10 @@
 
 ``profile_script`` first reads the script (never importing or running it in this process): static analysis builds
 the model symbolically, traces ``forward()`` and replays a training step's memory; it also finds what must be
-known without running (hard-coded devices, distributed markers, data-loader workers). When Paddle is importable it
-then runs the script itself in the sandbox for a few optimizer steps (the dry run, :mod:`autodl.profile.dryrun`)
-and reads Paddle's allocator peak per phase. Where the script cannot run there (it downloads, its data is
+known without running (hard-coded devices, distributed markers, data-loader workers). It then runs the script
+itself for a few optimizer steps (the dry run, :mod:`autodl.profile.dryrun`) and reads Paddle's allocator peak per
+phase: in this worker's sandbox when Paddle is importable and bubblewrap works here, else in a container or pod of
+the launcher's image (:mod:`autodl.profile.where`). Where the script cannot run there (it downloads, its data is
 elsewhere, it times out), the model alone is probed (:mod:`autodl.profile.probe`) on the inputs the dry run saw,
 else the static estimate stands. The profile says which path it took and why (``method``, ``method_reason``, an
 ``estimate-path`` finding). The result is a :class:`~autodl.types.ResourceProfile`.
@@ -140,6 +141,7 @@ def profile_script(
     probe: bool | None = None,
     threshold: float | None = None,
     dry_run: bool | None = None,
+    engine: dict | None = None,
 ) -> ResourceProfile:
     """Estimate the per-device training peak memory, FLOPs and risks of a PaddlePaddle script.
 
@@ -150,6 +152,8 @@ def profile_script(
     :param probe: run the script in the sandbox (the dry run, then the model-only probe if the dry run cannot
         measure); None means on when Paddle is importable (the spec's ``task.probe`` decides first).
     :param dry_run: False skips the dry run (only the model-only probe runs); None follows ``probe``.
+    :param engine: the launcher's connection (``DockerLauncher``/``KubernetesLauncher`` keyword arguments) for a
+        dry run in the launcher's image (:mod:`autodl.profile.where`); None: ``DOCKER_HOST``/the kubeconfig.
     :param threshold: fraction of device memory a run may plan to use; default the spec's
         ``resource_policy.memory_threshold``, else 0.85.
     :returns: the profile; ``peak_memory_bytes`` in bytes per device, ``flops_per_step`` training FLOPs of
@@ -274,24 +278,10 @@ def profile_script(
     # --------------------------------------------------------------------------- dry run, then probe
     if probe is None and task is not None:
         probe = task.probe  # the spec's task.probe, unless the caller (CLI flag, operator) decided
-    do_probe = paddle_available() if probe is None else probe
-    if probe is None and not do_probe:
-        findings.append(Finding(severity="warning", code="paddle-unavailable", message=(
-            f"{path}: PaddlePaddle is not importable by this interpreter ({sys.executable}), so the script was not "
-            "run (no dry run, no probe): the estimate is static, read from the script's text, and less certain "
-            "(see its other findings). Install paddlepaddle where autodl profiles (the paddle extra) to measure it.")))
-        reasons.append("the script was not run: PaddlePaddle is not installed here")
-    do_dry = do_probe if dry_run is None else (dry_run and do_probe is not False)
-    if (do_probe or do_dry) and isolation() == "none":
-        from autodl.sandbox import unavailable_reason
-
-        findings.append(Finding(severity="warning", code="probe-unavailable", message=(
-            f"{path}: the script was not run (no dry run, no probe): no sandbox can be made on this host "
-            f"({unavailable_reason()}), and user code never runs unisolated. The estimate is static.")))
-        reasons.append("the script was not run: no sandbox isolation on this host")
-        do_probe = do_dry = False
+    choice, do_probe, do_dry = _where(path, spec, probe, dry_run, findings, reasons)
     probe_seconds = None
     probe_batches = None
+    ran_in = None
     dry_seconds = None
     phases: list[PhasePeak] = []
     dr = None
@@ -300,12 +290,28 @@ def profile_script(
     if do_dry:
         from autodl.profile.dryrun import run_dry_run
 
-        dr = run_dry_run(path, argv=list(task.args) if task else [], batch=spec_batch, script_batch=facts.batch_size,
-                         batch_from_spec=bool(spec_batch),
-                         hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
-                                "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
-                                "params": st.params, "fallback_batch": batch},
-                         eval_expected=_has_eval(source), env=dict(spec.launcher.env) if spec else None)
+        def dry(where):
+            return run_dry_run(path, argv=list(task.args) if task else [], batch=spec_batch,
+                               script_batch=facts.batch_size, batch_from_spec=bool(spec_batch),
+                               hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
+                                      "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
+                                      "params": st.params, "fallback_batch": batch},
+                               eval_expected=_has_eval(source), env=dict(spec.launcher.env) if spec else None,
+                               venue=_venue(where, spec, engine))
+
+        dr = dry(choice)
+        from autodl.profile.where import image_retry
+
+        again = image_retry(choice, spec.launcher.type if spec else "local", dr.raw.get("error") or {}, dr.outcome)
+        if again is not None:  # the worker lacks a package the training's image has: measure it there
+            first = dr.reason
+            choice, dr = again, dry(again)
+            dr.findings.insert(0, Finding(severity="info", code="dry-run-where", message=(
+                f"on this worker the script could not run ({first}); {again.reason}.")))
+        if dr.outcome != "no-isolation" and choice is not None:
+            ran_in = choice.venue
+            if choice.venue != "worker":
+                reasons.append(choice.reason)
         dry_seconds = dr.seconds
         findings.extend(_true_batch_reason(f, source) for f in dr.findings)
         if dr.ok:
@@ -351,7 +357,8 @@ def profile_script(
             # the sandbox could not be made when it was needed: nothing ran, and the probe (sandboxed too) won't
             findings.append(Finding(severity="warning", code="probe-unavailable", message=(
                 f"{path}: the script was not run (no dry run, no probe): {dr.reason} The estimate is static.")))
-            reasons.append("the script was not run: no sandbox isolation on this host")
+            reasons.append("the script was not run: " + ("no sandbox isolation on this host" if ran_in is None and (
+                choice is None or choice.venue == "worker") else dr.reason))
             do_probe = False
         else:
             if dr.params and not params:  # the model the script built before it stopped: its states bound the need
@@ -489,6 +496,7 @@ def profile_script(
         method_reason="; ".join(reasons),
         phases=phases,
         dry_run_seconds=dry_seconds,
+        dry_run_in=ran_in,
         probe_seconds=probe_seconds,
         findings=findings,
         tensor_peak_bytes=int(tensor_peak),
@@ -497,6 +505,51 @@ def profile_script(
         probe_batch_sizes=probe_batches,
     )
     return prof.model_copy(update={"max_batch_size_by_device": _max_batches(prof, catalog, threshold)})
+
+
+def _where(path: Path, spec: TaskSpec | None, probe: bool | None, dry_run: bool | None, findings: list[Finding],
+           reasons: list[str]):
+    """Whether the dry run and the probe run, and where (:func:`autodl.profile.where.choose`); when nowhere, the
+    warning saying the estimate is the static bound and why. :returns: ``(choice or None, do_probe, do_dry)``."""
+    from autodl.profile.where import choose, configured
+    from autodl.sandbox import unavailable_reason
+
+    if probe is False:
+        return None, False, False
+    setting, _ = configured(spec.task.dry_run_in if spec else None)
+    no_sandbox = (unavailable_reason() or "bubblewrap cannot make a sandbox here") if isolation() == "none" else None
+    launcher = spec.launcher.type if spec else "local"
+    choice = choose(setting, launcher, paddle_here=paddle_available(), no_sandbox_why=no_sandbox)
+    if choice.venue == "worker":
+        return choice, True, dry_run is not False
+    if choice.venue is not None:  # the probe needs Paddle here: only the dry run runs in the image
+        return choice, False, dry_run is not False
+    if not paddle_available() and setting != "launcher":
+        findings.append(Finding(severity="warning", code="paddle-unavailable", message=(
+            f"{path}: PaddlePaddle is not importable by this interpreter ({sys.executable}), so the script was not "
+            "run (no dry run, no probe): the estimate is static, read from the script's text, and less certain "
+            f"(see its other findings); {choice.reason}. Install paddlepaddle where autodl profiles (the paddle "
+            "extra), or give the spec a docker or kubernetes launcher with the training's image to measure it.")))
+        reasons.append("the script was not run: PaddlePaddle is not installed here")
+    elif no_sandbox and setting != "launcher":
+        findings.append(Finding(severity="warning", code="probe-unavailable", message=(
+            f"{path}: the script was not run (no dry run, no probe): no sandbox can be made on this host "
+            f"({no_sandbox}), and user code never runs unisolated. The estimate is static; {choice.reason}.")))
+        reasons.append("the script was not run: no sandbox isolation on this host")
+    else:
+        findings.append(Finding(severity="warning", code="dry-run-nowhere", message=(
+            f"{path}: the script was not run: {choice.reason}. The estimate is the static bound.")))
+        reasons.append(f"the script was not run: {choice.reason}")
+    return choice, False, False
+
+
+def _venue(choice, spec: TaskSpec | None, engine: dict | None):
+    """The dry run's venue for ``choice`` (None: the worker's sandbox)."""
+    if choice is None or choice.venue in (None, "worker") or spec is None:
+        return None
+    from autodl.profile.where import venue_for
+
+    return venue_for(choice.venue, spec.launcher, engine)
 
 
 def _static_tensor_peak(params, trainable, facts, act_per_sample, batch, fixed, has_conv) -> int:

@@ -3,7 +3,8 @@
 This is xMem's approach (Middleware 2025: CPU-only dynamic analysis of the real training script). The script runs
 as ``python script.py <task.args>`` would (``__name__ == "__main__"``, its own argparse, config files, Dataset and
 DataLoader) inside :func:`autodl.sandbox.run_sandboxed` (CPU only, no network, memory cap, timeout, whole tree
-killed), with hooks installed by :mod:`autodl.profile._dryrun_child` before the script starts. What is measured:
+killed) -- or, where the worker cannot, in the launcher's image (:class:`DryRunVenue`,
+:mod:`autodl.profile.where`) -- with hooks installed by :mod:`autodl.profile._dryrun_child` before the script starts. What is measured:
 Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``) per phase of each training
 step (forward+backward, optimizer update) and of each evaluation call, the parameters, the inputs' shapes and
 dtypes, and the forward FLOPs of what ran. The batch is reduced when the real one is too large for the budget and
@@ -28,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from autodl.profile.probe import REPORT_MAX_BYTES, _report_text, report_object
 from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
@@ -299,7 +300,7 @@ def arg_paths(argv: list[str] | None) -> tuple[list[Path], list[str]]:
     return out, refused
 
 
-def _env(batch_env: int | None, workdir: Path, launch_env: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(batch_env: int | None, workdir: Path, launch_env: dict[str, str] | None = None) -> dict[str, str]:
     """The child's whole environment: the spec's ``launcher.env`` as the training gets it, then the launcher's
     contract (``AUTODL_PADDLE_DEVICE``, the planned batch, an output folder -- here inside the working directory, so
     checkpoints land in the sandbox), which wins as it does at launch; nothing of the caller's."""
@@ -313,8 +314,62 @@ def _env(batch_env: int | None, workdir: Path, launch_env: dict[str, str] | None
     return env
 
 
-def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_env: int | None,
-               launch_env: dict[str, str] | None = None) -> tuple[dict, SandboxResult]:
+@dataclass
+class ChildOutput:
+    """What the dry-run child left in its output folder, as read back (untrusted: the user's code wrote there too).
+
+    :ivar result: the bytes of ``result.json``; None when it is missing or was refused.
+    :ivar events: the bytes of ``alloc_events.json``; None when missing or refused.
+    :ivar refused: why ``result.json`` was not read although something is there (a link, a FIFO, too large).
+    """
+
+    result: bytes | None = None
+    events: bytes | None = None
+    refused: str | None = None
+
+
+class DryRunVenue(Protocol):
+    """Where the dry-run child runs: the worker's bubblewrap sandbox (:func:`_run_in_sandbox`) or the launcher's
+    image (:class:`autodl.profile.container.DockerVenue`, :class:`autodl.profile.pod.PodVenue`).
+
+    ``run`` stages ``script``'s folder, runs ``python _dryrun_child.py CONFIG`` with ``cfg`` (its paths rewritten
+    for where it runs), the environment of :func:`child_env` and ``limits``, and reads the output back.
+    """
+
+    name: str
+
+    def run(self, script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
+            launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]: ...
+
+
+def read_back(out: ChildOutput) -> dict:
+    """The child's checked report (:func:`dryrun_report`) with the allocator replay of its events; a report that
+    cannot be used is ``{"report_error": why}``; ``{}`` when the child left nothing."""
+    raw: dict = {}
+    if out.result is not None:
+        try:
+            raw = dryrun_report(out.result.decode("utf-8", errors="replace"))
+        except ValueError as exc:
+            raw = {"report_error": _report_text(str(exc))}
+    elif out.refused:
+        raw = {"report_error": out.refused}
+    if out.events is not None and raw and not raw.get("report_error"):
+        from autodl.profile.allocator import replay_auto_growth
+        try:
+            events = [(int(a), int(d)) for a, d in json.loads(out.events)
+                      if type(a) is int and type(d) is int and abs(d) <= REPORT_MAX_BYTES]
+            rr = replay_auto_growth(events, preexisting=[raw.get("alloc_preexisting") or 0])
+            raw["alloc_replay"] = {"peak_allocated": rr.peak_allocated, "peak_reserved": rr.peak_reserved,
+                                   "chunks": rr.chunks, "events": rr.events, "unmatched_frees": rr.unmatched_frees}
+        except (ValueError, TypeError, RecursionError) as exc:
+            raw["alloc_error"] = _report_text(str(exc))
+    return raw
+
+
+def _run_in_sandbox(script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
+                    launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]:
+    """The worker's venue: the child in :func:`autodl.sandbox.run_sandboxed` (bubblewrap), its folder staged in a
+    temporary working directory (:func:`_stage`), the paths ``task.args`` names mounted read-only."""
     with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
@@ -335,34 +390,27 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
         result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work,
-                               env=_env(batch_env, work, launch_env),
-                               limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound()),
+                               env=child_env(batch_env, work, launch_env), limits=limits,
                                read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
                                                 *arg_paths(cfg.get("argv"))[0]])
-        raw: dict = {}
         # read back without trusting what the script may have done to them: no link followed out of the dry
         # run's own folder, regular files of bounded size only (autodl.sandbox.read_output)
-        text = read_output(work, f"{OUT_DIR}/result.json", max_bytes=REPORT_FILE_BYTES)
-        if text is not None:
-            try:
-                raw = dryrun_report(text.decode("utf-8", errors="replace"))
-            except ValueError as exc:
-                raw = {"report_error": _report_text(str(exc))}
-        elif out.is_symlink() or not out.is_dir() or os.path.lexists(out / "result.json"):
-            raw = {"report_error": f"it is not a regular file of at most {REPORT_FILE_BYTES >> 20} MiB in the dry "
-                                   "run's own folder"}
-        events_text = read_output(work, f"{OUT_DIR}/alloc_events.json", max_bytes=8 * REPORT_FILE_BYTES) \
-            if raw and not raw.get("report_error") else None
-        if events_text is not None:
-            from autodl.profile.allocator import replay_auto_growth
-            try:
-                events = [(int(a), int(d)) for a, d in json.loads(events_text)
-                          if type(a) is int and type(d) is int and abs(d) <= REPORT_MAX_BYTES]
-                rr = replay_auto_growth(events, preexisting=[raw.get("alloc_preexisting") or 0])
-                raw["alloc_replay"] = {"peak_allocated": rr.peak_allocated, "peak_reserved": rr.peak_reserved,
-                                       "chunks": rr.chunks, "events": rr.events, "unmatched_frees": rr.unmatched_frees}
-            except (ValueError, TypeError, RecursionError) as exc:
-                raw["alloc_error"] = _report_text(str(exc))
+        got = ChildOutput(result=read_output(work, f"{OUT_DIR}/result.json", max_bytes=REPORT_FILE_BYTES))
+        if got.result is None and (out.is_symlink() or not out.is_dir() or os.path.lexists(out / "result.json")):
+            got.refused = (f"it is not a regular file of at most {REPORT_FILE_BYTES >> 20} MiB in the dry run's own "
+                           "folder")
+        if got.result is not None:
+            got.events = read_output(work, f"{OUT_DIR}/alloc_events.json", max_bytes=8 * REPORT_FILE_BYTES)
+    return got, result, staged
+
+
+def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_env: int | None,
+               launch_env: dict[str, str] | None = None, venue: DryRunVenue | None = None
+               ) -> tuple[dict, SandboxResult]:
+    limits = SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound())
+    run = venue.run if venue is not None else _run_in_sandbox
+    got, result, staged = run(script, cfg, limits=limits, batch_env=batch_env, launch_env=launch_env)
+    raw = read_back(got)
     note = _staging_note(staged)
     if note and isinstance(raw, dict):
         raw["notes"] = [*(raw.get("notes") or []), note]
@@ -381,6 +429,7 @@ def run_dry_run(
     timeout_s: float | None = None,
     budget_s: float | None = None,
     env: dict[str, str] | None = None,
+    venue: DryRunVenue | None = None,
 ) -> DryRun:
     """Run ``script`` in the sandbox with the dry-run hooks and turn what it measured into a :class:`DryRun`.
 
@@ -396,6 +445,7 @@ def run_dry_run(
     :param timeout_s: hard limit; default ``$AUTODL_DRYRUN_TIMEOUT_S`` or :data:`DRY_RUN_TIMEOUT_S`.
     :param budget_s: soft budget of the measured steps; default ``$AUTODL_DRYRUN_BUDGET_S`` or :data:`DRY_RUN_BUDGET_S`.
     :param env: the spec's ``launcher.env``: the script sees it as the training will (autodl's own variables win).
+    :param venue: where the child runs; None: the worker's bubblewrap sandbox (see :class:`DryRunVenue`).
     :returns: the dry run; failures are outcomes with a reason, never exceptions.
     """
     t0 = time.monotonic()
@@ -416,7 +466,7 @@ def run_dry_run(
            "record_allocations": os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1"}
     try:
         raw, res = _run_child(script, cfg, timeout=timeout, memory=memory,
-                              batch_env=batch if batch_from_spec else None, launch_env=env)
+                              batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
     except SandboxUnavailable as exc:  # user code never runs unisolated
         return DryRun(outcome="no-isolation", reason=str(exc), seconds=round(time.monotonic() - t0, 3))
     dr = summarize(raw, res, target_batch=target, timeout=timeout)
@@ -425,7 +475,7 @@ def run_dry_run(
         # the reduced batch broke the script (e.g. a label tensor of the full batch): once more at its own batch
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None, launch_env=env)
+                                batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
         dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
@@ -440,7 +490,7 @@ def run_dry_run(
         # -10% to -35%). Run it once more at its own batch, which its own steps are enough for.
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None, launch_env=env)
+                                batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
         dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
         if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
             dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
@@ -452,7 +502,11 @@ def run_dry_run(
                 f"the script ended after batch sizes {dr.batch_sizes}; the peak at batch {dr.batch} is extrapolated "
                 f"far from them and may be low (a repeat at the script's own batch did not measure: {dr2.reason}). "
                 "Pass more steps in task.args, or set task.batch_size_per_gpu to a batch the script runs.")))
-    shown, refused = arg_paths(argv)
+    shown, refused = arg_paths(argv) if venue is None else ([], [])
+    if venue is not None and arg_paths(argv)[0]:
+        dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
+            f"the dry run ran in the launcher's image ({venue.name}): paths task.args names are this worker's and are "
+            "not there; the script sees the image and the spec's launcher.mounts (read-only), as the training does.")))
     if shown:
         dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
             "the dry run showed the script, read-only, the paths its task.args name: "
