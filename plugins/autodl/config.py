@@ -9,6 +9,7 @@
 | ``memory_threshold``          | ``AUTODL_MEMORY_THRESHOLD``| a spec without ``resource_policy.memory_threshold`` gets 0.85 |
 | ``default_launcher``          | ``AUTODL_LAUNCHER``        | a spec without ``launcher:`` gets ``local``          |
 | ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
+| ``team_queues``               | ``AUTODL_TEAM_QUEUES``     | none: no team quotas (see :mod:`autodl.quota`)       |
 | (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
 | (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
 
@@ -38,6 +39,7 @@ SETTINGS: dict[str, str] = {
     "default_launcher": "AUTODL_LAUNCHER",
     "host_queues": "AUTODL_HOST_QUEUES",
     "gang_wait_bound_s": "AUTODL_GANG_WAIT_BOUND_S",
+    "team_queues": "AUTODL_TEAM_QUEUES",
 }
 """``[autodl]`` option -> the environment variable that overrides it."""
 
