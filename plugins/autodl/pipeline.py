@@ -59,8 +59,8 @@ from autodl.types import (
     Lease,
     LeaseOwner,
     PlacementDecision,
-    QueueEntry,
     ProfileResult,
+    QueueEntry,
     ResourceProfile,
     RunMetrics,
     RunRecord,
@@ -587,7 +587,15 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
     """
     from autodl.admissions import Admissions
-    from autodl.queue import AdmissionQueue, candidate_groups, decide, free_devices, queue_rules, running_run, stale_after
+    from autodl.queue import (
+        AdmissionQueue,
+        candidate_groups,
+        decide,
+        free_devices,
+        queue_rules,
+        running_run,
+        stale_after,
+    )
     from autodl.queue_estimate import estimate_run
     from autodl.quota import NO_TEAM, team_of
 
@@ -641,6 +649,9 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         queue.leave(ctx.run_key)
         raise WaitTimeout(f"run {ctx.run_key}: no fitting device became free within {timeout:g} s (scheduler.timeout); "
                           f"it waited since {entry.enqueued_at.isoformat()}.")
+    # the entries before the leases: a run that booked and then left the queue in between is then counted
+    # twice (waiting and holding: conservative), never not at all (which would let a team over its quota)
+    entries = queue.entries()
     leases = ledger.leases()
     leased = frozenset(d for le in leases for d in le.device_ids)
     free = free_devices(inventory, leased)
@@ -653,12 +664,12 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         return decision.chosen.devices if decision.chosen is not None else None
 
     running = [running_run(le, now) for le in leases]
-    grant = decide(entry, queue.entries(), free, running, now, place_own, rules)
+    grant = decide(entry, entries, free, running, now, place_own, rules)
     if grant is None:
-        held = Counter()
+        team_held: Counter = Counter()
         for le in leases:
-            held[le.owner.team or NO_TEAM] += len(le.device_ids)
-        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=held), leases, everywhere, log)
+            team_held[le.owner.team or NO_TEAM] += len(le.device_ids)
+        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=team_held), leases, everywhere, log)
         return None
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
     chosen = decision.chosen if decision else None

@@ -228,8 +228,8 @@ def queue_rules(inventory: Inventory | None, *, url: str | None = None, queues: 
     hosts = {d.device_id: d.host for d in inventory.devices} if inventory is not None else {}
     return QueueRules(queues=queues if queues is not None else load_team_queues(),
                       holds=tuple(QueueHolds(url).holds()),
-                      device_type=(lambda dev: types.get(dev, "unknown")) if types else None,
-                      host_of=(lambda dev: hosts.get(dev)) if hosts else None)
+                      device_type=(lambda dev: types.get(str(dev), "unknown")) if types else None,
+                      host_of=(lambda dev: hosts.get(str(dev))) if hosts else None)
 
 
 def queued_run(entry: QueueEntry) -> QueuedRun:

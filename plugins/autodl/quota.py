@@ -94,7 +94,7 @@ class TeamQueues(BaseModel):
         """The quota of ``team``: its own entry, else the ``"*"`` entry, else no nominal quota at weight 1."""
         name = team or NO_TEAM
         own = self.teams.get(name) or self.teams.get(ANY_TEAM)
-        return (own or TeamQuota()).model_copy(update={"name": name})
+        return (own or TeamQuota(name=name, weight=1.0)).model_copy(update={"name": name})
 
     def priority(self, value: int | str | None, *, field: str = "scheduler.priority") -> int:
         """The priority value of ``value``: an integer as is, a class name from ``priority_classes``; None: 0.

@@ -197,12 +197,12 @@ class SchedulerSection(_Section):
                                                                "stops it and records why. None: no limit.")
     max_pending_time: WaitSeconds = Field(DEFAULT_MAX_PENDING_S, description="Seconds a Kubernetes pod may stay "
                                           "unschedulable (Pending, FailedScheduling) before the run is stopped.")
-    team: str | None = Field(None, min_length=1, max_length=250,
+    team: str | None = Field(default=None, min_length=1, max_length=250,
                              description="The team queue whose quota the run counts against ([autodl] team_queues); "
                                          "default: the run's owner.")
-    priority: int | str | None = Field(None, description="Priority within the team: an integer (higher first) or a "
+    priority: int | str | None = Field(default=None, description="Priority within the team: an integer (higher first) or a "
                                                          "priority class of the team queues file. Default 0.")
-    train_steps: int | None = Field(None, ge=1, le=10**12,
+    train_steps: int | None = Field(default=None, ge=1, le=10**12,
                                     description="Optimizer steps the training runs in all: the queue's runtime estimate "
                                                 "of a run never seen before is this x the estimated step time.")
 

@@ -84,7 +84,7 @@ def forecast(live: Sequence[QueueEntry], free: frozenset[str], running: Sequence
         for g in grants:
             e = by_key[g.run_key]
             starts[g.run_key] = at
-            rt = _runtime(e, list(g.devices), rules)
+            rt = _runtime(e, [str(d) for d in g.devices], rules)
             holders.append(RunningRun(g.run_key, tuple(g.devices), at + rt if rt else None, e.owner_user, e.team))
             free_now.difference_update(g.devices)
         waiting = [e for e in waiting if e.run_key not in starts]

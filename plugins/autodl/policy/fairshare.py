@@ -76,14 +76,14 @@ class TeamShares:
         self.asked: dict[str, Counter] = {}
         self.usable = {r.run_key: usable_types(r) for r in waiting}
         self.reasons: dict[str, str] = {}
-        for r in running:
-            c = self.held.setdefault(_team(r.team), Counter())
-            for dev in r.devices:
+        for holder in running:
+            c = self.held.setdefault(_team(holder.team), Counter())
+            for dev in holder.devices:
                 c[device_type(dev)] += 1
-        for r in waiting:
-            c = self.asked.setdefault(_team(r.team), Counter())
-            for t in self.usable[r.run_key]:
-                c[t] += r.num_gpus
+        for run in waiting:
+            c = self.asked.setdefault(_team(run.team), Counter())
+            for t in self.usable[run.run_key]:
+                c[t] += run.num_gpus
 
     def held_total(self) -> Counter:
         """Devices each team holds now, all types together (for :func:`fair_order`)."""

@@ -21,7 +21,7 @@ down_revision = "0004"
 branch_labels = None
 depends_on = None
 
-_QUEUE_COLUMNS = [
+_QUEUE_COLUMNS: list[sa.Column] = [
     sa.Column("team", sa.String(250), nullable=True),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Column("speed_by_type", sa.JSON, nullable=True),
