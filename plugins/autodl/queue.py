@@ -331,6 +331,9 @@ def admission(entries: Sequence[QueueEntry], free: frozenset[str], running: Sequ
     for key, why in shares.reasons.items():
         if key not in granted:
             reasons[key] = why
+    for run in active:
+        if run.run_key not in granted and run.run_key not in reasons:
+            reasons[run.run_key] = "not reached this round: the free devices went to the runs ahead of it"
     for key, h in stopped.items():
         reasons[key] = h.describe()
     return Admission(result.grants, result.reservation, reasons)

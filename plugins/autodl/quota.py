@@ -131,20 +131,26 @@ def parse_team_queues(data: object, source: str) -> TeamQueues:
     teams = data.get("teams") or {}
     if not isinstance(teams, dict):
         raise ConfigError(f"{source}: teams: a mapping of team name to its quota, e.g. vision: {{nominal_quota: {{A100-SXM4-80GB: 4}}}}")
+    parsed = {}
+    for name, spec in teams.items():
+        if spec is not None and not isinstance(spec, dict):
+            raise ConfigError(f"{source}: teams.{name}: a mapping of weight, nominal_quota, borrowing_limit; see "
+                              "docs/team-queues.md for the format.")
+        try:
+            parsed[str(name)] = TeamQuota.model_validate({**(spec or {}), "name": str(name)})
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: teams.{name}.{_first_error(exc)}; see docs/team-queues.md for the format.") from None
     try:
-        parsed = {str(name): TeamQuota.model_validate({**(spec or {}), "name": str(name)}) for name, spec in teams.items()}
         return TeamQueues(teams=parsed, priority_classes=data.get("priority_classes") or {}, source=source)
-    except (ValidationError, TypeError) as exc:
-        where = _first_error(exc)
-        raise ConfigError(f"{source}: {where}; see docs/team-queues.md for the format.") from None
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: priority_classes.{_first_error(exc)} (a class is a name and an integer); see "
+                          "docs/team-queues.md for the format.") from None
 
 
-def _first_error(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        return f"{loc}: {err['msg']}"
-    return str(exc)
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if p != "priority_classes")
+    return f"{loc}: {err['msg']}"
 
 
 def load_team_queues(path: str | Path | None = None) -> TeamQueues:
