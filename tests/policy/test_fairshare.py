@@ -170,3 +170,16 @@ def test_a_held_queue_admits_nothing_and_blocks_nobody():
 def test_a_bad_team_queues_file_names_the_file_and_the_field(bad, field):
     with pytest.raises(ConfigError, match=rf"q.yaml: .*{field}"):
         parse_team_queues(bad, "q.yaml")
+
+
+def test_the_shipped_example_team_queues_read_through_the_setting(monkeypatch):
+    from autodl.config import include_dir
+    from autodl.quota import load_team_queues
+
+    monkeypatch.setenv("AUTODL_TEAM_QUEUES", str(include_dir() / "queues" / "example.yaml"))
+    queues = load_team_queues()
+    assert queues.quota("vision").nominal("A100-SXM4-80GB") == 4 and queues.quota("vision").weight == 2
+    assert queues.quota("anyone").nominal("A100-SXM4-80GB") == 0 and queues.priority("low") == -100
+    monkeypatch.setenv("AUTODL_TEAM_QUEUES", str(include_dir() / "queues" / "missing.yaml"))
+    with pytest.raises(ConfigError, match=r"missing.yaml.*team queues file"):
+        load_team_queues()
