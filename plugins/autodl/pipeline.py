@@ -664,12 +664,14 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         return decision.chosen.devices if decision.chosen is not None else None
 
     running = [running_run(le, now) for le in leases]
-    grant = decide(entry, entries, free, running, now, place_own, rules)
+    reasons: dict[str, str] = {}
+    grant = decide(entry, entries, free, running, now, place_own, rules, reasons)
     if grant is None:
         team_held: Counter = Counter()
         for le in leases:
             team_held[le.owner.team or NO_TEAM] += len(le.device_ids)
-        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=team_held), leases, everywhere, log)
+        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=team_held), leases, everywhere, log,
+                     reasons.get(ctx.run_key))
         return None
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
     chosen = decision.chosen if decision else None
@@ -747,7 +749,7 @@ def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, i
 
 
 def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: PlacementDecision,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], why: str | None = None) -> None:
     keys = [e.run_key for e in order]
     place = keys.index(ctx.run_key) + 1 if ctx.run_key in keys else None
     ahead = keys[: place - 1] if place else []
@@ -756,7 +758,9 @@ def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: 
                for le in leases if fitting & set(le.device_ids)]
     log(f"waiting: #{place or '?'} of {len(keys)} in the admission queue"
         + (f" behind {', '.join(ahead[:3])}{' ...' if len(ahead) > 3 else ''}" if ahead else "")
-        + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else ""))
+        + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else "")
+        + (f"; why: {why}" if why else "")
+        + "; autodl queue shows the expected start")
 
 
 def step_select(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,

@@ -270,12 +270,14 @@ def place_from_candidates(entry: QueueEntry, free: frozenset) -> tuple[str, ...]
 
 def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str], running: Sequence[RunningRun],
            now: datetime, place_own: Callable[[frozenset], Sequence[str] | None],
-           rules: QueueRules | None = None) -> Grant | None:
+           rules: QueueRules | None = None, reasons: dict[str, str] | None = None) -> Grant | None:
     """The queue's grant for ``own`` now, or None (keep waiting).
 
     Every live entry (and ``own``, which is polling now) goes to :func:`admission`;
     ``place_own(free)`` is this run's placement policy over the devices still free at its turn, the
     other waiters are placed by :func:`place_from_candidates`.
+
+    :param reasons: when given, filled with why each run not granted waits (for the waiter's log).
     """
     live = {e.run_key: e for e in entries if not e.stale(now)}
     live[own.run_key] = own
@@ -285,8 +287,11 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
             return place_own(free_now)
         return place_from_candidates(live[run.run_key], free_now)
 
-    grants = admission(list(live.values()), free, running, now.timestamp(), place_on, rules).grants
-    return next((g for g in grants if g.run_key == own.run_key), None)
+    result = admission(list(live.values()), free, running, now.timestamp(), place_on, rules,
+                       explain=reasons is not None)
+    if reasons is not None:
+        reasons.update(result.waiting_reasons)
+    return next((g for g in result.grants if g.run_key == own.run_key), None)
 
 
 def product_order(runs: Sequence[QueuedRun], at: float, queues: TeamQueues, held: Counter) -> list[QueuedRun]:

@@ -131,7 +131,8 @@ def test_a_held_team_queue_books_nothing_and_the_other_team_borrows(store, pool,
     assert held_by_team() == Counter({"nlp": 4})   # vision's nominal quota is idle while it is held
     logs: list[str] = []
     assert pipeline.step_wait(ctx("v0", "vision"), outs["vision"], pool=pool, log=logs.append) is None
-    assert any("waiting: #" in line for line in logs)
+    (line,) = [line for line in logs if "waiting: #" in line]
+    assert "why: team 'vision''s queue is held for maintenance by ops" in line and "driver upgrade" in line
     from autodl.waiting import queue_report
 
     why = {r.entry.run_key: r for r in queue_report(pool=pool)}
