@@ -587,17 +587,8 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
     """
     from autodl.admissions import Admissions
-    from autodl.queue import (
-        AdmissionQueue,
-        candidate_groups,
-        decide,
-        free_devices,
-        queue_rules,
-        running_run,
-        stale_after,
-    )
-    from autodl.queue_estimate import estimate_run
-    from autodl.quota import NO_TEAM, team_of
+    from autodl.queue import AdmissionQueue, decide, free_devices, queue_rules, running_run
+    from autodl.quota import NO_TEAM
 
     profile_out = ProfileResult.coerce(profile_out, what="the profile step's result")
     spec = run_spec(profile_out)
@@ -628,22 +619,9 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     if spec.launcher.type == "kubernetes" and spec.launcher.kueue_queue:
         queue.leave(ctx.run_key)
         return _book_for_kueue(ctx, profile, spec, inventory, ledger, log)
-    ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
     rules = queue_rules(inventory)
-    team = team_of(spec.scheduler.team, ctx.user)
-    groups = candidate_groups(inventory, _fits_ever(profile, spec), ranked)
-    known = queue.get(ctx.run_key)
-    est = None if known is not None else estimate_run(   # set once, when the run first joins (see join)
-        profile, {rules.device_type(g[0]) for g in groups if g} if rules.device_type else (), catalog,
-        recorded=recorded_runtime(ctx), train_steps=spec.scheduler.train_steps)
-    entry = queue.join(
-        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes, candidates=groups,
-        stale_after_s=stale_after(poke), vendors=spec.resource_policy.allowed_vendors, dag_id=ctx.dag_id,
-        run_id=ctx.run_id, owner_user=ctx.user, pool=pool, timeout_s=timeout, team=team,
-        priority=rules.queues.priority(spec.scheduler.priority),
-        expected_runtime_s=est.expected_runtime_s if est else None,
-        speed_by_type=est.speed_by_type if est else None, runtime_source=est.runtime_source if est else None,
-    )
+    entry = _join_queue(ctx, queue, profile, spec, inventory, everywhere, catalog, rules, poke=poke, timeout=timeout,
+                        pool=pool)
     now = utcnow()
     if entry.deadline_at is not None and now > entry.deadline_at:
         queue.leave(ctx.run_key)
@@ -703,6 +681,36 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
                            chosen.to_json() if chosen else None, lines)
     RunState().put(ctx.run_key, RunState.SELECTION, selection)
     return selection
+
+
+def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory,
+                everywhere: PlacementDecision, catalog: Catalog, rules: Any, *, poke: float, timeout: float,
+                pool: str | None) -> QueueEntry:
+    """Join (or refresh) the run's entry in the admission queue: its request, its team
+    (:func:`autodl.quota.team_of`) and priority, and, when it first joins, its runtime and speeds per
+    device type (:func:`autodl.queue_estimate.estimate_run`).
+
+    :raises ConfigError: ``scheduler.priority`` names a class the team queues do not define.
+    """
+    from autodl.queue import candidate_groups, stale_after
+    from autodl.queue_estimate import estimate_run
+    from autodl.quota import team_of
+
+    ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
+    groups = candidate_groups(inventory, _fits_ever(profile, spec), ranked)
+    est = None
+    if queue.get(ctx.run_key) is None:   # set once, when the run first joins (see AdmissionQueue.join)
+        types = {rules.device_type(g[0]) for g in groups if g} if rules.device_type else set()
+        est = estimate_run(profile, types, catalog, recorded=recorded_runtime(ctx),
+                           train_steps=spec.scheduler.train_steps)
+    return queue.join(
+        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes, candidates=groups,
+        stale_after_s=stale_after(poke), vendors=spec.resource_policy.allowed_vendors, dag_id=ctx.dag_id,
+        run_id=ctx.run_id, owner_user=ctx.user, pool=pool, timeout_s=timeout,
+        team=team_of(spec.scheduler.team, ctx.user), priority=rules.queues.priority(spec.scheduler.priority),
+        expected_runtime_s=est.expected_runtime_s if est else None,
+        speed_by_type=est.speed_by_type if est else None, runtime_source=est.runtime_source if est else None,
+    )
 
 
 def _runtime_on(entry: QueueEntry, model: str | None) -> float | None:
