@@ -26,7 +26,7 @@ from autodl.config import gang_wait_bound_s
 from autodl.policy.admission import WAIT_MARGIN, Admission, Grant, QueuedRun, RunningRun, gang_first, queue_key
 from autodl.policy.admission import decide as admission_decide
 from autodl.policy.fairshare import TeamShares, fair_order
-from autodl.queue_hold import QueueHold, QueueHolds, hold_of
+from autodl.queue_hold import WHOLE_QUEUE, QueueHold, QueueHolds, hold_of
 from autodl.quota import TeamQueues
 from autodl.store import Base, session_factory
 from autodl.types import Device, Inventory, Lease, QueueEntry, utcnow
@@ -220,14 +220,24 @@ def queue_rules(inventory: Inventory | None, *, url: str | None = None, queues: 
     """The product's :class:`QueueRules`: the team queues of ``[autodl] team_queues``, the holds in the store,
     and the device types and hosts of ``inventory``.
 
-    :raises ConfigError: the team queues file is malformed.
+    A team queues file that cannot be read or is malformed holds the whole queue (nothing is admitted, no
+    waiting run fails or loses its place, no quota is broken), and every "why waiting" names the file and
+    the field to fix.
     """
+    from autodl.errors import ConfigError
     from autodl.quota import load_team_queues
 
+    holds = list(QueueHolds(url).holds())
+    if queues is None:
+        try:
+            queues = load_team_queues()
+        except ConfigError as exc:
+            queues = TeamQueues()
+            holds.insert(0, QueueHold(team=WHOLE_QUEUE, reason=f"the team queues cannot be used: {exc}",
+                                      held_by="autodl", held_at=utcnow()))
     types = {d.device_id: d.model for d in inventory.devices} if inventory is not None else {}
     hosts = {d.device_id: d.host for d in inventory.devices} if inventory is not None else {}
-    return QueueRules(queues=queues if queues is not None else load_team_queues(),
-                      holds=tuple(QueueHolds(url).holds()),
+    return QueueRules(queues=queues, holds=tuple(holds),
                       device_type=(lambda dev: types.get(str(dev), "unknown")) if types else None,
                       host_of=(lambda dev: hosts.get(str(dev))) if hosts else None)
 

@@ -139,3 +139,18 @@ def test_a_held_team_queue_books_nothing_and_the_other_team_borrows(store, pool,
     assert "held for maintenance by ops" in why["v0"].reason and "driver upgrade" in why["v0"].reason
     assert why["v0"].expected_start is None and "held" in why["v0"].expected_start_note
     assert QueueHolds().resume("vision") is True and QueueHolds().holds() == []
+
+
+def test_a_broken_team_queues_file_holds_the_queue_and_says_what_to_fix(pool, tmp_path, monkeypatch):
+    """The platform team's typo must not fail every waiting run: nothing is admitted, nobody fails, and the
+    waiting runs' log and autodl queue name the file and the field."""
+    bad = tmp_path / "queues.yaml"
+    bad.write_text("teams:\n  vision: {weight: -1}\n")
+    monkeypatch.setenv("AUTODL_TEAM_QUEUES", str(bad))
+    logs: list[str] = []
+    assert pipeline.step_wait(ctx("v0", "vision"), profile_out(tmp_path), pool=pool, log=logs.append) is None
+    assert Ledger().leases() == []
+    (line,) = [line for line in logs if "waiting: #" in line]
+    assert f"the team queues cannot be used: {bad}: teams.vision.weight" in line
+    bad.write_text(QUEUES)   # fixed: the next poll books
+    assert pipeline.step_wait(ctx("v0", "vision"), profile_out(tmp_path), pool=pool, log=logs.append) is not None
