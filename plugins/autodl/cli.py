@@ -397,7 +397,23 @@ def _hold_queue(args: argparse.Namespace) -> int:
     else:
         print(f"held {what}: it admits nothing until autodl queue --resume{' --team ' + args.team if args.team else ''}; "
               "running trainings go on")
+        if args.team and not _team_known(args.team):
+            print(f"note: no team {args.team!r} is configured ([autodl] team_queues) or waiting now; check the spelling")
     return 0
+
+
+def _team_known(team: str) -> bool:
+    """Whether ``team`` is configured in the team queues or has a run waiting."""
+    from autodl.errors import ConfigError
+    from autodl.queue import AdmissionQueue
+    from autodl.quota import load_team_queues
+
+    try:
+        if team in load_team_queues().teams:
+            return True
+    except ConfigError:
+        pass
+    return any(e.team == team for e in AdmissionQueue().entries())
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

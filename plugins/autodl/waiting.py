@@ -133,7 +133,7 @@ def why_waiting(entries: Sequence[QueueEntry], inventory: Inventory | None, leas
             if e.run_key in granted:
                 why = f"devices are free for it: it books them at its next poll ({granted[e.run_key].reason})"
             else:
-                why = decision.waiting_reasons.get(e.run_key) or "behind the runs ahead of it in the queue"
+                why = _clock(decision.waiting_reasons.get(e.run_key) or "behind the runs ahead of it in the queue")
             start = starts.get(e.run_key)
             when = datetime.fromtimestamp(start, tz=timezone.utc) if start is not None else None
             note = None if when is not None else _no_start(why)
@@ -143,6 +143,15 @@ def why_waiting(entries: Sequence[QueueEntry], inventory: Inventory | None, leas
             rows.append(_row(None, e, f"its poller has not been seen for over {e.stale_after_s:.0f} s: it blocks nobody "
                                       "and keeps its place if it comes back", None, "not polling"))
     return rows
+
+
+def _clock(reason: str) -> str:
+    """The decision's epoch times (``t=1764673200``) as UTC clock times, for people."""
+    import re
+
+    def utc(m: re.Match) -> str:
+        return datetime.fromtimestamp(float(m.group(1)), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return re.sub(r"\bt=(\d{9,})\b", utc, reason)
 
 
 def _no_start(why: str) -> str:

@@ -4,7 +4,7 @@ the queue for maintenance (``--hold`` / ``--resume``), through the real command 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -45,6 +45,8 @@ def test_queue_says_position_why_and_expected_start(pool, queue_with_a_holder):
         (1, "vision.train.gang", "vision"), (2, "vision.train.long", "vision")]
     gang, long = rows
     assert "head of the queue: 2 device(s) reserved for it" in gang["reason"]
+    shown = datetime.fromtimestamp(round(datetime.fromisoformat(gang["expected_start"]).timestamp()), tz=timezone.utc)
+    assert f"expected free at {shown:%Y-%m-%d %H:%M:%S} UTC" in gang["reason"]   # a clock time, not epoch seconds
     assert "reserved for vision.train.gang" in long["reason"] and "expected to end before" in long["reason"]
     lease_end = Ledger().get("nlp.train.r1").created_at + timedelta(seconds=600)
     gang_start = datetime.fromisoformat(gang["expected_start"])
@@ -77,6 +79,8 @@ def test_hold_and_resume_the_queue(pool, queue_with_a_holder):
     assert "was not held" in autodl("queue", "--resume").stdout
     team = autodl("queue", "--hold", "--team", "vision", "--reason", "quota review", "--json")
     assert json.loads(team.stdout)["team"] == "vision"
+    assert "note:" not in autodl("queue", "--hold", "--team", "vision", "--reason", "again").stdout   # it waits
+    assert "no team 'visoin' is configured" in autodl("queue", "--hold", "--team", "visoin", "--reason", "x").stdout
 
 
 @pytest.mark.parametrize("args, says", [
