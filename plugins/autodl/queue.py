@@ -347,8 +347,14 @@ def admission(entries: Sequence[QueueEntry], free: frozenset[str], running: Sequ
         if key not in granted:
             reasons[key] = why
     for run in active:
-        if run.run_key not in granted and run.run_key not in reasons:
-            reasons[run.run_key] = "not reached this round: the free devices went to the runs ahead of it"
+        if run.run_key in granted:
+            continue
+        if run.run_key not in reasons:
+            reasons[run.run_key] = ("no device is free now" if not free else
+                                    "not reached this round: the free devices went to the runs ahead of it")
+        lent = shares.lent(run)
+        if lent:
+            reasons[run.run_key] += f"; {lent}"
     for key, h in stopped.items():
         reasons[key] = h.describe()
     return Admission(result.grants, result.reservation, reasons)

@@ -183,3 +183,15 @@ def test_the_shipped_example_team_queues_read_through_the_setting(monkeypatch):
     monkeypatch.setenv("AUTODL_TEAM_QUEUES", str(include_dir() / "queues" / "missing.yaml"))
     with pytest.raises(ConfigError, match=r"missing.yaml.*team queues file"):
         load_team_queues()
+
+
+def test_a_team_waiting_within_its_quota_is_told_who_borrowed_it():
+    """nlp borrowed all four A100s while vision asked for nothing; vision's run now waits within its quota and
+    is told so (its devices come back as nlp's runs end: autodl never preempts)."""
+    running = [RunningRun(f"n-old{i}", (f"A{i}",), expected_end=T0.timestamp() + 600, team="nlp") for i in range(4)]
+    waiting = [entry("v0", "vision", at=0)]
+    out = admission(waiting, frozenset(), running, T0.timestamp() + 10,
+                    lambda run, f: place_from_candidates(waiting[0], f), rules(TWO_TEAMS), explain=True)
+    assert out.grants == ()
+    assert "team 'vision''s nominal quota of A100-SXM4-80GB is lent to 'nlp'" in out.waiting_reasons["v0"]
+    assert out.waiting_reasons["v0"].startswith("no device is free now; ") and "no preemption" in out.waiting_reasons["v0"]

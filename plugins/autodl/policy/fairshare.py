@@ -158,6 +158,23 @@ class TeamShares:
                 asks[t] = max(0, asks[t] - run.num_gpus)
         self.reasons.pop(run.run_key, None)
 
+    def lent(self, run: QueuedRun) -> str | None:
+        """When ``run`` waits within its team's nominal quota of a type while other teams hold that quota
+        (they borrowed it while its team asked for nothing): who, for "why waiting"; else None."""
+        if not self.queues.teams:
+            return None
+        team = _team(run.team)
+        for t in sorted(self.usable.get(run.run_key, ())):
+            held = self.held.get(team, Counter())[t]
+            if held + run.num_gpus > self.queues.quota(team).nominal(t):
+                continue
+            borrowers = sorted(other for other, c in self.held.items()
+                               if other != team and c[t] > self.queues.quota(other).nominal(t))
+            if borrowers:
+                return (f"team {team!r}'s nominal quota of {t} is lent to {', '.join(map(repr, borrowers))}: borrowed "
+                        "devices come back as those runs end (no preemption)")
+        return None
+
     def share(self, team: str) -> float:
         """The team's weighted share of borrowed devices: held above nominal quota (all types) / weight."""
         quota = self.queues.quota(team)
