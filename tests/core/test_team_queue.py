@@ -154,3 +154,45 @@ def test_a_broken_team_queues_file_holds_the_queue_and_says_what_to_fix(pool, tm
     assert f"the team queues cannot be used: {bad}: teams.vision.weight" in line
     bad.write_text(QUEUES)   # fixed: the next poll books
     assert pipeline.step_wait(ctx("v0", "vision"), profile_out(tmp_path), pool=pool, log=logs.append) is not None
+
+
+def test_a_team_of_many_short_runs_never_holds_more_than_its_quota_while_the_other_waits(store, pool, team_queues,
+                                                                                          tmp_path):
+    """vision's ten runs end as soon as they are booked (a stream of short runs), nlp's three hold their devices.
+    Checked after every booking: while nlp still waits, vision holds at most its nominal 2, and nlp holds at
+    most 2 while vision waits; once vision's stream is done, nlp borrows the idle devices and all are booked.
+    (The leases are read before the queue: an entry still there was waiting when the leases were read.)"""
+    outs = {"vision": profile_out(tmp_path), "nlp": profile_out(tmp_path)}
+    runs = [(f"v{i}", "vision") for i in range(10)] + [(f"n{i}", "nlp") for i in range(3)]
+    join_all(runs)
+    seen: list[tuple[str, int, bool]] = []   # (team, devices it held, other team still waiting)
+    errors: list[BaseException] = []
+    never: list[str] = []
+    start = threading.Barrier(len(runs))
+
+    def waiter(key: str, team: str) -> None:
+        try:
+            start.wait()
+            for _ in range(5000):   # polls, not seconds
+                if pipeline.step_wait(ctx(key, team), outs[team], pool=pool, log=lambda _line: None,
+                                      poke_interval_s=0.01) is not None:
+                    held = held_by_team()
+                    waiting = {e.team for e in AdmissionQueue().entries()}
+                    other = "nlp" if team == "vision" else "vision"
+                    seen.append((team, held[team], other in waiting))
+                    if team == "vision":
+                        Ledger().release(key)
+                    return
+            never.append(key)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=waiter, args=run) for run in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and never == []
+    assert len(seen) == len(runs)
+    assert max(n for team, n, other_waits in seen if other_waits) <= 2
+    assert held_by_team() == Counter({"nlp": 3})   # vision is done; nlp borrowed what vision left idle
