@@ -342,26 +342,79 @@ def _release_by_hand(run_key: str, *, force: bool = False, as_json: bool = False
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
-    from autodl.queue import AdmissionQueue
+    if args.hold or args.resume:
+        return _hold_queue(args)
+    from autodl.queue_hold import QueueHolds
     from autodl.types import utcnow
+    from autodl.waiting import queue_report
 
     now = utcnow()
-    entries = AdmissionQueue().in_order(now)
+    rows = queue_report(pool=args.pool, now=now)
+    holds = QueueHolds().holds()
     if args.json:
-        _print_json([{**e.to_json(), "stale": e.stale(now)} for e in entries])
+        _print_json([r.to_json() for r in rows])
         return 0
     from rich.table import Table
 
-    t = Table(title="admission queue (next first)")
-    for col in ("#", "run key", "owner", "devices", "GiB each", "waiting s", "last seen s", "expected s"):
+    caption = "; ".join(h.describe() for h in holds) or None
+    t = Table(title="admission queue (next first)", caption=caption)
+    for col in ("#", "run key", "team", "prio", "owner", "devices", "GiB each", "waiting s", "expected s",
+                "expected start (UTC)", "why waiting"):
         t.add_column(col, overflow="fold")
-    for i, e in enumerate(entries, 1):
-        seen = (now - e.heartbeat_at).total_seconds()
-        t.add_row(str(i) if not e.stale(now) else "stale", e.run_key, e.owner_user or "(unknown)", str(e.num_gpus),
-                  _gib(e.needed_bytes), f"{(now - e.enqueued_at).total_seconds():.0f}", f"{seen:.0f}",
-                  f"{e.expected_runtime_s:.0f}" if e.expected_runtime_s else "-")
+    for r in rows:
+        e = r.entry
+        start = r.expected_start.strftime("%Y-%m-%d %H:%M:%S") if r.expected_start else (r.expected_start_note or "unknown")
+        t.add_row(str(r.position) if r.position else "stale", e.run_key, r.team, str(r.priority),
+                  e.owner_user or "(unknown)", str(e.num_gpus), _gib(e.needed_bytes),
+                  f"{(now - e.enqueued_at).total_seconds():.0f}",
+                  f"{e.expected_runtime_s:.0f} ({e.runtime_source or '?'})" if e.expected_runtime_s else "unknown",
+                  start, r.reason)
     _console().print(t)
     return 0
+
+
+def _hold_queue(args: argparse.Namespace) -> int:
+    """``autodl queue --hold [--team T] --reason WHY`` / ``--resume [--team T]``."""
+    from autodl.config import current_user
+    from autodl.queue_hold import QueueHolds
+
+    holds = QueueHolds()
+    what = f"team {args.team!r}'s queue" if args.team else "the whole queue"
+    if args.resume:
+        was = holds.resume(args.team)
+        if args.json:
+            _print_json({"resumed": was, "team": args.team})
+        else:
+            print(f"resumed {what}" if was else f"{what} was not held; nothing to resume")
+        return 0
+    if not args.reason:
+        from autodl.errors import ConfigError
+
+        raise ConfigError("autodl queue --hold needs --reason WHY (it is shown to every waiting run), e.g. "
+                          "--reason 'driver upgrade until 14:00'")
+    hold = holds.hold(args.team, args.reason, by=current_user())
+    if args.json:
+        _print_json(hold.model_dump(mode="json"))
+    else:
+        print(f"held {what}: it admits nothing until autodl queue --resume{' --team ' + args.team if args.team else ''}; "
+              "running trainings go on")
+        if args.team and not _team_known(args.team):
+            print(f"note: no team {args.team!r} is configured ([autodl] team_queues) or waiting now; check the spelling")
+    return 0
+
+
+def _team_known(team: str) -> bool:
+    """Whether ``team`` is configured in the team queues or has a run waiting."""
+    from autodl.errors import ConfigError
+    from autodl.queue import AdmissionQueue
+    from autodl.quota import load_team_queues
+
+    try:
+        if team in load_team_queues().teams:
+            return True
+    except ConfigError:
+        pass
+    return any(e.team == team for e in AdmissionQueue().entries())
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -583,7 +636,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_leases)
 
-    sp = sub.add_parser("queue", help="runs waiting for devices, in the order the queue takes them")
+    sp = sub.add_parser("queue", help="runs waiting for devices, in the order the queue takes them, why and until when "
+                                      "(and holding the queue for maintenance)")
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--hold", action="store_true", help="hold the queue (or --team's): it admits nothing until --resume")
+    g.add_argument("--resume", action="store_true", help="resume a held queue (or --team's)")
+    sp.add_argument("--team", type=_text_arg("team", 250), help="with --hold/--resume: only this team's queue")
+    sp.add_argument("--reason", type=_text_arg("reason", 1000), help="with --hold: why, shown to every waiting run")
+    sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_queue)
 
@@ -665,6 +725,10 @@ def main(argv: list[str] | None = None) -> int:
     _one_value_each(parser, args)
     if getattr(args, "force", False) and getattr(args, "release", None) is None:
         parser.error("argument --force: only goes with --release RUN_KEY (it releases another user's lease)")
+    if getattr(args, "command", None) == "queue" and not (args.hold or args.resume) and (args.team or args.reason):
+        parser.error("arguments --team/--reason: only go with --hold or --resume (autodl queue --hold --team T --reason WHY)")
+    if getattr(args, "command", None) == "queue" and args.resume and args.reason:
+        parser.error("argument --reason: only goes with --hold")
     signal.signal(signal.SIGTERM, _terminate)
     from autodl.redact import redact_text
 

@@ -10,6 +10,7 @@
 | ``default_launcher``          | ``AUTODL_LAUNCHER``        | a spec without ``launcher:`` gets ``local``          |
 | ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
 | ``dry_run_in``                | ``AUTODL_DRY_RUN_IN``      | ``auto``: this worker's sandbox, else the launcher's image (:mod:`autodl.profile.where`) |
+| ``team_queues``               | ``AUTODL_TEAM_QUEUES``     | none: no team quotas (see :mod:`autodl.quota`)       |
 | (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
 | (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
 
@@ -40,6 +41,7 @@ SETTINGS: dict[str, str] = {
     "host_queues": "AUTODL_HOST_QUEUES",
     "gang_wait_bound_s": "AUTODL_GANG_WAIT_BOUND_S",
     "dry_run_in": "AUTODL_DRY_RUN_IN",
+    "team_queues": "AUTODL_TEAM_QUEUES",
 }
 """``[autodl]`` option -> the environment variable that overrides it."""
 

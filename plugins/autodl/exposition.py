@@ -12,6 +12,9 @@ Series:
   have neither a live lease nor a record);
 * ``autodl_runs_total{outcome}`` — recorded runs by outcome; ``autodl_runs_oom_total`` — of them, ended by
   an out-of-memory error;
+* ``autodl_admission_wait_seconds{team}`` — histogram of how long admitted runs waited in the admission
+  queue, from joining it to the booking (buckets :data:`WAIT_BUCKETS_S`); ``autodl_queue_held{team}`` — 1
+  for each held queue (team ``*``: the whole queue);
 * ``autodl_estimate_error_ratio{device_model}`` — mean estimate / actual peak over the newest
   :data:`ESTIMATE_WINDOW` records that have both (1 = exact, 2 = twice too high), and
   ``autodl_estimate_error_records{device_model}`` — how many records that mean is over.
@@ -22,11 +25,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 ESTIMATE_WINDOW = 200
 """Records the estimate error is computed over (newest first)."""
+
+WAIT_BUCKETS_S = (30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
+"""Upper bounds (s) of the admission wait histogram's buckets (then +Inf): from one poll of a waiting run
+(a spec's default ``scheduler.poke_interval``, 30 s) through its default ``scheduler.timeout`` (3600 s) to a
+day, roughly doubling (autodl's choice; a wait past a day lands in +Inf)."""
 
 
 class AutoDLCollector(Collector):
@@ -83,9 +91,31 @@ class AutoDLCollector(Collector):
         yield error
         yield n_records
 
+        yield from self._queue_metrics()
+
         waiting = GaugeMetricFamily("autodl_waiting_runs", "Runs profiled but not booked yet (waiting for the pool).")
         waiting.add_metric([], self._waiting({le.run_key for le in leases}, {r.run_key for r in records}))
         yield waiting
+
+    def _queue_metrics(self) -> Iterator[Metric]:
+        """The admission wait histogram per team and the held queues."""
+        from autodl.admissions import Admissions
+        from autodl.queue_hold import QueueHolds
+        from autodl.quota import NO_TEAM
+
+        waits = HistogramMetricFamily("autodl_admission_wait_seconds",
+                                      "Seconds admitted runs waited in autodl's admission queue, by team.", labels=["team"])
+        by_team: dict[str, list[float]] = {}
+        for team, waited in Admissions(self.store_url).wait_times():
+            by_team.setdefault(team or NO_TEAM, []).append(waited)
+        for team, values in sorted(by_team.items()):
+            buckets = [(_bound(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS_S]
+            waits.add_metric([team], buckets + [("+Inf", len(values))], sum(values))
+        yield waits
+        held = GaugeMetricFamily("autodl_queue_held", "1 for each held queue (team '*': the whole queue).", labels=["team"])
+        for h in QueueHolds(self.store_url).holds():
+            held.add_metric([h.team], 1)
+        yield held
 
     @staticmethod
     def _waiting(leased: set[str], recorded: set[str]) -> int:
@@ -97,6 +127,11 @@ class AutoDLCollector(Collector):
             return 0
         done = {run_dir_name(k) for k in leased | recorded}
         return sum(1 for profile in runs.glob("*/profile.json") if profile.parent.name not in done)
+
+
+def _bound(seconds: float) -> str:
+    """A bucket bound as Prometheus writes it (``30.0``)."""
+    return repr(float(seconds))
 
 
 def registry(store_url: str | None = None) -> CollectorRegistry:

@@ -47,6 +47,7 @@ class LeaseRow(Base):
     owner_dag_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
     owner_run_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
     owner_user: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    owner_team: Mapped[str | None] = mapped_column(String(250), nullable=True)
     ttl_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
@@ -103,7 +104,8 @@ class Ledger:
         return Lease(
             lease_id=row.lease_id, run_key=row.run_key, device_ids=device_ids, host=row.host, model=row.model,
             created_at=_utc(row.created_at),
-            owner=LeaseOwner(dag_id=row.owner_dag_id, run_id=row.owner_run_id, user=row.owner_user),
+            owner=LeaseOwner(dag_id=row.owner_dag_id, run_id=row.owner_run_id, user=row.owner_user,
+                             team=row.owner_team),
             ttl_s=row.ttl_s, heartbeat_at=_utc(row.heartbeat_at), expires_at=_utc(row.expires_at),
             launcher=row.launcher, handle=row.handle, launched_on=row.launched_on, placement=row.placement,
             expected_runtime_s=row.expected_runtime_s,
@@ -140,7 +142,7 @@ class Ledger:
             try:
                 s.add(LeaseRow(lease_id=lease_id, run_key=run_key, host=host, model=model, created_at=now,
                                owner_dag_id=owner.dag_id, owner_run_id=owner.run_id, owner_user=owner.user,
-                               ttl_s=ttl, heartbeat_at=now, expires_at=now + timedelta(seconds=ttl),
+                               owner_team=owner.team, ttl_s=ttl, heartbeat_at=now, expires_at=now + timedelta(seconds=ttl),
                                launcher=launcher, placement=placement, expected_runtime_s=expected_runtime_s))
                 s.flush()
                 # one order for every booking: the device rows' locks are always taken in sorted order

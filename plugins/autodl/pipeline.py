@@ -17,6 +17,7 @@ import json
 import os
 import time
 import typing
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,6 +60,7 @@ from autodl.types import (
     LeaseOwner,
     PlacementDecision,
     ProfileResult,
+    QueueEntry,
     ResourceProfile,
     RunMetrics,
     RunRecord,
@@ -550,26 +552,37 @@ def profile_venue_line(profile: ResourceProfile) -> str:
     return "the estimate is the static bound" + (f": {why[0]}" if why else "")
 
 
-def owner_of(ctx: RunContext) -> LeaseOwner:
-    """The lease owner for a run: its DAG, its DAG run and the user who triggered it."""
-    return LeaseOwner(dag_id=ctx.dag_id, run_id=ctx.run_id, user=ctx.user)
+def owner_of(ctx: RunContext, team: str | None = None) -> LeaseOwner:
+    """The lease owner for a run: its DAG, its DAG run, the user who triggered it, and its team queue."""
+    return LeaseOwner(dag_id=ctx.dag_id, run_id=ctx.run_id, user=ctx.user, team=team)
 
 
-def expected_runtime_s(ctx: RunContext, *, limit: int = 20) -> float | None:
-    """Median duration (seconds) of this run's earlier successful runs (same DAG and task group), from
-    the run records; None when there are none."""
+def recorded_runtime(ctx: RunContext, *, limit: int = 20) -> tuple[float, str | None] | None:
+    """(median duration s, device model it ran on) of this run's earlier successful runs (same DAG and task
+    group), from the run records; None when there are none."""
     if not ctx.dag_id or not ctx.run_id or not ctx.run_key.endswith(ctx.run_id):
         return None
     family = ctx.run_key[: -len(ctx.run_id)]
     try:
-        durations = sorted(
-            float(r.metrics["duration_s"]) for r in RecordStore().list(dag_id=ctx.dag_id, limit=limit)
+        runs = sorted(
+            (float(r.metrics["duration_s"]), r.device_model or "")
+            for r in RecordStore().list(dag_id=ctx.dag_id, limit=limit)
             if r.run_key.startswith(family) and r.run_key != ctx.run_key and r.outcome == "succeeded"
             and r.metrics and r.metrics.get("duration_s")
         )
     except AutoDLError:
         return None
-    return durations[len(durations) // 2] if durations else None
+    if not runs:
+        return None
+    duration, model = runs[len(runs) // 2]
+    return duration, model or None
+
+
+def expected_runtime_s(ctx: RunContext, *, limit: int = 20) -> float | None:
+    """Median duration (seconds) of this run's earlier successful runs (same DAG and task group), from
+    the run records; None when there are none."""
+    seen = recorded_runtime(ctx, limit=limit)
+    return seen[0] if seen else None
 
 
 def _fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], bool]:
@@ -601,7 +614,9 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     :raises NoFitError: nothing in the pool could ever hold the run (no point waiting; it leaves the queue).
     :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
     """
-    from autodl.queue import AdmissionQueue, candidate_groups, decide, free_devices, running_run, stale_after
+    from autodl.admissions import Admissions
+    from autodl.queue import AdmissionQueue, decide, free_devices, queue_rules, running_run
+    from autodl.quota import NO_TEAM
 
     profile_out = ProfileResult.coerce(profile_out, what="the profile step's result")
     spec = run_spec(profile_out)
@@ -632,19 +647,17 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     if spec.launcher.type == "kubernetes" and spec.launcher.kueue_queue:
         queue.leave(ctx.run_key)
         return _book_for_kueue(ctx, profile, spec, inventory, ledger, log)
-    ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
-    entry = queue.join(
-        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes,
-        candidates=candidate_groups(inventory, _fits_ever(profile, spec), ranked),
-        stale_after_s=stale_after(poke), vendors=spec.resource_policy.allowed_vendors, dag_id=ctx.dag_id,
-        run_id=ctx.run_id, owner_user=ctx.user, pool=pool, expected_runtime_s=expected_runtime_s(ctx),
-        timeout_s=timeout,
-    )
+    rules = queue_rules(inventory)
+    entry = _join_queue(ctx, queue, profile, spec, inventory, everywhere, catalog, rules, poke=poke, timeout=timeout,
+                        pool=pool)
     now = utcnow()
     if entry.deadline_at is not None and now > entry.deadline_at:
         queue.leave(ctx.run_key)
         raise WaitTimeout(f"run {ctx.run_key}: no fitting device became free within {timeout:g} s (scheduler.timeout); "
                           f"it waited since {entry.enqueued_at.isoformat()}.")
+    # the entries before the leases: a run that booked and then left the queue in between is then counted
+    # twice (waiting and holding: conservative), never not at all (which would let a team over its quota)
+    entries = queue.entries()
     leases = ledger.leases()
     leased = frozenset(d for le in leases for d in le.device_ids)
     free = free_devices(inventory, leased)
@@ -656,22 +669,31 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         decisions[free_now] = decision
         return decision.chosen.devices if decision.chosen is not None else None
 
-    grant = decide(entry, queue.entries(), free, [running_run(le) for le in leases], now, place_own)
+    running = [running_run(le, now) for le in leases]
+    reasons: dict[str, str] = {}
+    grant = decide(entry, entries, free, running, now, place_own, rules, reasons)
     if grant is None:
-        _log_waiting(ctx, queue.in_order(now), leases, everywhere, log)
+        team_held: Counter = Counter()
+        for le in leases:
+            team_held[le.owner.team or NO_TEAM] += len(le.device_ids)
+        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=team_held), leases, everywhere, log,
+                     reasons.get(ctx.run_key))
         return None
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
     chosen = decision.chosen if decision else None
     by_id = {d.device_id: d for d in inventory.devices}
     first = by_id[grant.devices[0]]
     try:
-        lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model, owner=owner_of(ctx),
-                            launcher=spec.launcher.type, placement=chosen.to_json() if chosen else None,
-                            expected_runtime_s=entry.expected_runtime_s)
+        lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model,
+                            owner=owner_of(ctx, entry.team), launcher=spec.launcher.type,
+                            placement=chosen.to_json() if chosen else None,
+                            expected_runtime_s=_runtime_on(entry, first.model))
     except LeaseError as exc:
         log(f"lost a booking race ({exc}); still waiting")
         return None
     queue.leave(ctx.run_key)
+    Admissions().record(ctx.run_key, waited_s=(now - entry.enqueued_at).total_seconds(), num_gpus=len(grant.devices),
+                        team=entry.team, device_model=first.model, now=now)
     if decision is not None:
         keep_decision(ctx.run_key, decision)
     lines = format_candidates(decision) if decision else []
@@ -687,6 +709,46 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
                            chosen.to_json() if chosen else None, lines)
     RunState().put(ctx.run_key, RunState.SELECTION, selection)
     return selection
+
+
+def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory,
+                everywhere: PlacementDecision, catalog: Catalog, rules: Any, *, poke: float, timeout: float,
+                pool: str | None) -> QueueEntry:
+    """Join (or refresh) the run's entry in the admission queue: its request, its team
+    (:func:`autodl.quota.team_of`) and priority, and, when it first joins, its runtime and speeds per
+    device type (:func:`autodl.queue_estimate.estimate_run`).
+
+    :raises ConfigError: ``scheduler.priority`` names a class the team queues do not define.
+    """
+    from autodl.queue import candidate_groups, stale_after
+    from autodl.queue_estimate import estimate_run
+    from autodl.quota import team_of
+
+    ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
+    groups = candidate_groups(inventory, _fits_ever(profile, spec), ranked)
+    est = None
+    if queue.get(ctx.run_key) is None:   # set once, when the run first joins (see AdmissionQueue.join)
+        types = {rules.device_type(g[0]) for g in groups if g} if rules.device_type else set()
+        est = estimate_run(profile, types, catalog, recorded=recorded_runtime(ctx),
+                           train_steps=spec.scheduler.train_steps)
+    return queue.join(
+        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes, candidates=groups,
+        stale_after_s=stale_after(poke), vendors=spec.resource_policy.allowed_vendors, dag_id=ctx.dag_id,
+        run_id=ctx.run_id, owner_user=ctx.user, pool=pool, timeout_s=timeout,
+        team=team_of(spec.scheduler.team, ctx.user), priority=rules.queues.priority(spec.scheduler.priority),
+        expected_runtime_s=est.expected_runtime_s if est else None,
+        speed_by_type=est.speed_by_type if est else None, runtime_source=est.runtime_source if est else None,
+    )
+
+
+def _runtime_on(entry: QueueEntry, model: str | None) -> float | None:
+    """The entry's expected runtime on device ``model`` (its speed there), for the lease's expected end;
+    None when unknown (no runtime, or no speed known for that model while speeds are known)."""
+    rt = entry.expected_runtime_s
+    if rt is None or not entry.speed_by_type:
+        return rt
+    speed = entry.speed_by_type.get(model or "")
+    return rt / speed if speed and speed > 0 else None
 
 
 def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory, ledger: Ledger,
@@ -723,7 +785,7 @@ def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, i
 
 
 def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: PlacementDecision,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], why: str | None = None) -> None:
     keys = [e.run_key for e in order]
     place = keys.index(ctx.run_key) + 1 if ctx.run_key in keys else None
     ahead = keys[: place - 1] if place else []
@@ -732,7 +794,9 @@ def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: 
                for le in leases if fitting & set(le.device_ids)]
     log(f"waiting: #{place or '?'} of {len(keys)} in the admission queue"
         + (f" behind {', '.join(ahead[:3])}{' ...' if len(ahead) > 3 else ''}" if ahead else "")
-        + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else ""))
+        + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else "")
+        + (f"; why: {why}" if why else "")
+        + "; autodl queue shows the expected start")
 
 
 def step_select(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,

@@ -67,6 +67,15 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "example": "gpu-node-1=gpu-node-1,gpu-node-2=gpu-node-2",
         "default": "",
     },
+    "team_queues": {
+        "description": "YAML file of team queues: each team's nominal quota of devices per GPU type, borrowing limit "
+                       "and fair-sharing weight, and priority classes (Kueue's vocabulary; docs/team-queues.md). "
+                       "Empty: no teams, one queue. AUTODL_TEAM_QUEUES wins.",
+        "version_added": "0.1.0",
+        "type": "string",
+        "example": "/opt/airflow/autodl/team-queues.yaml",
+        "default": "",
+    },
 }
 
 

@@ -200,6 +200,23 @@ class SchedulerSection(_Section):
                                                                "stops it and records why. None: no limit.")
     max_pending_time: WaitSeconds = Field(DEFAULT_MAX_PENDING_S, description="Seconds a Kubernetes pod may stay "
                                           "unschedulable (Pending, FailedScheduling) before the run is stopped.")
+    team: str | None = Field(default=None, min_length=1, max_length=250,
+                             description="The team queue whose quota the run counts against ([autodl] team_queues); "
+                                         "default: the run's owner.")
+    priority: int | str | None = Field(default=None, description="Priority within the team: an integer (higher first) or a "
+                                                         "priority class of the team queues file. Default 0.")
+    train_steps: int | None = Field(default=None, ge=1, le=10**12,
+                                    description="Optimizer steps the training runs in all: the queue's runtime estimate "
+                                                "of a run never seen before is this x the estimated step time.")
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, value: Any) -> Any:
+        if isinstance(value, bool) or (isinstance(value, int) and not -10**6 <= value <= 10**6):
+            raise ValueError("an integer from -1000000 to 1000000 or a priority class name, e.g. high")
+        if isinstance(value, str) and not (0 < len(value) <= 100):
+            raise ValueError("a priority class name of 1 to 100 characters, or an integer")
+        return value
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)

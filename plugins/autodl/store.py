@@ -206,7 +206,8 @@ def _import_table_modules() -> None:
     # Modules that declare tables; importing registers them on Base.metadata (the migrations must match).
     import importlib
 
-    for name in ("autodl.ledger", "autodl.queue", "autodl.records", "autodl.policy.rl_state"):
+    for name in ("autodl.ledger", "autodl.queue", "autodl.queue_hold", "autodl.admissions", "autodl.records",
+                 "autodl.policy.rl_state"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

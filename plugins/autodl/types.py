@@ -249,11 +249,13 @@ class PlacementDecision(_Frozen):
 
 
 class LeaseOwner(_Frozen):
-    """Who booked a lease: the Airflow DAG and run, and the user who triggered it (or ran the CLI)."""
+    """Who booked a lease: the Airflow DAG and run, the user who triggered it (or ran the CLI), and the team
+    queue whose quota it counts against (:mod:`autodl.quota`)."""
 
     dag_id: str | None = None
     run_id: str | None = None
     user: str | None = None
+    team: str | None = None
 
     def describe(self) -> str:
         """``user U, DAG D, run R`` with unknown parts said to be unknown."""
@@ -328,6 +330,12 @@ class QueueEntry(_Frozen):
     stale_after_s: float = Field(gt=0, description="Without a heartbeat for this long the entry stops blocking others.")
     expected_runtime_s: float | None = None
     deadline_at: datetime | None = None
+    team: str | None = Field(None, description="The team queue whose quota it counts against (autodl.quota).")
+    priority: int = Field(0, description="Priority within its team: higher goes first.")
+    speed_by_type: dict[str, float] | None = Field(None, description="Expected speed per device type (model name), "
+                                                   "relative to the reference of expected_runtime_s.")
+    runtime_source: str | None = Field(None, description="Where expected_runtime_s came from: 'records' (earlier "
+                                       "runs of this DAG) or 'flops' (the profile's FLOPs / the device's TFLOPS).")
 
     def stale(self, now: datetime | None = None) -> bool:
         """True when the poller of this entry has not been seen for ``stale_after_s`` seconds."""

@@ -113,6 +113,9 @@ def test_page_shows_the_pool_with_holders_and_unknowns(api, seeded):
     assert '<span class="unknown">unknown</span>' in row and "0 °C" not in row
     queue = html.split('id="queue-table"', 1)[1].split("</table>", 1)[0]  # the store-backed admission queue
     assert "manual__2026-11-30T22:00:00+00:00</a>" in queue and "1 × 1.00 GiB" in queue
+    # why it waits: the A100 it fits on is leased with no runtime estimate, so no start is guessed (issue 24)
+    assert "head of the queue" in queue.split('class="why-waiting">', 1)[1]
+    assert "no runtime estimate" in queue.split('class="expected-start">', 1)[1].split("</td>", 1)[0]
     assert "Recent runs" in html and DAG_ID in html and "1.00 GiB" in html and "1.50 GiB" in html
     assert 'id="estimate-plot"' in html
 
@@ -133,6 +136,7 @@ def test_json_endpoints(api, seeded):
     assert [le["run_key"] for le in leases] == [RUN_KEY] and leases[0]["device_ids"] == [A100]
     queue = get(api, "/autodl/api/queue").json()
     assert queue["available"] is True and [(q["position"], q["run_key"]) for q in queue["rows"]] == [(1, WAITING_KEY)]
+    assert queue["rows"][0]["expected_start"] is None and queue["rows"][0]["reason"].startswith("head of the queue")
     runs = get(api, "/autodl/api/runs").json()
     assert [r["run_key"] for r in runs] == [DONE_KEY]
     # a GPU estimate vs the host RSS of a CPU run (declared pool): not comparable, no ratio (issue 25: ratios 21-275)

@@ -105,7 +105,7 @@ def test_leases_show_their_owner_and_only_the_owner_releases_without_force(monke
     table = autodl("leases").stdout
     assert "dag.train.r1" in table and "alice" in table and re.search(r"in \d+ s", table)
     shown = json.loads(autodl("leases", "--json").stdout)[0]
-    assert shown["owner"] == {"dag_id": "dag", "run_id": "r1", "user": "alice"} and shown["ttl_s"] == 300
+    assert shown["owner"] == {"dag_id": "dag", "run_id": "r1", "user": "alice", "team": None} and shown["ttl_s"] == 300
 
     monkeypatch.setenv("AUTODL_USER", "bob")
     refused = autodl("leases", "--release", "dag.train.r1", check=False)

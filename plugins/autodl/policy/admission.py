@@ -126,6 +126,8 @@ class QueuedRun:
         to the reference of ``expected_runtime_s`` (V100 = 1.0 in autodl's data); None when unknown.
         Only the types the run can use should be listed (the comparative-advantage window counts 0 speed
         on the others when it averages the run's speed over the pool).
+    :ivar team: the team queue it counts against (:mod:`autodl.policy.fairshare`), or None.
+    :ivar priority: its priority within its team (higher first; :mod:`autodl.policy.fairshare` orders by it).
     """
 
     run_key: str
@@ -135,6 +137,8 @@ class QueuedRun:
     owner: str | None = None
     expected_runtime_s: float | None = None
     speed_by_type: Mapping[str, float] | None = None
+    team: str | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +149,14 @@ class RunningRun:
     :ivar expected_end: when it is expected to free them, seconds (same clock as ``enqueued_at``), or
         None when unknown (then it is assumed to hold them indefinitely when reserving).
     :ivar owner: who submitted it (counts against its quota), or None.
+    :ivar team: the team queue whose quota it uses, or None.
     """
 
     run_key: str
     devices: tuple[Hashable, ...]
     expected_end: float | None = None
     owner: str | None = None
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,7 +598,7 @@ def decide(
     host_of: Callable[[Hashable], Hashable] | None = None,
     gang_first_s: float | None = None,
     gang_first_min_gpus: int = GANG_FIRST_MIN_GPUS,
-
+    on_grant: Callable[[QueuedRun, tuple], None] | None = None,
 ) -> Admission:
     """The admission decision with its reservation and the reasons runs wait; see :func:`admit`.
 
@@ -608,6 +614,8 @@ def decide(
         at least ``gang_first_min_gpus`` devices that has waited this long goes first, so it becomes the head
         and gets the reservation (one at a time, as EASY holds one reservation). None = off. With
         ``presorted`` the caller puts that run first (the simulator does).
+    :param on_grant: called with each run and its devices as it is granted, before the next run is
+        considered (team quotas count the call's own grants with it: :mod:`autodl.policy.fairshare`).
     :param reserve_limit: how many blocked runs may be tried as the head before giving up on a
         reservation this call (a run that fits nowhere even when every device is free blocks nobody,
         and the next blocked run is tried).
@@ -762,6 +770,8 @@ def decide(
         if why is None:
             why = bf_why or ("first come, first served" if order == "fcfs" else "shortest expected run first (with aging)")
         grants.append(Grant(run.run_key, devs, why, backfilled))
+        if on_grant is not None:
+            on_grant(run, devs)
     return Admission(tuple(grants), d.reservation, reasons)
 
 

@@ -136,7 +136,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         b = base(request)
         leases = data._leases()
         return _render("index.html", request, pool=data.pool_view(pool, leases=leases, base_path=b),
-                       queue=data.queue_view(b), leases=data.lease_rows(leases, base_path=b),
+                       queue=data.queue_view(b, pool), leases=data.lease_rows(leases, base_path=b),
                        runs=data.run_rows(50, base_path=b, readable=dag_filter(user), admin=is_admin(user)),
                        admin=is_admin(user))
 
@@ -156,7 +156,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
 
     @app.get("/api/queue")
     def api_queue(request: Request) -> JSONResponse:
-        return JSONResponse(data.queue_view(base(request)).to_json())
+        return JSONResponse(data.queue_view(base(request), pool).to_json())
 
     @app.get("/api/leases")
     def api_leases(request: Request) -> JSONResponse:

@@ -220,28 +220,20 @@ def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: d
 
 
 # -------------------------------------------------------------------------------------------- queue
-def queue_view(base_path: str = "") -> QueueView:
-    """Runs waiting for devices, in queue order, from the store-backed admission queue when this autodl
-    has one (``autodl.queue``); otherwise says so (the page then shows only who holds devices)."""
-    try:
-        from autodl import queue as admission  # the store-backed admission queue
-    except ImportError:
-        return QueueView(available=False, note="This autodl has no store-backed admission queue yet: runs waiting "
-                                               "for a device show in Airflow as wait_for_pool tasks, and the leases "
-                                               "below show who holds devices.")
-    waiting = getattr(admission, "waiting_runs", None)
-    if waiting is None:
-        return QueueView(available=False, note="The admission queue of this autodl does not list its waiting runs.")
+def queue_view(base_path: str = "", pool: str | None = None) -> QueueView:
+    """Runs waiting for devices, in queue order, with why each waits and when it is expected to start
+    (:func:`autodl.waiting.queue_report`), and the held queues in ``note``."""
+    from autodl.queue_hold import QueueHolds
+    from autodl.waiting import queue_report
+
     rows = []
-    for position, entry in enumerate(waiting(), start=1):
-        data = entry.to_json() if hasattr(entry, "to_json") else dict(entry)
-        key = data.get("run_key")
-        if key:
-            h = holder_of(key, data.get("lease_id") or "", dag_id=data.get("dag_id"), run_id=data.get("run_id"),
-                          base_path=base_path)
-            data.update(dag_run_url=h.dag_run_url, record_url=h.record_url)
-        rows.append({"position": position, **data})
-    return QueueView(available=True, rows=rows)
+    for r in queue_report(pool=pool):
+        data = r.to_json()
+        h = holder_of(r.entry.run_key, "", dag_id=r.entry.dag_id, run_id=r.entry.run_id, base_path=base_path)
+        data.update(dag_run_url=h.dag_run_url, record_url=h.record_url)
+        rows.append(data)
+    held = "; ".join(h.describe() for h in QueueHolds().holds())
+    return QueueView(available=True, rows=rows, note=held or None)
 
 
 # --------------------------------------------------------------------------------------------- runs
