@@ -79,6 +79,47 @@ def test_each_phase_is_extrapolated_on_its_own_line():
     assert dr.forward_flops_per_sample == 2000
 
 
+def _rows(loader, rows, peak, start=1000):
+    return dict(_step(rows, peak, start, start=start, inputs=[{"shape": [rows, 64], "dtype": "float32"}]),
+                loader_batch=loader, steady=True)
+
+
+@pytest.mark.parametrize("pairs, ratio", [
+    ([(2, 100), (4, 200)], 50.0),          # graphs of 50 nodes
+    ([(4, 8), (8, 16)], 2.0),               # two batches concatenated
+    ([(4, 4), (8, 8)], 1.0),
+    ([(4, 4)], 1.0),
+    ([(4, 100)], None),                     # one loader size: which dimension grows cannot be told
+    ([(2, 200), (4, 200)], 0.0),            # the model's batch does not follow the loader's
+    ([(2, 100), (4, 202)], 50.25),          # graphs of a few more nodes still follow
+])
+def test_which_dimension_the_loader_batch_grows_is_told_from_two_sizes(pairs, ratio):
+    from autodl.profile.dryrun import axis_ratio
+
+    assert axis_ratio([{"loader_batch": w, "batch": b} for w, b in pairs]) == ratio
+
+
+def test_graph_batches_are_extrapolated_along_the_loader_batch_not_the_nodes():
+    """r2 (t3): the dry run ran 2 and 4 graphs (100 and 200 nodes); the spec's 64 is graphs. Was: the node counts
+    read as batch sizes and the peak taken down to 64 "nodes" (-59%)."""
+    raw = {"steps": [_rows(2, 100, 3000), _rows(4, 200, 5000)], "params": 1}
+    dr = summarize(raw, None, target_batch=64, timeout=60)
+    assert dr.axis == "loader" and dr.batch_sizes == [2, 4]
+    assert dr.train_peak_bytes == 5000 + 60 * 1000  # 1000 B per graph
+    assert sorted(f.code for f in dr.findings) == ["dry-run-axis", "dry-run-extrapolated"]
+    assert dr.forward_flops_per_sample == 2.0 * 1000 * 50  # per graph, not per node
+
+
+def test_one_loader_size_with_other_rows_gives_a_bound_not_a_downward_line():
+    raw = {"steps": [_rows(4, 200, 5000)], "replay": [[50, 2000], [100, 3000]], "params": 1}
+    up = summarize(raw, None, target_batch=16, timeout=60)
+    assert up.axis == "unknown" and up.train_peak_bytes == 1000 + 4000 * 4  # proportional: an upper bound
+    assert "upper bound" in up.findings[0].message
+    down = summarize(raw, None, target_batch=2, timeout=60)
+    assert down.train_peak_bytes == 5000  # the measured peak: it does not fall with the batch
+    assert summarize(raw, None, target_batch=4, timeout=60).findings == []
+
+
 def test_one_batch_size_uses_the_replay_slope_and_says_so():
     raw = {"steps": [_step(16, 3000, 1000)], "replay": [[4, 1200], [8, 1600]], "params": 1}
     dr = summarize(raw, None, target_batch=32, timeout=60)

@@ -48,8 +48,20 @@ def test_concatenated_batches_never_below_the_reading_taken():
     (-47%). The figure is never below what the dry run measured. Truth 70,339,928 B."""
     p = _profile("r1_concat_two_batches")
     assert _close(p.tensor_peak_bytes, 70_339_928)
+    assert p.phases[0].batch_size == 16 and not p.phases[0].extrapolated  # measured at the spec's batch itself
     for f in p.findings:  # the script reads AUTODL_BATCH_SIZE_PER_GPU: it does not "fix its batch"
         assert "the script fixes its batch" not in f.message
+
+
+def test_graph_batches_are_scaled_along_the_graphs_not_the_nodes():
+    """r2: a batch of B graphs is one graph of 50*B nodes; the node counts were read as batch sizes and the peak
+    "extrapolated" down to 64 nodes: 27,001,628 B (-59%). The loader's batch is the spec's unit: truth 66,511,992 B
+    at 64 graphs (3,200 nodes), never under by more than 5%."""
+    p = _profile("r2_graph_nodes")
+    assert _close(p.tensor_peak_bytes, 66_511_992)
+    axis = [f for f in p.findings if f.code == "dry-run-axis"]
+    assert axis and "50 rows per sample" in axis[0].message
+    assert not any("whatever size the dry run asked" in f.message for f in p.findings)
 
 
 def test_timeout_still_gives_a_measured_bound_not_below_the_truth(monkeypatch):

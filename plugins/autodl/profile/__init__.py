@@ -295,6 +295,7 @@ def profile_script(
     dry_seconds = None
     phases: list[PhasePeak] = []
     dr = None
+    step_flops: float | None = None
     measured_peak = None
     user_error = False
     if do_dry:
@@ -324,6 +325,7 @@ def profile_script(
             estimates["dry_run"] = int(dr.tensor_peak_bytes)
             if dr.forward_flops_per_sample:
                 flops_fwd = dr.forward_flops_per_sample
+            step_flops = dr.step_flops_per_sample  # the whole step: every forward call, recompute (issue 18)
             if dr.inputs:
                 input_shape = list(dr.inputs[0]["shape"][1:])
             if dr.num_workers is not None or dr.loaders:
@@ -474,7 +476,8 @@ def profile_script(
         peak_memory_bytes=bd.total_bytes,
         breakdown=bd,
         activation_bytes_per_sample=per_sample_scaled,
-        flops_per_step=float(E.TRAINING_FLOPS_FACTOR * flops_fwd * batch) if flops_fwd is not None else None,
+        flops_per_step=float(step_flops * batch) if step_flops else (
+            float(E.TRAINING_FLOPS_FACTOR * flops_fwd * batch) if flops_fwd is not None else None),
         batch_size=int(batch),
         sequence_length=seq_len,
         input_shape=list(input_shape) if input_shape else None,
