@@ -206,7 +206,7 @@ def _import_table_modules() -> None:
     # Modules that declare tables; importing registers them on Base.metadata (the migrations must match).
     import importlib
 
-    for name in ("autodl.ledger", "autodl.queue", "autodl.records", "autodl.policy.rl_state"):
+    for name in ("autodl.ledger", "autodl.queue", "autodl.records", "autodl.policy.rl_state", "autodl.profile.cache"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

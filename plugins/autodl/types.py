@@ -121,6 +121,8 @@ class ResourceProfile(_Frozen):
     method_reason: str | None = Field(None, description="Why this path was taken (and why the ones before it were not).")
     phases: list[PhasePeak] = Field(default_factory=list, description="Tensor peak per phase; the profile's is their maximum.")
     dry_run_seconds: float | None = None
+    profile_key: str | None = Field(default=None, description=(
+        "The profile cache's key (autodl.profile.cache.ProfileKey): what the profile rests on; None: not cached."))
     probe_seconds: float | None = None
     findings: list[Finding] = Field(default_factory=list)
     max_batch_size_by_device: dict[str, int] = Field(default_factory=dict)

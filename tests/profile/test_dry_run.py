@@ -209,6 +209,8 @@ def test_large_batch_is_reduced_and_extrapolated(tmp_path, monkeypatch):
     at the real batch is extrapolated per phase and stays within 5% of the measured one."""
     script = tmp_path / "mlp.py"
     script.write_text(MLP.replace("WIDTH = 1024", "WIDTH = 4096"))  # ~460 GFLOP a step at 4096: too much to run
+    # a budget that no machine runs that step within (at 40 s a fast one ran the whole batch: nothing reduced)
+    monkeypatch.setenv("AUTODL_DRYRUN_BUDGET_S", "6")
     spec = parse_spec({"task": {"batch_size_per_gpu": 4096}})
     p = profile_script(script, spec, probe=True)
     assert p.method == "dry_run", p.method_reason
@@ -467,3 +469,25 @@ def test_without_paddle_the_static_estimate_says_why(monkeypatch):
     (w,) = [f for f in p.findings if f.code == "paddle-unavailable"]
     assert w.severity == "warning" and "not importable" in w.message and "static" in w.message
     assert "PaddlePaddle is not installed" in p.method_reason
+
+
+@pytest.mark.slow
+def test_no_static_shape_warning_when_the_dry_run_trained(tmp_path, monkeypatch):
+    """Issue 18: a `shape-mismatch` from static analysis alone on a script that trains is untrue. The spec's
+    input_shape (64x64) is not the script's own 32x32 data; the dry run trains it (each step sleeps, so its time
+    runs out after a step), the probe cannot call forward(x, scale) and the static figure stands: the static
+    reading is not said as a warning."""
+    script = tmp_path / "slow_cnn.py"
+    text = (FIX / "simple_cnn.py").read_text().replace(
+        "        opt.clear_grad()\n", "        opt.clear_grad()\n        __import__('time').sleep(60)\n")
+    text = text.replace("def forward(self, x):", "def forward(self, x, scale):").replace(
+        "return self.fc2(x)", "return self.fc2(x) * scale").replace("model(x), y)", "model(x, 0.5), y)")
+    script.write_text(text)
+    monkeypatch.setenv("AUTODL_DRYRUN_TIMEOUT_S", "25")
+    spec = parse_spec({"task": {"input_shape": [3, 64, 64]}})
+    p = profile_script(script, spec, probe=True, dry_run=True)
+    static = profile_script(script, spec, probe=False)
+    assert [f.code for f in static.findings if f.code == "shape-mismatch"]  # what static analysis alone says
+    assert p.method == "cold_start" and p.errors == []
+    assert not [f for f in p.findings if f.code == "shape-mismatch"], [f.message for f in p.findings]
+    assert [f for f in p.findings if f.code == "static-shape-unconfirmed"]

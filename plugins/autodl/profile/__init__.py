@@ -389,8 +389,14 @@ def profile_script(
                         [f for f in assumptions if f.code in ("assumed-batch-size", "assumed-input")])
         if cold is not None and method == "cold_start":
             findings.append(cold)
-        if static_shape is not None and method != "probe" and not user_error:  # what ran shows it builds
-            findings.append(static_shape)
+        trained = dr is not None and bool(dr.raw.get("steps"))  # a step ran: forward and backward went through
+        if static_shape is not None and method != "probe" and not user_error and not trained:
+            findings.append(static_shape)  # what ran shows it builds; a script that trained has no shape error
+        elif static_shape is not None and trained:
+            findings.append(Finding(severity="info", code="static-shape-unconfirmed", message=(
+                "static analysis met a shape it could not follow (" + static_shape.message.rstrip(".")
+                + "), but the dry run trained the script: its forward and backward ran, so that reading was "
+                "not the script's; the estimate above does not rest on it.")))
     if facts.optimizer is None and not (dr is not None and dr.ok and dr.optimizer):
         findings.append(Finding(severity="info", code="assumed-optimizer",
                                 message="no paddle.optimizer construction found; optimizer state sized as Adam (2 fp32 "
