@@ -216,7 +216,7 @@ def test_large_batch_is_reduced_and_extrapolated(tmp_path, monkeypatch):
     assert p.method == "dry_run", p.method_reason
     (train,) = p.phases
     sizes = [b for b, _ in train.measured]
-    assert len(sizes) >= 2 and max(sizes) < 4096 and train.extrapolated
+    assert max(sizes) < 4096 and train.extrapolated  # one size and a replay's slope, or two sizes
     monkeypatch.setenv("AUTODL_BATCH_SIZE_PER_GPU", "4096")
     truth = _measure(script)
     assert abs(p.tensor_peak_bytes - truth["peak"]) / truth["peak"] <= 0.05, (p.tensor_peak_bytes, truth)

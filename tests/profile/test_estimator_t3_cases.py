@@ -75,6 +75,18 @@ def test_timeout_still_gives_a_measured_bound_not_below_the_truth(monkeypatch):
     assert p.tensor_peak_bytes >= 0.95 * 21_086_456
 
 
+def test_a_slow_step_is_extrapolated_from_a_measured_slope_not_a_bound(monkeypatch):
+    """r5b with a 40 s limit: each step sleeps 15 s, so the dry run measures one small batch (2) before its budget
+    is spent. Was: the peak at 256 scaled in proportion from batch 2, whose step holds a 1 MiB gradient transient
+    that does not grow with the batch: 154 MB (+631%). Now the slope comes from a short replay of the model at two
+    batch sizes, taken when the next step would end past the budget (or from a second size). Truth 21,086,456 B."""
+    monkeypatch.setenv("AUTODL_DRYRUN_TIMEOUT_S", "40")
+    p = profile_script(CASES / "r5b_config_in_main_slow.py", load_spec(CASES / "r5b_config_in_main_slow.yaml"),
+                       probe=True)
+    assert p.method == "dry_run" and p.params == 1_055_754
+    assert _close(p.tensor_peak_bytes, 21_086_456)
+
+
 def test_batch_passed_by_args_or_launcher_env():
     """spec-batch-not-used is untrue when task.args or launcher.env carry the spec's batch."""
     assert batch_passed(64, ["--batch-size", "64"], {})

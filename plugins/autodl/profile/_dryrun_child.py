@@ -294,6 +294,11 @@ class Ctl:
                                                   and elapsed + rec["seconds"] > 1.5 * self.budget_s):
             self.mark_done()
             return
+        if len(c) < 2 and elapsed + rec["seconds"] > 1.5 * self.budget_s and not R["replay"]:
+            # the next step would end past the budget (a slow step, a big model): the slope from a short replay of
+            # the model at two small batches now, not a bound from one size (the script may be killed before)
+            _replay()
+            save()
         if elapsed > 1.5 * self.budget_s and c:
             note(f"time budget of {self.budget_s:.0f} s (+50%) reached after measuring batch sizes {sorted(c)}")
             self.mark_done()
@@ -1327,15 +1332,27 @@ except Exception:
 
 
 # ---------------------------------------------------------------------------------------- slope by replay
+def _lead_rows(v, d=0):
+    """The leading dimension of the first tensor in a captured call (:class:`_TSpec`), or None."""
+    if isinstance(v, _TSpec):
+        return v.shape[0] if v.shape else None
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
+    for x in items:
+        r = _lead_rows(x, d + 1) if d < 4 else None
+        if r:
+            return r
+    return None
+
+
 def _replay():
     """When the script's own steps ran at one batch size only: train the captured model on generated inputs
     of the same shapes and dtypes (the batch dimension changed) at two batch sizes and keep the slope."""
     sizes = CTL.measured_sizes()
-    if len(sizes) >= 2 or not sizes or St.call_args is None or not St.optimizers:
+    if len(sizes) >= 2 or not sizes or St.call_args is None or not St.optimizers or R["replay"]:
         return
     model, args, kwargs = St.call_args
     opt = St.optimizers[0]
-    b = sizes[-1]
+    b = _lead_rows([args, kwargs]) or sizes[-1]  # the captured call's own batch: the dimension to change
     pts = [max(1, b // 4), max(2, b // 2)] if b >= 4 else [1, 2]
 
     def make(x, n):
