@@ -110,6 +110,18 @@ def test_graph_batches_are_extrapolated_along_the_loader_batch_not_the_nodes():
     assert dr.forward_flops_per_sample == 2.0 * 1000 * 50  # per graph, not per node
 
 
+def test_an_evaluation_of_graphs_is_read_in_graphs_too():
+    """The evaluation loader's batch (8 graphs) is in graphs; its calls had 100 and 200 node rows (2 and 4 graphs):
+    the eval peak is extrapolated to 8 graphs, not down to 8 nodes."""
+    ev = {"batch": 100, "peak": 2000, "start_bytes": 1000, "inputs": [{"shape": [100, 64], "dtype": "float32"}],
+          "fwd_flops": 0.0, "grad": False, "native_batch": 8}
+    raw = {"steps": [_rows(2, 100, 3000), _rows(4, 200, 5000)], "params": 1,
+           "evals": [ev, dict(ev, batch=200, peak=2400, inputs=[{"shape": [200, 64], "dtype": "float32"}])]}
+    dr = summarize(raw, None, target_batch=64, timeout=60)
+    (e,) = [p for p in dr.phases if p.name == "eval"]
+    assert e.batch_size == 8 and e.measured == [(2, 2000), (4, 2400)] and e.peak_bytes == 2400 + 4 * 200
+
+
 def test_one_loader_size_with_other_rows_gives_a_bound_not_a_downward_line():
     raw = {"steps": [_rows(4, 200, 5000)], "replay": [[50, 2000], [100, 3000]], "params": 1}
     up = summarize(raw, None, target_batch=16, timeout=60)

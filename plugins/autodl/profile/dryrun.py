@@ -921,9 +921,11 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     for k, group in egroups.items():
         pts: dict[int, int] = {}
         start: dict[int, int] = {}
+        rows = dr.axis_ratio if dr.axis == "loader" and dr.axis_ratio else 1.0
         for e in group:
-            pts[e["batch"]] = max(pts.get(e["batch"], 0), e.get("steady_peak") or e["peak"])
-            start[e["batch"]] = min(start.get(e["batch"], 1 << 62), e["start_bytes"])
+            eb_seen = max(1, round(e["batch"] / rows))  # in the loader's unit, as its native batch is
+            pts[eb_seen] = max(pts.get(eb_seen, 0), e.get("steady_peak") or e["peak"])
+            start[eb_seen] = min(start.get(eb_seen, 1 << 62), e["start_bytes"])
         natives = [e.get("native_batch") for e in group if e.get("native_batch")]
         eb = max(natives) if natives else max(pts)
         if eb in pts or len(pts) >= 2:
@@ -931,7 +933,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         else:
             b = max(pts)
             v, ex = int(start[b] + (pts[b] - start[b]) * eb / b), True
-        flo = [e["fwd_flops"] / e["batch"] for e in group if e.get("fwd_flops")]
+        flo = [e["fwd_flops"] / max(1.0, e["batch"] / rows) for e in group if e.get("fwd_flops")]
         phases.append(PhasePeak(
             name="eval", batch_size=eb, peak_bytes=int(v), extrapolated=ex, measured=sorted(pts.items()),
             input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k],
