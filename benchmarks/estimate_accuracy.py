@@ -168,6 +168,8 @@ def main() -> None:
         ref = truth.get("fwd_flops_per_sample")
         if ref is None and truth.get("fwd_flops_per_call") and truth.get("input"):
             ref = truth["fwd_flops_per_call"] / max(1, truth["input"][0][0])
+        if ref is not None:  # the step's forward FLOPs: every forward call of it (issue 18, item 7)
+            ref *= max(1, int(truth.get("fwd_calls") or 1))
         est_fwd = prof.flops_per_step / 3 / max(1, prof.batch_size) if prof.flops_per_step is not None else None
         rows.append({
             "name": name, "params": truth.get("params"), "autodl_params": prof.params, "truth": peak,

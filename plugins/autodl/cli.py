@@ -62,7 +62,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec) if args.spec else TaskSpec()
     script = spec.script_path(args.script)
-    profile = profile_script(script, spec, catalog=load_catalog(), probe=args.probe)
+    from autodl.profile.cache import cached  # the same script, spec, environment and versions: the last profile
+
+    profile = cached(profile_script)(script, spec, catalog=load_catalog(), probe=args.probe,
+                                     use_cache=getattr(args, "use_cache", True))
     from autodl.records import calibrate_profile  # as the DAG's profile step: past out-of-memory runs raise it
 
     profile = calibrate_profile(profile, threshold=spec.resource_policy.memory_threshold)
@@ -611,6 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="training script (default: the spec's task.script)")
     sp.add_argument("--spec", type=path_arg("spec file", check_length=False), help="task spec YAML whose values override the script's")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--no-cache", dest="use_cache", action="store_false",
+                    help="profile again even when the same script, spec and versions were profiled before")
     probe_flags(sp)
     sp.set_defaults(func=cmd_profile)
 

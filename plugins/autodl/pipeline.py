@@ -338,8 +338,9 @@ def load_inputs(script: str | Path | None, spec_path: str | Path | None) -> tupl
 
 def _profile_fn():
     from autodl.profile import profile_script
+    from autodl.profile.cache import cached  # the same script, spec, environment and versions: the last profile
 
-    return profile_script
+    return cached(profile_script)
 
 
 def _place_fn():

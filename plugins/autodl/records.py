@@ -231,8 +231,53 @@ def clear_calibration(script: str | None = None, *, url: str | None = None) -> l
     return cleared
 
 
+def measured_peak(profile, *, url: str | None = None, limit: int = 200) -> tuple[int, str, str | None] | None:
+    """``(bytes, run key, device model)`` of the newest succeeded run of the very profile ``profile`` is (same
+    :attr:`~autodl.types.ResourceProfile.profile_key`: script content, folder, spec, environment, versions) at
+    the same batch, on a device (not a declared pool: a CPU run's RSS is not a device's need), with a measured
+    peak (``actual_peak_bytes``: NVML's per-process memory, CUDA context included, as ``peak_memory_bytes``)."""
+    if not profile.profile_key:
+        return None
+    with RecordStore(url)._session() as s:
+        q = (select(RunRow).where(RunRow.outcome == "succeeded", RunRow.actual_peak_bytes.is_not(None))
+             .order_by(RunRow.recorded_at.desc()).limit(limit))
+        for row in s.execute(q).scalars():
+            doc = row.document or {}
+            prof = doc.get("profile") or {}
+            if prof.get("profile_key") == profile.profile_key and prof.get("batch_size") == profile.batch_size \
+                    and not doc.get("declared_pool") and (row.actual_peak_bytes or 0) > 0:
+                return int(row.actual_peak_bytes), row.run_key, row.device_model
+    return None
+
+
+def _measured_calibration(profile, url: str | None, threshold: float | None):
+    """``profile`` calibrated by the previous run's own measured peak (:func:`measured_peak`): raised to it when it
+    was higher (a ``measured-calibration`` warning), kept when it was lower (an info with the ratio: a run's peak
+    can depend on the data it met, so one run's lower peak does not lower the estimate)."""
+    from autodl.types import Finding
+
+    found = measured_peak(profile, url=url)
+    if found is None:
+        return profile
+    peak, key, device = found
+    gib = 1 << 30
+    where = f"run {key}" + (f" on {device}" if device else "")
+    if peak > profile.peak_memory_bytes:
+        note = Finding(severity="warning", code="measured-calibration", message=(
+            f"estimate raised from {profile.peak_memory_bytes / gib:.2f} to {peak / gib:.2f} GiB per device: {where}, "
+            f"the same script and spec at batch {profile.batch_size}, measured that peak (its own, CUDA context "
+            "included); a run needs at least what the same run needed."))
+        return _raised(profile, peak, note, threshold)
+    note = Finding(severity="info", code="measured-calibration", message=(
+        f"{where}, the same script and spec at batch {profile.batch_size}, measured a peak of {peak / gib:.2f} GiB "
+        f"per device, {peak / max(1, profile.peak_memory_bytes):.0%} of this estimate ({profile.peak_memory_bytes / gib:.2f} "
+        "GiB); the estimate is kept (one run's peak depends on the data it met)."))
+    return profile.model_copy(update={"findings": [*profile.findings, note]})
+
+
 def calibrate_profile(profile, *, url: str | None = None, threshold: float | None = None):
-    """``profile`` with its peak raised to what the same script needed when it ran out of memory (:func:`find_calibration`).
+    """``profile`` with its peak raised to what the same script needed when it ran out of memory (:func:`find_calibration`),
+    and to what the previous successful run of the same profile measured (:func:`measured_peak`, issue 18).
 
     The raise is said in a warning finding (code ``oom-calibration``): from what to what, after which run, and
     how to clear it; host-memory failures are said, never raised from. A store that cannot be read leaves the
@@ -247,6 +292,7 @@ def calibrate_profile(profile, *, url: str | None = None, threshold: float | Non
     from autodl.types import Finding
 
     try:
+        profile = _measured_calibration(profile, url, threshold)
         found = find_calibration(profile.script, profile.batch_size, profile=profile.to_json(), url=url)
     except Exception as exc:  # noqa: BLE001 - a store problem must not stop profiling
         note = Finding(severity="warning", code="oom-calibration",

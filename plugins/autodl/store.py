@@ -207,7 +207,7 @@ def _import_table_modules() -> None:
     import importlib
 
     for name in ("autodl.ledger", "autodl.queue", "autodl.queue_hold", "autodl.admissions", "autodl.records",
-                 "autodl.policy.rl_state"):
+                 "autodl.policy.rl_state", "autodl.profile.cache"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

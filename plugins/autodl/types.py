@@ -80,7 +80,10 @@ class PhasePeak(_Frozen):
     measured: list[tuple[int, int]] = Field(default_factory=list, description="(batch, allocator peak bytes) as run.")
     input_shapes: list[list[int]] = Field(default_factory=list, description="Per-sample shapes of the model's inputs.")
     input_dtypes: list[str] = Field(default_factory=list)
-    forward_flops_per_sample: float | None = None
+    forward_flops_per_sample: float | None = Field(default=None, description=(
+        "Forward FLOPs per sample of one call of the model."))
+    step_flops_per_sample: float | None = Field(default=None, description=(
+        "Training FLOPs per sample of one whole step: every forward call in it x 3, plus recomputed forwards."))
     slope_bytes_per_sample: int | None = None
     grad: bool = Field(True, description="False for an evaluation pass under no_grad.")
 
@@ -121,6 +124,8 @@ class ResourceProfile(_Frozen):
     dry_run_in: Literal["worker", "docker", "kubernetes"] | None = Field(
         None, description="Where the dry run ran the script: this worker's sandbox, a container or a pod of the "
                           "launcher's image; None: it did not run (method_reason says why).")
+    profile_key: str | None = Field(default=None, description=(
+        "The profile cache's key (autodl.profile.cache.ProfileKey): what the profile rests on; None: not cached."))
     probe_seconds: float | None = None
     findings: list[Finding] = Field(default_factory=list)
     max_batch_size_by_device: dict[str, int] = Field(default_factory=dict)

@@ -79,6 +79,59 @@ def test_each_phase_is_extrapolated_on_its_own_line():
     assert dr.forward_flops_per_sample == 2000
 
 
+def _rows(loader, rows, peak, start=1000):
+    return dict(_step(rows, peak, start, start=start, inputs=[{"shape": [rows, 64], "dtype": "float32"}]),
+                loader_batch=loader, steady=True)
+
+
+@pytest.mark.parametrize("pairs, ratio", [
+    ([(2, 100), (4, 200)], 50.0),          # graphs of 50 nodes
+    ([(4, 8), (8, 16)], 2.0),               # two batches concatenated
+    ([(4, 4), (8, 8)], 1.0),
+    ([(4, 4)], 1.0),
+    ([(4, 100)], None),                     # one loader size: which dimension grows cannot be told
+    ([(2, 200), (4, 200)], 0.0),            # the model's batch does not follow the loader's
+    ([(2, 100), (4, 202)], 50.25),          # graphs of a few more nodes still follow
+])
+def test_which_dimension_the_loader_batch_grows_is_told_from_two_sizes(pairs, ratio):
+    from autodl.profile.dryrun import axis_ratio
+
+    assert axis_ratio([{"loader_batch": w, "batch": b} for w, b in pairs]) == ratio
+
+
+def test_graph_batches_are_extrapolated_along_the_loader_batch_not_the_nodes():
+    """r2 (t3): the dry run ran 2 and 4 graphs (100 and 200 nodes); the spec's 64 is graphs. Was: the node counts
+    read as batch sizes and the peak taken down to 64 "nodes" (-59%)."""
+    raw = {"steps": [_rows(2, 100, 3000), _rows(4, 200, 5000)], "params": 1}
+    dr = summarize(raw, None, target_batch=64, timeout=60)
+    assert dr.axis == "loader" and dr.batch_sizes == [2, 4]
+    assert dr.train_peak_bytes == 5000 + 60 * 1000  # 1000 B per graph
+    assert sorted(f.code for f in dr.findings) == ["dry-run-axis", "dry-run-extrapolated"]
+    assert dr.forward_flops_per_sample == 2.0 * 1000 * 50  # per graph, not per node
+
+
+def test_an_evaluation_of_graphs_is_read_in_graphs_too():
+    """The evaluation loader's batch (8 graphs) is in graphs; its calls had 100 and 200 node rows (2 and 4 graphs):
+    the eval peak is extrapolated to 8 graphs, not down to 8 nodes."""
+    ev = {"batch": 100, "peak": 2000, "start_bytes": 1000, "inputs": [{"shape": [100, 64], "dtype": "float32"}],
+          "fwd_flops": 0.0, "grad": False, "native_batch": 8}
+    raw = {"steps": [_rows(2, 100, 3000), _rows(4, 200, 5000)], "params": 1,
+           "evals": [ev, dict(ev, batch=200, peak=2400, inputs=[{"shape": [200, 64], "dtype": "float32"}])]}
+    dr = summarize(raw, None, target_batch=64, timeout=60)
+    (e,) = [p for p in dr.phases if p.name == "eval"]
+    assert e.batch_size == 8 and e.measured == [(2, 2000), (4, 2400)] and e.peak_bytes == 2400 + 4 * 200
+
+
+def test_one_loader_size_with_other_rows_gives_a_bound_not_a_downward_line():
+    raw = {"steps": [_rows(4, 200, 5000)], "replay": [[50, 2000], [100, 3000]], "params": 1}
+    up = summarize(raw, None, target_batch=16, timeout=60)
+    assert up.axis == "unknown" and up.train_peak_bytes == 1000 + 4000 * 4  # proportional: an upper bound
+    assert "upper bound" in up.findings[0].message
+    down = summarize(raw, None, target_batch=2, timeout=60)
+    assert down.train_peak_bytes == 5000  # the measured peak: it does not fall with the batch
+    assert summarize(raw, None, target_batch=4, timeout=60).findings == []
+
+
 def test_one_batch_size_uses_the_replay_slope_and_says_so():
     raw = {"steps": [_step(16, 3000, 1000)], "replay": [[4, 1200], [8, 1600]], "params": 1}
     dr = summarize(raw, None, target_batch=32, timeout=60)
@@ -168,12 +221,14 @@ def test_large_batch_is_reduced_and_extrapolated(tmp_path, monkeypatch):
     at the real batch is extrapolated per phase and stays within 5% of the measured one."""
     script = tmp_path / "mlp.py"
     script.write_text(MLP.replace("WIDTH = 1024", "WIDTH = 4096"))  # ~460 GFLOP a step at 4096: too much to run
+    # a budget that no machine runs that step within (at 40 s a fast one ran the whole batch: nothing reduced)
+    monkeypatch.setenv("AUTODL_DRYRUN_BUDGET_S", "6")
     spec = parse_spec({"task": {"batch_size_per_gpu": 4096}})
     p = profile_script(script, spec, probe=True)
     assert p.method == "dry_run", p.method_reason
     (train,) = p.phases
     sizes = [b for b, _ in train.measured]
-    assert len(sizes) >= 2 and max(sizes) < 4096 and train.extrapolated
+    assert max(sizes) < 4096 and train.extrapolated  # one size and a replay's slope, or two sizes
     monkeypatch.setenv("AUTODL_BATCH_SIZE_PER_GPU", "4096")
     truth = _measure(script)
     assert abs(p.tensor_peak_bytes - truth["peak"]) / truth["peak"] <= 0.05, (p.tensor_peak_bytes, truth)
@@ -426,3 +481,25 @@ def test_without_paddle_the_static_estimate_says_why(monkeypatch):
     (w,) = [f for f in p.findings if f.code == "paddle-unavailable"]
     assert w.severity == "warning" and "not importable" in w.message and "static" in w.message
     assert "PaddlePaddle is not installed" in p.method_reason
+
+
+@pytest.mark.slow
+def test_no_static_shape_warning_when_the_dry_run_trained(tmp_path, monkeypatch):
+    """Issue 18: a `shape-mismatch` from static analysis alone on a script that trains is untrue. The spec's
+    input_shape (64x64) is not the script's own 32x32 data; the dry run trains it (each step sleeps, so its time
+    runs out after a step), the probe cannot call forward(x, scale) and the static figure stands: the static
+    reading is not said as a warning."""
+    script = tmp_path / "slow_cnn.py"
+    text = (FIX / "simple_cnn.py").read_text().replace(
+        "        opt.clear_grad()\n", "        opt.clear_grad()\n        __import__('time').sleep(60)\n")
+    text = text.replace("def forward(self, x):", "def forward(self, x, scale):").replace(
+        "return self.fc2(x)", "return self.fc2(x) * scale").replace("model(x), y)", "model(x, 0.5), y)")
+    script.write_text(text)
+    monkeypatch.setenv("AUTODL_DRYRUN_TIMEOUT_S", "25")
+    spec = parse_spec({"task": {"input_shape": [3, 64, 64]}})
+    p = profile_script(script, spec, probe=True, dry_run=True)
+    static = profile_script(script, spec, probe=False)
+    assert [f.code for f in static.findings if f.code == "shape-mismatch"]  # what static analysis alone says
+    assert p.method == "cold_start" and p.errors == []
+    assert not [f for f in p.findings if f.code == "shape-mismatch"], [f.message for f in p.findings]
+    assert [f for f in p.findings if f.code == "static-shape-unconfirmed"]

@@ -48,8 +48,20 @@ def test_concatenated_batches_never_below_the_reading_taken():
     (-47%). The figure is never below what the dry run measured. Truth 70,339,928 B."""
     p = _profile("r1_concat_two_batches")
     assert _close(p.tensor_peak_bytes, 70_339_928)
+    assert p.phases[0].batch_size == 16 and not p.phases[0].extrapolated  # measured at the spec's batch itself
     for f in p.findings:  # the script reads AUTODL_BATCH_SIZE_PER_GPU: it does not "fix its batch"
         assert "the script fixes its batch" not in f.message
+
+
+def test_graph_batches_are_scaled_along_the_graphs_not_the_nodes():
+    """r2: a batch of B graphs is one graph of 50*B nodes; the node counts were read as batch sizes and the peak
+    "extrapolated" down to 64 nodes: 27,001,628 B (-59%). The loader's batch is the spec's unit: truth 66,511,992 B
+    at 64 graphs (3,200 nodes), never under by more than 5%."""
+    p = _profile("r2_graph_nodes")
+    assert _close(p.tensor_peak_bytes, 66_511_992)
+    axis = [f for f in p.findings if f.code == "dry-run-axis"]
+    assert axis and "50 rows per sample" in axis[0].message
+    assert not any("whatever size the dry run asked" in f.message for f in p.findings)
 
 
 def test_timeout_still_gives_a_measured_bound_not_below_the_truth(monkeypatch):
@@ -61,6 +73,18 @@ def test_timeout_still_gives_a_measured_bound_not_below_the_truth(monkeypatch):
                        probe=True)
     assert p.params == 1_055_754
     assert p.tensor_peak_bytes >= 0.95 * 21_086_456
+
+
+def test_a_slow_step_is_extrapolated_from_a_measured_slope_not_a_bound(monkeypatch):
+    """r5b with a 40 s limit: each step sleeps 15 s, so the dry run measures one small batch (2) before its budget
+    is spent. Was: the peak at 256 scaled in proportion from batch 2, whose step holds a 1 MiB gradient transient
+    that does not grow with the batch: 154 MB (+631%). Now the slope comes from a short replay of the model at two
+    batch sizes, taken when the next step would end past the budget (or from a second size). Truth 21,086,456 B."""
+    monkeypatch.setenv("AUTODL_DRYRUN_TIMEOUT_S", "40")
+    p = profile_script(CASES / "r5b_config_in_main_slow.py", load_spec(CASES / "r5b_config_in_main_slow.yaml"),
+                       probe=True)
+    assert p.method == "dry_run" and p.params == 1_055_754
+    assert _close(p.tensor_peak_bytes, 21_086_456)
 
 
 def test_batch_passed_by_args_or_launcher_env():

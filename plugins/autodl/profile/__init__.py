@@ -285,6 +285,7 @@ def profile_script(
     dry_seconds = None
     phases: list[PhasePeak] = []
     dr = None
+    step_flops: float | None = None
     measured_peak = None
     user_error = False
     if do_dry:
@@ -330,6 +331,7 @@ def profile_script(
             estimates["dry_run"] = int(dr.tensor_peak_bytes)
             if dr.forward_flops_per_sample:
                 flops_fwd = dr.forward_flops_per_sample
+            step_flops = dr.step_flops_per_sample  # the whole step: every forward call, recompute (issue 18)
             if dr.inputs:
                 input_shape = list(dr.inputs[0]["shape"][1:])
             if dr.num_workers is not None or dr.loaders:
@@ -394,8 +396,14 @@ def profile_script(
                         [f for f in assumptions if f.code in ("assumed-batch-size", "assumed-input")])
         if cold is not None and method == "cold_start":
             findings.append(cold)
-        if static_shape is not None and method != "probe" and not user_error:  # what ran shows it builds
-            findings.append(static_shape)
+        trained = dr is not None and bool(dr.raw.get("steps"))  # a step ran: forward and backward went through
+        if static_shape is not None and method != "probe" and not user_error and not trained:
+            findings.append(static_shape)  # what ran shows it builds; a script that trained has no shape error
+        elif static_shape is not None and trained:
+            findings.append(Finding(severity="info", code="static-shape-unconfirmed", message=(
+                "static analysis met a shape it could not follow (" + static_shape.message.rstrip(".")
+                + "), but the dry run trained the script: its forward and backward ran, so that reading was "
+                "not the script's; the estimate above does not rest on it.")))
     if facts.optimizer is None and not (dr is not None and dr.ok and dr.optimizer):
         findings.append(Finding(severity="info", code="assumed-optimizer",
                                 message="no paddle.optimizer construction found; optimizer state sized as Adam (2 fp32 "
@@ -481,7 +489,8 @@ def profile_script(
         peak_memory_bytes=bd.total_bytes,
         breakdown=bd,
         activation_bytes_per_sample=per_sample_scaled,
-        flops_per_step=float(E.TRAINING_FLOPS_FACTOR * flops_fwd * batch) if flops_fwd is not None else None,
+        flops_per_step=float(step_flops * batch) if step_flops else (
+            float(E.TRAINING_FLOPS_FACTOR * flops_fwd * batch) if flops_fwd is not None else None),
         batch_size=int(batch),
         sequence_length=seq_len,
         input_shape=list(input_shape) if input_shape else None,

@@ -192,8 +192,27 @@ class Ctl:
         c = {}
         for s in R["steps"]:
             if s.get("measured") and (s.get("steady") or not steady):
-                c[s["batch"]] = c.get(s["batch"], 0) + 1
+                u = self.unit(s)
+                c[u] = c.get(u, 0) + 1
         return c
+
+    def axis(self):
+        """Model batch per sample the schedule handed out (concatenated batches: 2, graph mini-batches: nodes per
+        graph), from the measured steps: the ratio when at least two schedule sizes show the model's leading
+        dimension following them (within 10%), 1.0 while it equals the size handed out, None while one size cannot
+        tell, 0.0 when it does not follow (the script fixes its batch)."""
+        pairs = [(s["loader_batch"], s["batch"]) for s in R["steps"] if s.get("measured") and s.get("loader_batch")
+                 and s.get("batch")]
+        if not pairs:
+            return None
+        ratios = [b / w for w, b in pairs]
+        if len({w for w, _ in pairs}) < 2:
+            return 1.0 if all(r == 1 for r in ratios) else None
+        return sum(ratios) / len(ratios) if max(ratios) <= 1.1 * min(ratios) else 0.0
+
+    def unit(self, s):
+        """A step's batch in the schedule's unit (samples the loader handed out) once the model's batch follows it."""
+        return s["loader_batch"] if s.get("loader_batch") and (self.axis() or 0) > 0 else s["batch"]
 
     def at(self, k, orig):
         """The batch of the ``k``-th training batch (0-based)."""
@@ -232,13 +251,13 @@ class Ctl:
     def after_step(self, rec):
         """Called after each measured step: decide the plan, or that training is measured."""
         elapsed = time.monotonic() - T0
-        b = rec["batch"] or 1
+        want = rec.get("loader_batch")
+        if self.reduce and want is not None and want != rec["batch"] and self.axis() == 0.0:
+            self.mismatch += 1
+        b = self.unit(rec) or 1
         top = self.target or self.native or (max(NATIVE_BATCHES) if NATIVE_BATCHES and R["created_batches"] else b)
         m, lo = self.sizes(top)
         c = self.counts()
-        want = self.intended.get(rec.get("pos"))
-        if self.reduce and want is not None and want != b:
-            self.mismatch += 1
         if self.mismatch >= 2:
             note(f"the training batch stayed at {b} whatever size the dry run asked the loader for (the script fixes it "
              "or builds its batches itself, e.g. with a BatchSampler)")
@@ -275,6 +294,11 @@ class Ctl:
                                                   and elapsed + rec["seconds"] > 1.5 * self.budget_s):
             self.mark_done()
             return
+        if len(c) < 2 and elapsed + rec["seconds"] > 1.5 * self.budget_s and not R["replay"]:
+            # the next step would end past the budget (a slow step, a big model): the slope from a short replay of
+            # the model at two small batches now, not a bound from one size (the script may be killed before)
+            _replay()
+            save()
         if elapsed > 1.5 * self.budget_s and c:
             note(f"time budget of {self.budget_s:.0f} s (+50%) reached after measuring batch sizes {sorted(c)}")
             self.mark_done()
@@ -313,6 +337,7 @@ class St:
     static_programs = {}       # paddle.static: id -> program an optimizer minimized
     static_optimizers = []
     static_info = None
+    in_backward = False        # inside Tensor.backward: layers called now are recomputed blocks
 
 
 def _sig(obj, out, depth=0, first=False):
@@ -434,6 +459,7 @@ def _start_window():
     _reset()
     St.window = {"t0": time.monotonic(), "start_bytes": _current(), "fwd_bwd": None, "batch": None,
                  "inputs": None, "flops": 0.0, "fwd_calls": 0, "tainted": False, "warmup": St.ends == 0,
+                 "model": None, "recompute_flops": 0.0,
                  "cpos": _position()}
     FL.state["flops"] = 0.0
     _counting("train")
@@ -457,12 +483,16 @@ def _end_step():
                "seconds": round(now - w["t0"], 4),
                "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
                "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],
+               "recompute_flops": w["recompute_flops"],
                "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
         # steady: the step before had the same batch, so what the script keeps of it (its logits, loss, batch)
         # during this step is of this batch, as in a real run
         prev = R["steps"][-1]["batch"] if R["steps"] else None
         rec["steady"] = prev == rec["batch"]
         rec["pos"] = w["pos"] if w.get("pos") is not None else w.get("cpos")
+        # samples the loader (or the script's own batch-sized tensors) gave this step: the spec's unit
+        rec["loader_batch"] = CTL.intended.get(rec["pos"]) or (
+            None if CTL.reduce else getattr(w.get("loader"), "_autodl_batch", None))
         rec["queue_at_start"] = _queue_bytes(w, 0)
         R["steps"].append(rec)
         if St.ends == 2:
@@ -507,7 +537,7 @@ def _prefetch_correction(w):
     L, pos = w.get("loader"), w.get("pos")
     if L is None or pos is None or not getattr(L, "_autodl_depth", 0) or not getattr(L, "_autodl_sample_bytes", 0):
         return 0
-    b = w["batch"] or 0
+    b = CTL.intended.get(pos) or w["batch"] or 0  # in the loader's unit, as its prefetched batches are
     corr = 0
     for j in range(1, L._autodl_depth + 1):
         nxt = CTL.intended.get(pos + j)
@@ -624,7 +654,11 @@ def _layer_call(self, *a, **k):
                     St.call_args = (self, _structure(a), _structure(k))
                     _count_params()
                     save()
-            if _trained(self):  # a frozen helper's forward adds FLOPs to the step, not a forward call
+            if w["model"] is None and _trained(self):
+                w["model"] = id(self)
+            if w["model"] == id(self) and not St.in_backward:
+                # calls of the step's model: a frozen helper's forward, a separate head or a block recomputed
+                # in the backward pass adds FLOPs to the step, not a forward call
                 w["fwd_calls"] += 1
             _counting("train")
         else:
@@ -670,6 +704,23 @@ def _layer_call(self, *a, **k):
 
 
 paddle.nn.Layer.__call__ = _layer_call
+_orig_backward = paddle.Tensor.backward
+
+
+def _backward(self, *a, **k):
+    """``loss.backward()``: the FLOPs counted while it runs are forward passes recomputed (``recompute``), kept
+    apart so that a step's training FLOPs are 3 x its forward plus them."""
+    w, before, outer = St.window, FL.state["flops"], St.in_backward
+    St.in_backward = True
+    try:
+        return _orig_backward(self, *a, **k)
+    finally:
+        St.in_backward = outer
+        if w is not None and St.window is w and St.counting == "train" and not outer:
+            w["recompute_flops"] += FL.state["flops"] - before
+
+
+paddle.Tensor.backward = _backward  # type: ignore[method-assign]
 
 
 def _on_step_enter(opt):
@@ -686,6 +737,8 @@ def _on_step_enter(opt):
         CTL.native = getattr(L, "_autodl_batch", None)
     St.steps_seen += 1
     St.stepped = True
+    if St.window is not None and St.counting == "train":
+        St.window["flops"] = FL.state["flops"]  # with what ran outside any layer (a loss's matmul after forward)
     if St.window is not None and St.window["fwd_bwd"] is None:
         St.window["fwd_bwd"] = _peak()
         St.window["t_step"] = time.monotonic()
@@ -1163,8 +1216,10 @@ NATIVE_BATCHES = set(int(b) for b in CFG.get("native_batches") or [] if isinstan
 
 def _creation_batch():
     """The batch a tensor created by the script with the run's batch as first dimension should get now."""
-    if not NATIVE_BATCHES or not CTL.reduce:
+    if not NATIVE_BATCHES:
         return None
+    if not CTL.reduce:  # not reduced: still recorded as the step's batch in the script's unit
+        return max(NATIVE_BATCHES)
     return CTL.at(_position(), max(NATIVE_BATCHES))
 
 
@@ -1177,10 +1232,11 @@ def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
         b = _creation_batch() if _user_frame(2) else None
         if b is not None:
             shp = k.get(shape_kw) if shape_kw in k else (a[shape_pos] if len(a) > shape_pos else None)
-            if isinstance(shp, (list, tuple)) and shp and isinstance(shp[0], int) and shp[0] in NATIVE_BATCHES \
-                    and b < shp[0]:
+            native = isinstance(shp, (list, tuple)) and shp and isinstance(shp[0], int) and shp[0] in NATIVE_BATCHES
+            if native:
+                CTL.intended[_position()] = min(b, shp[0])  # the step's batch in the script's unit, reduced or not
+            if native and b < shp[0]:
                 new = [b, *shp[1:]]
-                CTL.intended[_position()] = b
                 if len(R["created_batches"]) < 50:
                     R["created_batches"].append([shp[0], b])
                 R["reduced"] = True
@@ -1206,9 +1262,10 @@ def _to_tensor(data, *a, **k):
     the schedule's batch needs (the same data, fewer samples)."""
     b = _creation_batch() if _user_frame(2) else None
     shape = getattr(data, "shape", None)
-    if b is not None and shape is not None and len(shape) >= 1 and int(shape[0]) in NATIVE_BATCHES \
-            and b < int(shape[0]):
-        CTL.intended[_position()] = b
+    native = b is not None and shape is not None and len(shape) >= 1 and int(shape[0]) in NATIVE_BATCHES
+    if native:
+        CTL.intended[_position()] = min(b, int(shape[0]))
+    if native and b < int(shape[0]):
         if len(R["created_batches"]) < 50:
             R["created_batches"].append([int(shape[0]), b])
         R["reduced"] = True
@@ -1275,15 +1332,27 @@ except Exception:
 
 
 # ---------------------------------------------------------------------------------------- slope by replay
+def _lead_rows(v, d=0):
+    """The leading dimension of the first tensor in a captured call (:class:`_TSpec`), or None."""
+    if isinstance(v, _TSpec):
+        return v.shape[0] if v.shape else None
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
+    for x in items:
+        r = _lead_rows(x, d + 1) if d < 4 else None
+        if r:
+            return r
+    return None
+
+
 def _replay():
     """When the script's own steps ran at one batch size only: train the captured model on generated inputs
     of the same shapes and dtypes (the batch dimension changed) at two batch sizes and keep the slope."""
     sizes = CTL.measured_sizes()
-    if len(sizes) >= 2 or not sizes or St.call_args is None or not St.optimizers:
+    if len(sizes) >= 2 or not sizes or St.call_args is None or not St.optimizers or R["replay"]:
         return
     model, args, kwargs = St.call_args
     opt = St.optimizers[0]
-    b = sizes[-1]
+    b = _lead_rows([args, kwargs]) or sizes[-1]  # the captured call's own batch: the dimension to change
     pts = [max(1, b // 4), max(2, b // 2)] if b >= 4 else [1, 2]
 
     def make(x, n):

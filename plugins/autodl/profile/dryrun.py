@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from autodl.profile.memory import TRAINING_FLOPS_FACTOR
 from autodl.profile.probe import REPORT_MAX_BYTES, _report_text, report_object
 from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
                             run_sandboxed, stage_tree, why_protected)
@@ -157,7 +158,10 @@ class DryRun:
     train_peak_bytes: int | None = None
     act_bytes_per_sample: int | None = None
     slope_source: str | None = None
+    axis: str = "model"
+    axis_ratio: float | None = None
     forward_flops_per_sample: float | None = None
+    step_flops_per_sample: float | None = None
     phases: list[PhasePeak] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     inputs: list[dict] | None = None
@@ -502,6 +506,19 @@ def run_dry_run(
                 f"the script ended after batch sizes {dr.batch_sizes}; the peak at batch {dr.batch} is extrapolated "
                 f"far from them and may be low (a repeat at the script's own batch did not measure: {dr2.reason}). "
                 "Pass more steps in task.args, or set task.batch_size_per_gpu to a batch the script runs.")))
+    if dr.ok and dr.axis == "unknown" and cfg.get("reduce") and dr.batch not in dr.batch_sizes \
+            and time.monotonic() - t0 < timeout * 0.5:
+        # one loader size, model rows of another count: which dimension grows cannot be told; measure the script
+        # at the spec's batch itself instead of a bound
+        cfg.update(reduce=False, lo=None)
+        raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
+                                batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
+        dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
+        if dr2.ok and dr2.batch in dr2.batch_sizes:
+            dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
+                f"which input dimension the batch grows could not be told from one loader size ({dr.reason}); "
+                f"the dry run was repeated at batch {dr2.batch} itself ({dr2.reason}).")))
+            dr = dr2
     shown, refused = arg_paths(argv) if venue is None else ([], [])
     if venue is not None and arg_paths(argv)[0]:
         dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
@@ -585,10 +602,12 @@ def _record(r: Any, what: str, eval_record: bool = False) -> dict:
                update_peak=_int(r.get("update_peak"), f"{what} update_peak"),
                kept_adjust=_int(r.get("kept_adjust") or 0, f"{what} kept_adjust"),
                fwd_calls=_int(r.get("fwd_calls") or 0, f"{what} fwd_calls", 0, 1 << 20),
+               recompute_flops=_num(r.get("recompute_flops") or 0, f"{what} recompute_flops"),
                index=_int(r.get("index") or 0, f"{what} index", 0, 1 << 30),
                fwd_bwd_seconds=_num(r.get("fwd_bwd_seconds") or 0, f"{what} fwd_bwd_seconds", 0, 1e7),
                update_seconds=_num(r.get("update_seconds") or 0, f"{what} update_seconds", 0, 1e7),
-               measured=r.get("measured") is True, steady=r.get("steady") is True)
+               measured=r.get("measured") is True, steady=r.get("steady") is True,
+               loader_batch=_int(r.get("loader_batch"), f"{what} loader_batch", 1, MAX_BATCH, none=True))
     return out
 
 
@@ -740,6 +759,30 @@ def _disk_reason(res: SandboxResult | None) -> str | None:
             "the dry run's limit, not an error of the script)")
 
 
+AXIS_TOLERANCE = 1.1
+"""Largest spread (max/min) of the model's rows per loader sample over the measured steps for the model's batch to
+count as following the loader's (graphs of a few more or fewer nodes still follow)."""
+
+
+def axis_ratio(steps: list[dict]) -> float | None:
+    """Rows of the model's input per sample the loader (or the script's own batch-sized tensors) gave a step, from
+    the measured steps: 2 for two batches concatenated, ~50 for graphs of 50 nodes, 1.0 for the usual case.
+
+    :param steps: step records with ``batch`` (the model input's leading dimension) and ``loader_batch`` (samples
+        handed out for the step, None when not known).
+    :returns: the mean ratio when at least two loader sizes show the model's batch following them (within
+        :data:`AXIS_TOLERANCE`), 1.0 when every step's model batch is its loader batch, None when it cannot be told
+        (no loader batch, or one loader size with another model batch), 0.0 when the model's batch does not follow.
+    """
+    pairs = [(s["loader_batch"], s["batch"]) for s in steps if s.get("loader_batch") and s.get("batch")]
+    if not pairs or len(pairs) < len(steps):
+        return None
+    ratios = [b / w for w, b in pairs]
+    if len({w for w, _ in pairs}) < 2:
+        return 1.0 if all(r == 1 for r in ratios) else None
+    return sum(ratios) / len(ratios) if max(ratios) <= AXIS_TOLERANCE * min(ratios) else 0.0
+
+
 def script_native(raw: dict) -> int | None:
     """The batch the script itself trains with, as the dry run saw it: its training DataLoader's batch size, or
     the first dimension of the tensors it created before the dry run reduced them."""
@@ -750,6 +793,35 @@ def script_native(raw: dict) -> int | None:
     if created:
         return max(created)
     return None
+
+
+def step_flops_per_sample(steps: list[dict], unit: Any = lambda s: s["batch"]) -> float | None:
+    """Training FLOPs of one whole step per sample (per unit of ``unit(step)``), from what the dry run counted in
+    it: every forward call of the step (the model called twice, a separate head, a loss's matmul outside
+    ``forward``) x :data:`TRAINING_FLOPS_FACTOR`, plus the forward passes recomputed during ``backward``
+    (``recompute``), counted once. The largest over the measured steps; None when nothing was counted."""
+    per = [(TRAINING_FLOPS_FACTOR * (s["fwd_flops"] - s.get("recompute_flops", 0.0)) + s.get("recompute_flops", 0.0))
+           / unit(s) for s in steps if s.get("fwd_flops") and unit(s)]
+    return max(per) if per else None
+
+
+def _axis_findings(dr: DryRun, main: list[dict], target: int, src: str) -> list[Finding]:
+    """What the profile says about a model batch that is not the loader's (see :func:`axis_ratio`)."""
+    rows = sorted({(s["loader_batch"], s["batch"]) for s in main if s.get("loader_batch")})
+    if dr.axis == "loader" and dr.axis_ratio and abs(dr.axis_ratio - 1) > 0.01:
+        return [Finding(severity="info", code="dry-run-axis", message=(
+            f"the model's input had {dr.axis_ratio:.3g} rows per sample the loader gave (loader batch -> rows: "
+            + ", ".join(f"{w} -> {b}" for w, b in rows[:4]) + "; concatenated batches, nodes of graphs or tokens): "
+            f"the peak follows the loader's batch, the unit of task.batch_size_per_gpu ({target})."))]
+    if dr.axis == "unknown" and src == "axis-unknown" and target not in dr.batch_sizes:
+        w, b = rows[-1]
+        return [Finding(severity="warning", code="dry-run-extrapolated", message=(
+            f"the model's input had {b} rows for a loader batch of {w}, and one loader size cannot tell which "
+            f"dimension the batch grows; the peak at batch {target} is "
+            + ("the measured one (a bound: the peak does not fall with the batch)" if target < w else
+               f"scaled in proportion to the loader's batch ({target}/{w}) from the step's own allocations (an "
+               "upper bound)") + ". Set task.batch_size_per_gpu to a batch the dry run can run to measure it."))]
+    return []
 
 
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
@@ -811,7 +883,13 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         groups.setdefault(_key(s.get("inputs")), []).append(s)
     main_key = max(groups, key=lambda k: (len({s["batch"] for s in groups[k]}), len(groups[k])))
     main = groups[main_key]
-    b_seen = max(s["batch"] for s in main)
+    ratio = axis_ratio(main)
+    pairs = {(s.get("loader_batch"), s["batch"]) for s in main}
+    dr.axis_ratio = ratio
+    # the spec's batch counts what the loader hands out; the model's leading dimension may count other rows
+    dr.axis = "loader" if ratio else ("unknown" if ratio is None and all(w for w, _ in pairs) else "model")
+    unit = (lambda s: s["loader_batch"]) if dr.axis != "model" else (lambda s: s["batch"])
+    b_seen = max(unit(s) for s in main)
     target = target_batch or script_native(raw) or b_seen
     dr.batch = target
     replay = raw.get("replay") or []
@@ -826,9 +904,9 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         fb: dict[int, int] = {}
         up: dict[int, int] = {}
         start: dict[int, int] = {}
-        steady = {s["batch"] for s in group if s.get("steady")}
+        steady = {unit(s) for s in group if s.get("steady")}
         for s in group:
-            b = s["batch"]
+            b = unit(s)
             if b in steady and not s.get("steady"):
                 continue  # a first step at this size, after another size: the steady one stands
             adj = 0 if s.get("steady") else int(s.get("kept_adjust") or 0)
@@ -842,7 +920,13 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         v_fb, sl_fb, ex = _line(fb, target)
         v_up, sl_up, _ = _line(up, target)
         src = "measured"
-        if sl_fb is None:  # one batch size only
+        if sl_fb is None and dr.axis == "unknown":  # one loader size, rows of another count: a bound
+            b = next(iter(fb))
+            sl_fb, src = max(0.0, (fb[b] - start[b]) / b), "axis-unknown"
+            if target > b:
+                v_fb = int(start[b] + (fb[b] - start[b]) * target / b)
+                v_up = int(start[b] + (up[b] - start[b]) * target / b)
+        elif sl_fb is None:  # one batch size only
             b = next(iter(fb))
             if replay_slope is not None:
                 sl_fb, src = replay_slope, "replay"
@@ -860,23 +944,25 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     dr.train_peak_bytes = peak
     dr.act_bytes_per_sample = int(max(0.0, slope or 0.0))
     dr.slope_source = src
-    dr.batch_sizes = sorted({s["batch"] for s in main})
+    dr.batch_sizes = sorted({unit(s) for s in main})
     calls = [s for s in main if s.get("fwd_calls")]
-    flops = [s["fwd_flops"] / s["fwd_calls"] / s["batch"] for s in calls if s.get("fwd_flops")]
+    flops = [s["fwd_flops"] / s["fwd_calls"] / unit(s) for s in calls if s.get("fwd_flops")]
     dr.forward_flops_per_sample = max(flops) if flops else None
+    dr.step_flops_per_sample = step_flops_per_sample(main, unit)
     phases = [PhasePeak(
         name="train", batch_size=target, peak_bytes=peak, extrapolated=extrapolated,
         measured=sorted({(b, max(v_fb_at[b], v_up_at[b])) for b in v_fb_at}),
         input_shapes=[d["shape"][1:] for d in main[0].get("inputs") or [] if d.get("shape")],
         input_dtypes=[d["dtype"] for d in main[0].get("inputs") or [] if d.get("shape")],
-        forward_flops_per_sample=dr.forward_flops_per_sample, slope_bytes_per_sample=dr.act_bytes_per_sample)]
+        forward_flops_per_sample=dr.forward_flops_per_sample, slope_bytes_per_sample=dr.act_bytes_per_sample,
+        step_flops_per_sample=dr.step_flops_per_sample)]
     for k, group in groups.items():
         if k is main_key:
             continue
         p, _, ex, _ = phase_at(group)
         phases.append(PhasePeak(
             name="train", batch_size=target, peak_bytes=p, extrapolated=ex,
-            measured=sorted({(s["batch"], s["peak"]) for s in group}),
+            measured=sorted({(unit(s), s["peak"]) for s in group}),
             input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k]))
     # ------------------------------------------------------------------------------------- eval
     egroups: dict[tuple, list[dict]] = {}
@@ -889,9 +975,11 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     for k, group in egroups.items():
         pts: dict[int, int] = {}
         start: dict[int, int] = {}
+        rows = dr.axis_ratio if dr.axis == "loader" and dr.axis_ratio else 1.0
         for e in group:
-            pts[e["batch"]] = max(pts.get(e["batch"], 0), e.get("steady_peak") or e["peak"])
-            start[e["batch"]] = min(start.get(e["batch"], 1 << 62), e["start_bytes"])
+            eb_seen = max(1, round(e["batch"] / rows))  # in the loader's unit, as its native batch is
+            pts[eb_seen] = max(pts.get(eb_seen, 0), e.get("steady_peak") or e["peak"])
+            start[eb_seen] = min(start.get(eb_seen, 1 << 62), e["start_bytes"])
         natives = [e.get("native_batch") for e in group if e.get("native_batch")]
         eb = max(natives) if natives else max(pts)
         if eb in pts or len(pts) >= 2:
@@ -899,7 +987,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         else:
             b = max(pts)
             v, ex = int(start[b] + (pts[b] - start[b]) * eb / b), True
-        flo = [e["fwd_flops"] / e["batch"] for e in group if e.get("fwd_flops")]
+        flo = [e["fwd_flops"] / max(1.0, e["batch"] / rows) for e in group if e.get("fwd_flops")]
         phases.append(PhasePeak(
             name="eval", batch_size=eb, peak_bytes=int(v), extrapolated=ex, measured=sorted(pts.items()),
             input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k],
@@ -922,7 +1010,8 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
             f"of steps allowed); the peak at batch {target} is extrapolated along the last two, "
             f"{dr.act_bytes_per_sample / 2**20:.2f} MiB per sample (measured within 5% on the benchmark; pass more "
             "steps in task.args to let it reach the batch itself).")))
-    if b_seen != target and src != "measured":
+    dr.findings.extend(_axis_findings(dr, main, target, src))
+    if b_seen != target and src not in ("measured", "axis-unknown"):
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
             f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "

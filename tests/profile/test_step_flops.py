@@ -1,0 +1,64 @@
+"""FLOPs of the whole training step (issue 18, item 7): every forward call in a step, blocks recomputed in the
+backward pass, a loss computed outside ``forward``; parameter groups do not multiply it.
+
+Was: the step's FLOPs were the forward FLOPs of one call x 3, one call being any top-level layer called, so a
+model called twice counted half (0.5), a separate head or a loss's matmul outside forward half or nothing (0.49),
+and recomputed blocks, each called at the top level during backward, divided the count by 5 (0.2). References
+(``tests/profile/fixtures/flops_*.py`` at batch 32): the t3 cases' ``truth.py`` (hooks counting 2 x MACs of
+Conv*/Linear and matmul over the whole measured step, per call of the model), Paddle 3.3.1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autodl.profile import profile_script
+from autodl.profile.dryrun import step_flops_per_sample
+from autodl.spec import parse_spec
+
+FIX = Path(__file__).parent / "fixtures"
+
+REFERENCE = {  # truth.py: forward FLOPs per call of the model, calls of the model in the step (batch 32)
+    "flops_two_forwards.py": (25_493_504, 2),
+    "flops_recompute.py": (4_295_131_136, 1),   # the blocks' forward twice: once in forward, once recomputed
+    "flops_loss_outside.py": (1_297_350_656, 1),
+    "flops_param_groups.py": (669_155_328, 1),
+}
+
+
+def test_step_flops_are_three_forwards_plus_what_backward_recomputes():
+    steps = [{"batch": 4, "fwd_flops": 4000.0, "recompute_flops": 1000.0},
+             {"batch": 8, "fwd_flops": 8000.0, "recompute_flops": 2000.0}]
+    assert step_flops_per_sample(steps) == 3 * 750 + 250
+    assert step_flops_per_sample([{"batch": 4, "fwd_flops": 0.0}]) is None
+    assert step_flops_per_sample([{"batch": 100, "loader_batch": 2, "fwd_flops": 1000.0}],
+                                 lambda s: s["loader_batch"]) == 1500.0
+
+
+def _profile(name: str):
+    p = profile_script(FIX / name, parse_spec({"task": {"batch_size_per_gpu": 32}}), probe=True)
+    assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    return p, p.phases[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["flops_two_forwards.py", "flops_loss_outside.py", "flops_param_groups.py"])
+def test_every_forward_call_of_the_step_is_counted_once(name):
+    """The model called twice, a separate head and a matmul outside forward, three parameter groups: the step's
+    FLOPs are 3 x all its forward FLOPs, within 10% of the reference."""
+    per_call, calls = REFERENCE[name]
+    p, train = _profile(name)
+    assert abs(train.forward_flops_per_sample * 32 - per_call) <= 0.10 * per_call
+    assert abs(p.flops_per_step - 3 * per_call * calls) <= 0.10 * 3 * per_call * calls
+
+
+@pytest.mark.slow
+def test_recomputed_blocks_are_counted_once_more_not_as_forward_calls():
+    """recompute(block, x) for 4 blocks: the backward pass runs each block's forward again. The reference counts
+    both (2F); training FLOPs are 3F (forward, backward) + F (the recompute) = 2 x the reference."""
+    per_call, _ = REFERENCE["flops_recompute.py"]
+    p, train = _profile("flops_recompute.py")
+    assert abs(train.forward_flops_per_sample * 32 - per_call) <= 0.10 * per_call
+    assert abs(p.flops_per_step - 2 * per_call) <= 0.10 * 2 * per_call
