@@ -1005,6 +1005,16 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
 
 
+def known_end(run_key: str, handle: LaunchHandle) -> float | None:
+    """When this attempt's training ended (epoch seconds), as an earlier collect of it saw it: the kept metrics'
+    ``duration_s`` from the handle's start, when they have an exit code; None when no collect saw the end. A new
+    training clears them (:func:`begin_attempt`), so what is kept is this attempt's."""
+    kept = RunState().get(run_key, RunState.METRICS)
+    if not kept or kept.get("exit_code") is None or kept.get("duration_s") is None:
+        return None
+    return handle.started_at.timestamp() + float(kept["duration_s"])
+
+
 def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, log: Callable[[str], None]) -> dict[str, Any]:
     """Finish the metrics (out-of-memory explanation, timeline PNG: :func:`autodl.metrics.finish`), keep them,
     log how the training ended; raise when it failed (the metrics are kept all the same)."""
@@ -1078,9 +1088,10 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
             raise stopped
 
     try:
+        # resumed: the samples of this attempt kept so far, and (collect cleared) the end an earlier collect saw
         metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
                          interval_s=interval_s, samples_path=samples_path, partial_sink=keep, notes=notes,
-                         on_tick=tick)
+                         on_tick=tick, resume=True, ended_ts=known_end(ctx.run_key, handle))
     except CollectStopped as stopped:
         stop_early(ctx, handle, launcher, stopped, log)
         raise
