@@ -507,6 +507,10 @@ class Follower:
 
             folder = Path(samples_path).parent
             self.facts = FactSink(folder / "runfacts.jsonl", folder / "report.json")
+        if samples_path:  # the launch's sampler (autodl.sampling) stops: what it wrote is read below
+            from autodl.sampling import take_over
+
+            take_over(Path(samples_path).parent)
         if resume:
             self.samples = _rows(samples_path)
         self._out = open(samples_path, "a") if samples_path else None

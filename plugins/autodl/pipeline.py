@@ -133,7 +133,7 @@ def note_failure(run_key: str, step: str, message: str) -> None:
     RunState().note_failure(run_key, step, message)
 
 
-ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png")
+ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png", "collect.taken-over")
 """What a run's state folder holds of one training: a new training (a clear and re-run in Airflow) starts
 without them (:func:`begin_attempt`)."""
 
@@ -827,11 +827,15 @@ def require_booked_worker(host: str | None, run_key: str, launcher_type: str) ->
 
 
 def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection | dict[str, Any], *,
-                launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+                launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                sample_interval_s: float | None = None) -> dict[str, Any]:
     """Step 4: start the training detached (or reattach to the attempt still running).
 
     The lease is renewed first (a dead lease launches nothing) and the handle is recorded on it, so a
     reaper can stop the training if every follower of it dies.
+
+    :param sample_interval_s: the collect step's sampling interval, seconds: a new local training is sampled at it
+        from here until the collect step takes over (:mod:`autodl.sampling`); None: not sampled before the collect.
 
     :returns: the :class:`LaunchHandle` as a dict.
     :raises LaunchError: the launcher could not start it.
@@ -856,7 +860,20 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
         from autodl.metrics import write_baseline
 
         write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
-    handle = launcher.launch(request).model_copy(update={"host": host})
+    sampler = None
+    if sample_interval_s and launcher.name == "local":  # started first: its imports cost the timeline no samples
+        from autodl.sampling import LaunchSampler
+
+        sampler = LaunchSampler(state_dir(ctx.run_key), sample_interval_s)
+    try:
+        handle = launcher.launch(request).model_copy(update={"host": host})
+    except BaseException:
+        if sampler is not None:
+            sampler.cancel()
+        raise
+    if sampler is not None and handle.reattached:
+        sampler.cancel()
+        sampler = None
     if not handle.reattached:
         begin_attempt(ctx.run_key, log)
         if requeued is not None:  # what happened to this attempt's first booking, for its record
@@ -869,8 +886,13 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
         ledger.attach(ctx.run_key, handle=handle.to_json(), launched_on=this_host(), launcher=launcher.name)
     except LeaseLost:
         log("the lease was reclaimed while launching: stopping the training just started")
+        if sampler is not None:
+            sampler.cancel()
         launcher.stop(handle)
         raise
+    if sampler is not None:
+        pid = sampler.hand(handle.model_dump_json())
+        log(f"sampling the training every {sample_interval_s:g} s until the collect step takes over (pid {pid})")
     return handle.to_json()
 
 

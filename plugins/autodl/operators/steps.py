@@ -434,13 +434,16 @@ class AutoDLLaunchOperator(_AutoDLStep):
     :param booked_host: the host of the booked devices, when the step is mapped over the select step's
         ``autodl_hosts`` XCom (several GPU hosts on Celery): a local training starts only on a worker whose
         ``AUTODL_HOST`` is that host (:func:`autodl.pipeline.require_booked_worker`).
+    :param sample_interval_s: the collect step's interval, seconds: a local training is sampled at it from its
+        launch until the collect step takes over (:mod:`autodl.sampling`).
     """
 
     step = "launch"
 
-    def __init__(self, *, booked_host: str | None = None, **kwargs: Any):
+    def __init__(self, *, booked_host: str | None = None, sample_interval_s: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.booked_host = booked_host
+        self.sample_interval_s = sample_interval_s
 
     def run_step(self, ctx, context):
         profile_out = self._handed(context, "profile")
@@ -452,7 +455,7 @@ class AutoDLLaunchOperator(_AutoDLStep):
             try:
                 return pipeline.step_launch(ctx, profile_out, selection,
                                             launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
-                                            log=_leveled(self.log))
+                                            log=_leveled(self.log), sample_interval_s=self.sample_interval_s)
             except PoolBusy as exc:
                 self.log.info("%s", exc)
             time.sleep(poke)
