@@ -860,20 +860,7 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
         from autodl.metrics import write_baseline
 
         write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
-    sampler = None
-    if sample_interval_s and launcher.name == "local":  # started first: its imports cost the timeline no samples
-        from autodl.sampling import LaunchSampler
-
-        sampler = LaunchSampler(state_dir(ctx.run_key), sample_interval_s)
-    try:
-        handle = launcher.launch(request).model_copy(update={"host": host})
-    except BaseException:
-        if sampler is not None:
-            sampler.cancel()
-        raise
-    if sampler is not None and handle.reattached:
-        sampler.cancel()
-        sampler = None
+    handle, sampler = _start(launcher, request, host, sample_interval_s, state_dir(ctx.run_key))
     if not handle.reattached:
         begin_attempt(ctx.run_key, log)
         if requeued is not None:  # what happened to this attempt's first booking, for its record
@@ -894,6 +881,26 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
         pid = sampler.hand(handle.model_dump_json())
         log(f"sampling the training every {sample_interval_s:g} s until the collect step takes over (pid {pid})")
     return handle.to_json()
+
+
+def _start(launcher: Any, request: LaunchRequest, host: str | None, sample_interval_s: float | None, folder: Path):
+    """Start the training (or reattach) and, for a new local one, the launch's sampler (:mod:`autodl.sampling`),
+    which starts first so that its imports cost the timeline no samples. :returns: (handle, sampler or None)."""
+    sampler = None
+    if sample_interval_s and launcher.name == "local":
+        from autodl.sampling import LaunchSampler
+
+        sampler = LaunchSampler(folder, sample_interval_s)
+    try:
+        handle = launcher.launch(request).model_copy(update={"host": host})
+    except BaseException:
+        if sampler is not None:
+            sampler.cancel()
+        raise
+    if sampler is not None and handle.reattached:  # already followed: its collect samples it
+        sampler.cancel()
+        sampler = None
+    return handle, sampler
 
 
 def renew_booking(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection,
