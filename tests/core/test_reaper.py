@@ -254,3 +254,23 @@ def test_a_launch_that_finds_its_unlaunched_booking_expired_books_again_instead_
     assert handle["lease_id"] != sel.lease.lease_id
     assert any("booking again on box" in line for line in logs), logs
     assert pipeline.step_collect(ctx("a"), handle, log=lambda _l: None, interval_s=0.1)["exit_code"] == 0
+
+
+def test_a_requeued_run_whose_launch_never_runs_is_recorded_not_started_with_why(tmp_path, one_device_pool,
+                                                                                 monkeypatch):
+    """The host's worker never came back: Airflow fails the queued launch task and the release step records the run
+    ``not_started``, saying what it waited for, and takes it out of the admission queue."""
+    from autodl.queue import AdmissionQueue
+
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "1")
+    out_a = _profiled(tmp_path, "a", one_device_pool)
+    assert pipeline.step_wait(ctx("a"), out_a, pool=one_device_pool, log=lambda _l: None) is not None
+    time.sleep(1.2)
+    assert pipeline.reap_expired(log=lambda _l: None) == ["a"]
+    assert AdmissionQueue().get("a") is not None
+    out = pipeline.step_release_and_record(ctx("a"), script=None, spec_path=None, profile_out=None, selection=None,
+                                           handle_json=None, metrics_json=None, log=lambda _l: None)
+    assert out["outcome"] == "not_started"
+    assert out["error"].startswith("launch: never started: lease ")
+    assert "expired before its training was launched" in out["error"]
+    assert AdmissionQueue().get("a") is None and Ledger().leases() == []
