@@ -245,7 +245,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
 
     now = utcnow()
     t = Table(title="live leases")
-    for col in ("lease", "run key", "owner", "model", "devices", "since", "expires"):
+    for col in ("lease", "run key", "owner", "model", "devices", "since", "expires", "training"):
         t.add_column(col, overflow="fold")
     for le in leases:
         if le.expires_at is None:
@@ -254,8 +254,10 @@ def cmd_leases(args: argparse.Namespace) -> int:
             expires = f"EXPIRED {int((now - le.expires_at).total_seconds())} s ago"
         else:
             expires = f"in {int((le.expires_at - now).total_seconds())} s"
+        training = (f"launched on {le.launched_on or le.host}" if le.handle else
+                    f"not launched: waiting for a worker on {le.host} to start it")
         t.add_row(le.lease_id, le.run_key, le.owner.user or "(unknown)", le.model or "", ",".join(le.device_ids),
-                  le.created_at.isoformat(timespec="seconds"), expires)
+                  le.created_at.isoformat(timespec="seconds"), expires, training)
     t.caption = "autodl leases --reap frees expired ones now; --release RUN_KEY [--force] frees one by hand"
     _console().print(t)
     return 0

@@ -477,12 +477,19 @@ class Follower:
     :param notes: what could not be measured so far (e.g. from :func:`make_sampler`).
     :param offset: log byte offset to start from (a follower resumed after a triggerer restart).
     :param resume: reload the samples already in ``samples_path`` so the summary covers the whole run.
+    :param ended_ts: when the training ended (epoch seconds), as an earlier follower of the same attempt saw it
+        (:func:`autodl.pipeline.known_end`); used when the launcher cannot tell and the training had ended before
+        this follower's first poll (a collect cleared and run again).
     """
 
     def __init__(self, launcher: Launcher, handle: LaunchHandle, *, sampler: Sampler | None,
                  log_sink: Callable[[str], None] = print, samples_path: str | Path | None = None,
-                 notes: list[str] | None = None, offset: int = 0, resume: bool = False):
+                 notes: list[str] | None = None, offset: int = 0, resume: bool = False,
+                 ended_ts: float | None = None):
         self.launcher = launcher
+        self.ended_ts: float | None = None
+        self._earlier_end = ended_ts
+        self._polls = 0
         self.handle = handle
         self.sampler = sampler
         self.first = sampler  # kept after a failing sampler is dropped: its notes (e.g. a device lost mid-run)
@@ -500,6 +507,10 @@ class Follower:
 
             folder = Path(samples_path).parent
             self.facts = FactSink(folder / "runfacts.jsonl", folder / "report.json")
+        if samples_path:  # the launch's sampler (autodl.sampling) stops: what it wrote is read below
+            from autodl.sampling import take_over
+
+            take_over(Path(samples_path).parent)
         if resume:
             self.samples = _rows(samples_path)
         self._out = open(samples_path, "a") if samples_path else None
@@ -507,6 +518,7 @@ class Follower:
     def step(self) -> int | None:
         """One poll: the exit code once the training ended (its last log lines flushed), else None."""
         code = self.launcher.poll(self.handle)
+        self._polls += 1
         self._read_logs()
         if self.sampler is not None and code is None:
             try:
@@ -531,7 +543,21 @@ class Follower:
                     self._line(line)
             self.pending = ""
             self.exit_code = code
+            if self.ended_ts is None:
+                self.ended_ts = self._end_time()
         return code
+
+    def _end_time(self) -> float:
+        """When the training ended, epoch seconds: the launcher's own fact (exit file, ``FinishedAt``), else what an
+        earlier follower saw when this one found it already ended, else now (seen within one poll of its end)."""
+        told = getattr(self.launcher, "ended_at", None)
+        try:
+            ended = told(self.handle) if told is not None else None
+        except Exception:  # noqa: BLE001 - the engine not answering: the other sources
+            ended = None
+        if ended is None and self._polls == 1:
+            ended = self._earlier_end
+        return float(ended) if ended is not None else time.time()
 
     def _read_logs(self) -> None:
         text, self.offset = self.launcher.read_logs(self.handle, self.offset)
@@ -559,7 +585,8 @@ class Follower:
         said = [n for n in getattr(self.first, "notes", None) or [] if n not in self.notes]
         facts = self.facts.notes() if self.facts is not None else []
         steps_path = self.handle.steps_path or (self.facts.metrics_path if self.facts is not None else None)
-        return summarise(self.samples, source=self.source, duration_s=time.time() - self.handle.started_at.timestamp(),
+        end = self.ended_ts if self.ended_ts is not None else time.time()
+        return summarise(self.samples, source=self.source, duration_s=max(0.0, end - self.handle.started_at.timestamp()),
                          exit_code=exit_code, samples_path=str(self.samples_path) if self.samples_path else None,
                          steps_path=steps_path, notes=[*self.notes, *said, *facts])
 
@@ -589,6 +616,8 @@ def follow(
     partial_sink: Callable[[RunMetrics], None] | None = None,
     notes: list[str] | None = None,
     on_tick: Callable[[], None] | None = None,
+    resume: bool = False,
+    ended_ts: float | None = None,
 ) -> RunMetrics:
     """Follow a launched training until it exits: stream its log lines to ``log_sink``, sample metrics
     every ``interval_s`` seconds into ``samples_path`` (JSON lines), and summarise (see :class:`Follower`).
@@ -598,9 +627,12 @@ def follow(
     :param notes: what could not be measured so far (e.g. from :func:`make_sampler`).
     :param on_tick: called after each poll while the training runs (heartbeats, time limits); what it
         raises ends the following.
-    :returns: :class:`RunMetrics` with the exit code; duration counts from the handle's start.
+    :param resume: and ``ended_ts``: as :class:`Follower` takes them (a collect of an attempt followed before).
+    :returns: :class:`RunMetrics` with the exit code; duration from the handle's start to the training's end
+        (:meth:`Follower._end_time`), not to when this follower saw it.
     """
-    follower = Follower(launcher, handle, sampler=sampler, log_sink=log_sink, samples_path=samples_path, notes=notes)
+    follower = Follower(launcher, handle, sampler=sampler, log_sink=log_sink, samples_path=samples_path, notes=notes,
+                        resume=resume, ended_ts=ended_ts)
     try:
         while True:
             code = follower.step()

@@ -135,7 +135,7 @@ def note_failure(run_key: str, step: str, message: str) -> None:
     RunState().note_failure(run_key, step, message)
 
 
-ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png")
+ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png", "collect.taken-over")
 """What a run's state folder holds of one training: a new training (a clear and re-run in Airflow) starts
 without them (:func:`begin_attempt`)."""
 
@@ -598,7 +598,8 @@ def _fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], b
 def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,
               log: Callable[[str], None] = print, poke_interval_s: float | None = None,
               timeout_s: float | None = None,
-              launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> Selection | None:
+              launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None,
+              host: str | None = None) -> Selection | None:
     """Step 2, one poll: wait in the admission queue; book the devices when the queue grants them.
 
     In order: a run that already holds a lease gets it back (a retried or resumed wait); expired leases
@@ -611,6 +612,8 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         entry stops blocking others after :func:`autodl.queue.stale_after` of it without a poll.
     :param timeout_s: seconds the run may wait from when it first joined (default ``scheduler.timeout``).
     :param launcher_kwargs_for: connection details per launcher type, for stopping what expired leases left.
+    :param host: only devices of this host (a launch routed to that host's worker, booking again after its
+        booking was re-queued: :func:`requeue_unlaunched`).
     :returns: the selection (as :func:`step_select`) when booked, None while still waiting.
     :raises NoFitError: nothing in the pool could ever hold the run (no point waiting; it leaves the queue).
     :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
@@ -628,6 +631,8 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     ledger = Ledger()
     queue = AdmissionQueue()
     inventory = read_inventory(pool, catalog=catalog)
+    if host:
+        inventory = inventory.model_copy(update={"devices": [d for d in inventory.devices if d.host == host]})
     held = ledger.get(ctx.run_key)
     if held is not None:
         try:
@@ -915,20 +920,24 @@ def require_booked_worker(host: str | None, run_key: str, launcher_type: str) ->
 
 
 def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection | dict[str, Any], *,
-                launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+                launcher_kwargs: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                sample_interval_s: float | None = None) -> dict[str, Any]:
     """Step 4: start the training detached (or reattach to the attempt still running).
 
     The lease is renewed first (a dead lease launches nothing) and the handle is recorded on it, so a
     reaper can stop the training if every follower of it dies.
 
+    :param sample_interval_s: the collect step's sampling interval, seconds: a new local training is sampled at it
+        from here until the collect step takes over (:mod:`autodl.sampling`); None: not sampled before the collect.
+
     :returns: the :class:`LaunchHandle` as a dict.
     :raises LaunchError: the launcher could not start it.
     :raises LeaseLost: the lease expired or was released before the launch.
     """
-    selection = Selection.coerce(selection, what="the select step's result")
+    selection, requeued = renew_booking(ctx, profile_out, Selection.coerce(selection, what="the select step's result"),
+                                        log)
     spec, request = build_request(ctx, profile_out, selection)
     ledger = Ledger()
-    ledger.heartbeat(ctx.run_key, selection.lease.lease_id)
     launcher = get_launcher(spec.launcher.type, **(launcher_kwargs or {}))
     host = booked_host(d.host for d in request.devices)
     if launcher.name == "local" and not request.on_cpu:  # declared devices: the CPU run goes where this step runs
@@ -944,9 +953,11 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
         from autodl.metrics import write_baseline
 
         write_baseline(state_dir(ctx.run_key), [d.uuid for d in request.devices if d.uuid])
-    handle = launcher.launch(request).model_copy(update={"host": host})
+    handle, sampler = _start(launcher, request, host, sample_interval_s, state_dir(ctx.run_key))
     if not handle.reattached:
         begin_attempt(ctx.run_key, log)
+        if requeued is not None:  # what happened to this attempt's first booking, for its record
+            RunState().put(ctx.run_key, RunState.REQUEUED, requeued)
     log(("reattached to" if handle.reattached else "started") + f" {ctx.run_key}: pid={handle.pid} "
         f"container={handle.container_name} pod={handle.pod_name} log={handle.log_path}")
     RunState().put(ctx.run_key, RunState.HANDLE, handle)
@@ -955,9 +966,121 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
         ledger.attach(ctx.run_key, handle=handle.to_json(), launched_on=this_host(), launcher=launcher.name)
     except LeaseLost:
         log("the lease was reclaimed while launching: stopping the training just started")
+        if sampler is not None:
+            sampler.cancel()
         launcher.stop(handle)
         raise
+    if sampler is not None:
+        pid = sampler.hand(handle.model_dump_json())
+        log(f"sampling the training every {sample_interval_s:g} s until the collect step takes over (pid {pid})")
     return handle.to_json()
+
+
+def _start(launcher: Any, request: LaunchRequest, host: str | None, sample_interval_s: float | None, folder: Path):
+    """Start the training (or reattach) and, for a new local one, the launch's sampler (:mod:`autodl.sampling`),
+    which starts first so that its imports cost the timeline no samples. :returns: (handle, sampler or None)."""
+    sampler = None
+    if sample_interval_s and launcher.name == "local":
+        from autodl.sampling import LaunchSampler
+
+        sampler = LaunchSampler(folder, sample_interval_s)
+    try:
+        handle = launcher.launch(request).model_copy(update={"host": host})
+    except BaseException:
+        if sampler is not None:
+            sampler.cancel()
+        raise
+    if sampler is not None and handle.reattached:  # already followed: its collect samples it
+        sampler.cancel()
+        sampler = None
+    return handle, sampler
+
+
+def renew_booking(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection,
+                  log: Callable[[str], None]) -> tuple[Selection, dict[str, Any] | None]:
+    """Before a launch: renew the run's lease; when nothing launched on it within its TTL (no worker ran this launch
+    in time) and it was re-queued, by a reaper or now (:func:`reap_expired`), book again (:func:`book_again`).
+
+    :returns: (the selection to launch on, the re-queue fact or None).
+    :raises LeaseLost: the lease is gone for another reason (released by hand, a training launched on it).
+    :raises PoolBusy: re-queued, and no device of the routed host is granted now.
+    """
+    state = RunState()
+    requeued = state.get(ctx.run_key, RunState.REQUEUED)
+    if requeued is None or requeued.get("lease_id") != selection.lease.lease_id:
+        try:
+            Ledger().heartbeat(ctx.run_key, selection.lease.lease_id)
+            return selection, None
+        except LeaseLost:
+            reap_expired(log=log)  # an expired booking nothing launched is re-queued, not failed
+            requeued = state.get(ctx.run_key, RunState.REQUEUED)
+            if requeued is None or requeued.get("lease_id") != selection.lease.lease_id:
+                raise
+    return book_again(ctx, profile_out, selection, requeued, log), requeued
+
+
+def book_again(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection,
+               requeued: dict[str, Any], log: Callable[[str], None]) -> Selection:
+    """The launch of a run whose booking was released and re-queued (:func:`requeue_unlaunched`) runs at last: one
+    poll of the admission queue for devices of the host it was routed to (the worker running it is that host's).
+
+    :returns: the new selection (kept in the run state for the later steps).
+    :raises PoolBusy: the queue grants nothing on that host now (the launch waits for its turn).
+    """
+    host = selection.host
+    log(f"the booking of {ctx.run_key} was released and the run re-queued before this launch ran: "
+        f"{requeued.get('message')}; booking again on {host}")
+    again = step_wait(ctx, profile_out, pool=source_of(ProfileResult.coerce(profile_out)), log=log, host=host)
+    if again is None:
+        raise PoolBusy(f"run {ctx.run_key}: back in the admission queue after its booking on {host} was released "
+                       f"(no worker launched it in time); it waits for a device of {host} again.")
+    return again
+
+
+def source_of(profile_out: ProfileResult) -> str | None:
+    """The pool source the run's profile read, as :func:`autodl.inventory.read_inventory` takes it again
+    (``file:<path>`` is the path); None for the default source."""
+    src = profile_out.pool_source
+    return src[len("file:"):] if src and src.startswith("file:") else src
+
+
+def requeue_unlaunched(lease: Lease, *, why: str, log: Callable[[str], None] = print) -> bool:
+    """A booking nothing launched within the lease's TTL (with ``[autodl] host_queues``: no worker of the booked
+    host's queue picked up the launch): free its devices and put the run back in the admission queue, keeping
+    why in the run state (:data:`autodl.store.RunState.REQUEUED`; the record's notes say it). The launch, once a
+    worker runs it, books again (:func:`book_again`), so the run is kept, not failed.
+
+    :returns: False (nothing done) when the run's profile is not in the store: it cannot wait again.
+    """
+    from autodl.queue import AdmissionQueue, candidate_groups, stale_after
+
+    state = RunState()
+    kept = state.get(lease.run_key, RunState.PROFILE)
+    if kept is None:
+        return False
+    profile_out = ProfileResult.coerce(kept, what=f"the profile kept for {lease.run_key}")
+    spec = run_spec(profile_out)
+    catalog = load_catalog()
+    try:
+        inventory = read_inventory(source_of(profile_out), catalog=catalog)
+    except AutoDLError as exc:  # the pool cannot be read again here: the booking is reaped as before
+        log(f"{lease.run_key} cannot go back to the admission queue: its pool {profile_out.pool_source} ({exc})")
+        return False
+    everywhere = plan(profile_out.profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
+    if Ledger().release(lease.run_key, lease.lease_id) is None:
+        return False  # released meanwhile (its own release step, a manual release): nothing to re-queue
+    ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
+    AdmissionQueue().join(
+        lease.run_key, num_gpus=profile_out.profile.num_gpus, needed_bytes=profile_out.profile.peak_memory_bytes,
+        candidates=candidate_groups(inventory, _fits_ever(profile_out.profile, spec), ranked),
+        stale_after_s=stale_after(float(spec.scheduler.poke_interval)), vendors=spec.resource_policy.allowed_vendors,
+        dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, owner_user=lease.owner.user,
+        pool=source_of(profile_out), expected_runtime_s=lease.expected_runtime_s,
+        timeout_s=float(spec.scheduler.timeout))
+    state.put(lease.run_key, RunState.REQUEUED, {"lease_id": lease.lease_id, "host": lease.host, "message": why,
+                                                  "at": utcnow().isoformat()})
+    log(f"re-queued {lease.run_key}: {why}")
+    return True
 
 
 # ------------------------------------------------------------------------------------------- collect
@@ -1098,6 +1221,16 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
 
 
+def known_end(run_key: str, handle: LaunchHandle) -> float | None:
+    """When this attempt's training ended (epoch seconds), as an earlier collect of it saw it: the kept metrics'
+    ``duration_s`` from the handle's start, when they have an exit code; None when no collect saw the end. A new
+    training clears them (:func:`begin_attempt`), so what is kept is this attempt's."""
+    kept = RunState().get(run_key, RunState.METRICS)
+    if not kept or kept.get("exit_code") is None or kept.get("duration_s") is None:
+        return None
+    return handle.started_at.timestamp() + float(kept["duration_s"])
+
+
 def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, log: Callable[[str], None]) -> dict[str, Any]:
     """Finish the metrics (out-of-memory explanation, timeline PNG: :func:`autodl.metrics.finish`), keep them,
     log how the training ended; raise when it failed (the metrics are kept all the same)."""
@@ -1171,9 +1304,10 @@ def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type:
             raise stopped
 
     try:
+        # resumed: the samples of this attempt kept so far, and (collect cleared) the end an earlier collect saw
         metrics = follow(launcher, handle, sampler=sampler, log_sink=lambda line: log(f"[train] {line}"),
                          interval_s=interval_s, samples_path=samples_path, partial_sink=keep, notes=notes,
-                         on_tick=tick)
+                         on_tick=tick, resume=True, ended_ts=known_end(ctx.run_key, handle))
     except CollectStopped as stopped:
         stop_early(ctx, handle, launcher, stopped, log)
         raise
@@ -1289,6 +1423,11 @@ def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = N
                       f"at {lease.created_at.isoformat(timespec='seconds')}, no heartbeat since {last} (TTL "
                       f"{lease.ttl_s:g} s); nothing started it: with [autodl] host_queues, is the Celery worker of "
                       f"{lease.host}'s queue running? Reclaimed by {me}")
+            if _left_behind_handle(lease) is None and requeue_unlaunched(
+                    lease, why=reason + "; its devices were freed and the run went back to the admission queue: it is "
+                               f"booked again when a worker of {lease.host} runs its launch", log=log):
+                freed.append(lease.run_key)
+                continue
         else:
             reason = (f"lease {lease.lease_id} expired: no heartbeat since {last} (TTL {lease.ttl_s:g} s; its Airflow "
                       f"task, triggerer or worker is gone); reclaimed by {me}, its training stopped")
@@ -1507,6 +1646,9 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
 
         oom = calibration_tag(oom, script=(profile_out or {}).get("script") or script, profile=profile,
                               device_kind="cpu" if declared else ((placement or {}).get("model") or "gpu"))
+    requeued = state.get(ctx.run_key, RunState.REQUEUED)
+    if outcome == "not_started" and not error and requeued:  # its booking's host never had a worker to launch it
+        error = f"launch: never started: {requeued.get('message')}"
     if outcome == "not_started" and not error:  # Airflow itself ended a step (a lost worker, an API timeout)
         step = "profile" if profile_out is None else "select_device" if selection is None else "launch"
         error = (f"{step}: never started, and no step recorded why: the {step} task ended without a result and "
@@ -1526,6 +1668,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         allocated_peak_bytes=(metrics_json or {}).get("allocated_peak_bytes"),
         reserved_peak_bytes=(metrics_json or {}).get("reserved_peak_bytes"), oom=oom,
         device_model=(placement or {}).get("model"), error=error, report=report, decision=decision, stopped=stopped,
+        notes=[str(requeued.get("message"))] if requeued else [],
     )
     store = RecordStore()
     previous = store.get(ctx.run_key)

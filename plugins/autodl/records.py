@@ -319,10 +319,10 @@ def calibrate_profile(profile, *, url: str | None = None, threshold: float | Non
                            f"per device after run {found.run_key}, which ran out of memory on "
                            f"{found.device_kind or 'an unknown device'} at batch {found.batch_size}{how}; "
                            f"a change to the script, or {clear}")
-    return _raised(profile, found.floor_bytes, note, threshold, fixed=found.scaling == "fixed", extra_notes=notes)
+    return raised_to(profile, found.floor_bytes, note, threshold, fixed=found.scaling == "fixed", extra_notes=notes)
 
 
-def _raised(profile, floor: int, note, threshold: float | None, *, fixed: bool = False, extra_notes=()):
+def raised_to(profile, floor: int, note, threshold: float | None, *, fixed: bool = False, extra_notes=()):
     """``profile`` with its peak raised to ``floor``, so the largest batch per device and the advice (AMP, recompute,
     a smaller batch) are worked out from the raised figure, not from the estimate that failed.
 

@@ -233,8 +233,8 @@ class RunState:
     runs a later step reads what an earlier one wrote, never a file on another machine.
 
     One row per ``(run key, name)``; writing a name again replaces its value. The names the steps use are
-    :data:`PROFILE`, :data:`SELECTION`, :data:`DECISION`, :data:`HANDLE`, :data:`METRICS`, :data:`REPORT`
-    and ``failure:<step>`` (:meth:`note_failure`). Values are JSON objects (a pydantic model is dumped with
+    :data:`PROFILE`, :data:`SELECTION`, :data:`DECISION`, :data:`HANDLE`, :data:`METRICS`, :data:`REPORT`,
+    :data:`REQUEUED` and ``failure:<step>`` (:meth:`note_failure`). Values are JSON objects (a pydantic model is dumped with
     ``model_dump(mode="json")``).
 
     :param url: SQLAlchemy URL; default :func:`autodl.config.store_url`.
@@ -246,6 +246,9 @@ class RunState:
     HANDLE = "handle"
     METRICS = "metrics"
     REPORT = "report"
+    REQUEUED = "requeued"
+    """A booking no worker launched within the lease's TTL: released and the run put back in the admission
+    queue (:func:`autodl.pipeline.requeue_unlaunched`); its ``message`` goes into the record's notes."""
     FAILURE_PREFIX = "failure:"
 
     def __init__(self, url: str | None = None):
@@ -311,7 +314,8 @@ class RunState:
         with self._session() as s:
             gone = s.execute(delete(RunStateRow).where(
                 RunStateRow.run_key == run_key,
-                (RunStateRow.name.in_([self.METRICS, self.REPORT]) | RunStateRow.name.startswith(self.FAILURE_PREFIX)),
+                (RunStateRow.name.in_([self.METRICS, self.REPORT, self.REQUEUED])
+                 | RunStateRow.name.startswith(self.FAILURE_PREFIX)),
             )).rowcount
             s.commit()
             return gone or 0

@@ -439,6 +439,9 @@ class RunRecord(_Frozen):
                           "epoch it resumed from); None when it wrote nothing.")
     stopped: StopMark | None = Field(
         None, description="Who stopped the training by hand and when (outcome ``stopped``); None otherwise.")
+    notes: list[str] = Field(
+        default_factory=list, description="What autodl did on the way that the run should know, oldest first (a "
+                                          "booking released and re-queued because no worker launched it in time).")
     attempts: list[dict[str, Any]] = Field(
         default_factory=list, description="The run's earlier attempts (a clear and re-run in Airflow books and "
                                           "trains again), oldest first, each the record it had then; the record "

@@ -14,6 +14,7 @@ booked host's queue and writes the record from autodl's store alone.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -196,25 +197,43 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+class Workers(dict):
+    """The host workers' processes by host; :meth:`stop` and :meth:`start` one of them (a GPU host's worker down,
+    then back)."""
+
+    def __init__(self, root: Path, broker: str, store: str, docker_hosts: dict[str, str] | None = None):
+        super().__init__()
+        self.root, self.broker, self.store, self.docker_hosts = root, broker, store, docker_hosts
+
+    def start(self, host: str) -> subprocess.Popen:
+        home = self.root / host
+        home.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "AUTODL_HOME": str(home), "AUTODL_HOST": host, "AUTODL_STORE_URL": self.store,
+               "AUTODL_TEST_REDIS_URL": self.broker, "PYTHONPATH": str(REPO)}
+        if self.docker_hosts:
+            env["DOCKER_HOST"] = self.docker_hosts[host]
+        log = open(self.root / f"{host}.log", "ab")
+        self[host] = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.airflow.celery_hosts", "worker", "-Q", QUEUES[host],
+             "-n", f"{host}@%h", "--pool", "solo", "--without-gossip", "--without-mingle", "-l", "INFO"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        return self[host]
+
+    def stop(self, host: str) -> None:
+        """Stop ``host``'s worker (SIGTERM: Celery's warm shutdown) and forget it, so :func:`result_of` does not
+        take it for a crash."""
+        _stop(self.pop(host))
+
+
 @contextmanager
 def host_workers(root: Path, broker: str, store: str, docker_hosts: dict[str, str] | None = None):
     """One Celery worker per host, each on its host's queue with its own AUTODL_HOST and AUTODL_HOME (and,
     given ``docker_hosts``, its own Docker engine as DOCKER_HOST)."""
-    procs = {}
+    procs = Workers(root, broker, store, docker_hosts)
     try:
-        for host, queue in QUEUES.items():
-            home = root / host
-            home.mkdir(parents=True)
-            env = {**os.environ, "AUTODL_HOME": str(home), "AUTODL_HOST": host, "AUTODL_STORE_URL": store,
-                   "AUTODL_TEST_REDIS_URL": broker, "PYTHONPATH": str(REPO)}
-            if docker_hosts:
-                env["DOCKER_HOST"] = docker_hosts[host]
-            log = open(root / f"{host}.log", "ab")
-            procs[host] = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.airflow.celery_hosts", "worker", "-Q", queue,
-                 "-n", f"{host}@%h", "--pool", "solo", "--without-gossip", "--without-mingle", "-l", "INFO"],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            log.close()
+        for host in QUEUES:
+            procs.start(host)
         yield procs
     finally:
         for proc in procs.values():
@@ -401,4 +420,77 @@ def test_celery_workers_each_with_its_own_docker_engine_start_the_container_ther
             assert len(here) == 1 and here[0][0] == "exited" and f"trained run {run_key}" in here[0][1], here
             other = next(url for h, url in host_engines.items() if h != host)
             assert containers(other, run_key) == []
+        assert Ledger().leases() == []
+
+
+def _training_column() -> str:
+    """The last column (``training``) of ``autodl leases`` as a user runs it, its folded lines joined."""
+    out = subprocess.run([sys.executable, "-m", "autodl", "leases"], capture_output=True, text=True, check=True)
+    cells = [line.split("│")[-2].strip() for line in out.stdout.splitlines() if line.count("│") > 2]
+    return " ".join(cells)
+
+
+def test_a_booking_whose_hosts_worker_is_down_waits_visibly_is_requeued_and_completes_when_the_worker_is_back(
+        monkeypatch):
+    """Issue 25: when a GPU host's worker was down its booking expired silently and the run failed later with
+    "lease is gone", nothing saying what it waited for. With gpu-a's real Celery worker stopped, a run booked on
+    gpu-a is shown waiting for a worker on gpu-a (``autodl leases``, the GPU page's data); past the lease's TTL
+    with nothing launched, the reaper frees its device and puts the run back in the admission queue (no record
+    of a failure); when the worker is back it runs the launch, which books gpu-a again, and the run completes,
+    its record noting what happened."""
+    from autodl import pipeline
+    from autodl.config import host_queues
+    from autodl.queue import AdmissionQueue
+    from autodl.store import RunState
+    from autodl.ui.data import lease_rows, queue_view
+
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "4")  # the bound: a booking nothing launched within 4 s is re-queued
+    with two_hosts(monkeypatch) as (root, procs, client):
+        procs.stop("gpu-a")
+        run_id = f"celery__{uuid.uuid4().hex[:8]}"
+        ctx = pipeline.RunContext(run_key=f"autodl_celery.train.{run_id}", dag_id="autodl_celery", run_id=run_id)
+        run = {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id}
+        pool = str(CASES / "pool_two_hosts.yaml")
+        Ledger().book(f"other-{run_id}", [DEVICE["gpu-b"]], host="gpu-b", model="A100-SXM4-40GB", ttl_s=3600)
+        prof = pipeline.step_profile(None, str(CASES / "spec_report.yaml"), pool=pool, probe=False, run_key=ctx.run_key,
+                                     log=lambda _l: None)
+        sel = pipeline.step_select(ctx, prof, pool=pool, log=lambda _l: None)
+        assert sel.host == "gpu-a"
+        pending = client.send_task("autodl_test.launch", queue=host_queues()["gpu-a"],
+                                   args=[run, prof.model_dump(mode="json"), sel.model_dump(mode="json")])
+        # visible: booked on gpu-a, waiting for a worker there
+        assert "not launched: waiting for a worker on gpu-a to start it" in _training_column()
+        [row] = [r for r in lease_rows() if r.run_key == ctx.run_key]
+        assert row.launched is False and row.host == "gpu-a"   # the page's "booked, not launched yet" line
+        while not Ledger().get(ctx.run_key).expired(pipeline.utcnow()):
+            time.sleep(0.2)
+        reaped = json.loads(subprocess.run([sys.executable, "-m", "autodl", "leases", "--reap", "--json"],
+                                           capture_output=True, text=True, check=True).stdout)
+        assert ctx.run_key in reaped["reaped"]
+        assert any("went back to the admission queue" in line and "worker of gpu-a" in line for line in reaped["log"])
+        # kept, not lost: its device is free, the run waits in the admission queue, no failure recorded
+        assert Ledger().get(ctx.run_key) is None and AdmissionQueue().get(ctx.run_key) is not None
+        assert ctx.run_key in [r["run_key"] for r in queue_view().rows]
+        assert RecordStore().get(ctx.run_key) is None and pipeline.read_failures(ctx.run_key) == {}
+        assert "is the Celery worker of gpu-a's queue running?" in RunState().get(ctx.run_key, RunState.REQUEUED)["message"]
+        assert not pending.ready()
+
+        procs.start("gpu-a")  # the worker is back: it runs the launch waiting on its queue
+        launched = result_of(pending, procs, root)
+        assert launched["ran_on"] == "gpu-a" and launched["handle"]["host"] == "gpu-a"
+        assert launched["handle"]["lease_id"] != sel.lease.lease_id  # booked again
+        assert AdmissionQueue().get(ctx.run_key) is None
+        collected = result_of(client.send_task("autodl_test.collect", args=[run, launched["handle"]],
+                                               queue=host_queues()["gpu-a"]), procs, root)
+        out = pipeline.step_release_and_record(
+            ctx, script=None, spec_path=str(CASES / "spec_report.yaml"), profile_out=prof,
+            selection=RunState().get(ctx.run_key, RunState.SELECTION), handle_json=launched["handle"],
+            metrics_json=collected["metrics"], log=lambda _l: None)
+        assert out["outcome"] == "succeeded" and out["lease_released"], out
+        record = RecordStore().get(ctx.run_key)
+        assert record.error is None and record.lease_id == launched["handle"]["lease_id"]
+        assert record.placement["host"] == "gpu-a"
+        [note] = record.notes
+        assert f"lease {sel.lease.lease_id} expired before its training was launched: booked on host gpu-a" in note
+        Ledger().release(f"other-{run_id}")
         assert Ledger().leases() == []

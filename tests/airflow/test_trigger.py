@@ -264,3 +264,39 @@ def test_the_triggerer_samples_at_the_configured_interval(autodl_home, tmp_path)
     assert event.payload["metrics"]["samples"] >= 8, event.payload["metrics"]
     with pytest.raises(ValueError, match="sample_interval_s"):
         AutoDLCollectOperator(task_id="c", group_id="g", sample_interval_s=0)
+
+
+def test_a_short_run_followed_from_the_triggerer_is_sampled_from_its_launch(autodl_home, tmp_path):
+    """Issue 25: the seconds from the launch until the triggerer picked the trigger up (the collect task scheduled,
+    deferring) were not sampled, so short runs had near-empty timelines. The launch step samples the training at
+    the collect's interval until the trigger takes over; the trigger's summary covers both."""
+    import time
+
+    from autodl.operators import AutoDLTrainOperator
+
+    script = tmp_path / "train.py"
+    script.write_text("import time\nx = bytearray(64 << 20)\ntime.sleep(3)\n")
+    out = profile_out(0.5, str(script))
+    ctx = pipeline.RunContext(run_key="dag.g.r1", dag_id="dag", run_id="r1", user="alice")
+    sel = pipeline.step_select(ctx, out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx, out, sel, log=lambda _l: None, sample_interval_s=0.2)
+    time.sleep(1.5)  # the pickup gap: the collect task is scheduled, defers, the triggerer picks it up
+    picked_up = time.time()
+    trigger = collect_trigger(ctx, handle)
+    trigger.interval_s = 0.2
+    event = asyncio.run(first_event(trigger))
+    metrics = event.payload["metrics"]
+    assert event.payload["status"] == "ended" and event.payload["exit_code"] == 0
+    rows = [json.loads(line) for line in (pipeline.state_dir(ctx.run_key) / "samples.jsonl").read_text().splitlines()]
+    before = [r for r in rows if r["t"] < picked_up]
+    assert len(before) >= 3, rows  # taken by the launch's sampler; nobody sampled there before
+    assert metrics["samples"] == len(rows) and metrics["samples"] >= 8, metrics
+    assert max(r["rss_bytes"] for r in before) > 64 << 20
+    assert (pipeline.state_dir(ctx.run_key) / "collect.taken-over").exists()
+    # the operator gives the launch step the collect's interval
+    import pendulum
+    from airflow.sdk import DAG
+
+    with DAG("interval_dag", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        train = AutoDLTrainOperator(task_id="train", sample_interval_s=0.2, probe=False)
+    assert train.launch.sample_interval_s == 0.2

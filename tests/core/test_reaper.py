@@ -198,3 +198,79 @@ def test_the_collect_tasks_execution_timeout_stops_the_training_and_says_so(tmp_
         pipeline.step_collect(ctx("a"), handle, log=lambda _l: None, interval_s=0.05, limits=limits)
     assert exc.value.status == "timed_out" and local_poll(handle) == 143
     assert "execution_timeout" in pipeline.read_failures("a")["collect"]
+
+
+def _profiled(tmp_path, key: str, pool: str) -> Any:
+    script = tmp_path / "quick.py"
+    script.write_text("import time\nBATCH_SIZE = 4\n\nif __name__ == '__main__':\n    time.sleep(0.5)\n")
+    return pipeline.step_profile(str(script), None, pool=pool, probe=False, run_key=key, log=lambda _l: None)
+
+
+def test_a_booking_nothing_launched_goes_back_to_the_queue_and_its_launch_books_again(tmp_path, one_device_pool,
+                                                                                      monkeypatch):
+    """Issue 25: a booking whose launch no worker ran (its host's worker down) expired and the run failed later
+    with "lease is gone". Past its TTL the reaper (here: another run's poll) frees the device and re-queues the
+    run, ahead of the poller, instead of failing it; its launch, when it runs, waits while the device is held and
+    then books again and trains; the record notes it."""
+    from autodl.errors import PoolBusy
+    from autodl.queue import AdmissionQueue
+
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "1")
+    out_a = _profiled(tmp_path, "a", one_device_pool)
+    sel = pipeline.step_wait(ctx("a"), out_a, pool=one_device_pool, log=lambda _l: None)
+    time.sleep(1.2)  # no worker picked the launch up within the TTL
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "300")
+    logs: list[str] = []
+    out_b = _profiled(tmp_path, "b", one_device_pool)
+    assert pipeline.step_wait(ctx("b", "bob"), out_b, pool=one_device_pool, log=logs.append) is None
+    assert any(line.startswith("re-queued a: ") for line in logs), logs
+    assert any("waiting: #2 of 2 in the admission queue behind a" in line for line in logs), logs
+    assert AdmissionQueue().get("a") is not None and RecordStore().get("a") is None and Ledger().get("a") is None
+    Ledger().book("by-hand", ["GPU-only"], host="box")  # the device taken meanwhile
+    with pytest.raises(PoolBusy, match="back in the admission queue after its booking on box was released"):
+        pipeline.step_launch(ctx("a"), out_a, sel, log=lambda _l: None)
+    Ledger().release("by-hand")
+    handle = pipeline.step_launch(ctx("a"), out_a, sel, log=lambda _l: None)
+    assert handle["lease_id"] != sel.lease.lease_id and Ledger().get("a").lease_id == handle["lease_id"]
+    metrics = pipeline.step_collect(ctx("a"), handle, log=lambda _l: None, interval_s=0.1)
+    out = pipeline.step_release_and_record(ctx("a"), script=None, spec_path=None, profile_out=None, selection=None,
+                                           handle_json=handle, metrics_json=metrics, log=lambda _l: None)
+    rec = RecordStore().get("a")
+    assert out["outcome"] == "succeeded" and rec.error is None and rec.lease_id == handle["lease_id"]
+    assert len(rec.notes) == 1 and "went back to the admission queue" in rec.notes[0]
+
+
+def test_a_launch_that_finds_its_unlaunched_booking_expired_books_again_instead_of_failing(tmp_path, one_device_pool,
+                                                                                           monkeypatch):
+    """No reaper ran while the worker was down (no other run waited): the launch itself finds the booking expired
+    with nothing launched on it, re-queues it and books again, instead of failing with "lease is dead"."""
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "1")
+    out_a = _profiled(tmp_path, "a", one_device_pool)
+    sel = pipeline.step_wait(ctx("a"), out_a, pool=one_device_pool, log=lambda _l: None)
+    time.sleep(1.2)
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "300")
+    logs: list[str] = []
+    handle = pipeline.step_launch(ctx("a"), out_a, sel, log=logs.append)
+    assert handle["lease_id"] != sel.lease.lease_id
+    assert any("booking again on box" in line for line in logs), logs
+    assert pipeline.step_collect(ctx("a"), handle, log=lambda _l: None, interval_s=0.1)["exit_code"] == 0
+
+
+def test_a_requeued_run_whose_launch_never_runs_is_recorded_not_started_with_why(tmp_path, one_device_pool,
+                                                                                 monkeypatch):
+    """The host's worker never came back: Airflow fails the queued launch task and the release step records the run
+    ``not_started``, saying what it waited for, and takes it out of the admission queue."""
+    from autodl.queue import AdmissionQueue
+
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "1")
+    out_a = _profiled(tmp_path, "a", one_device_pool)
+    assert pipeline.step_wait(ctx("a"), out_a, pool=one_device_pool, log=lambda _l: None) is not None
+    time.sleep(1.2)
+    assert pipeline.reap_expired(log=lambda _l: None) == ["a"]
+    assert AdmissionQueue().get("a") is not None
+    out = pipeline.step_release_and_record(ctx("a"), script=None, spec_path=None, profile_out=None, selection=None,
+                                           handle_json=None, metrics_json=None, log=lambda _l: None)
+    assert out["outcome"] == "not_started"
+    assert out["error"].startswith("launch: never started: lease ")
+    assert "expired before its training was launched" in out["error"]
+    assert AdmissionQueue().get("a") is None and Ledger().leases() == []

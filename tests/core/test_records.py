@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from autodl.records import RecordStore
 from autodl.types import RunRecord
 
@@ -81,3 +83,65 @@ def test_clear_and_rerun_records_each_attempt_with_its_own_error_and_timeline(au
     now_samples, then_samples = rec_.metrics["samples_path"], earlier["metrics"]["samples_path"]
     assert now_samples != then_samples and Path(then_samples).exists() and Path(now_samples).exists()
     assert "earlier-1" in then_samples
+
+
+def test_clearing_only_collect_keeps_the_trainings_own_duration_and_samples(autodl_home, tmp_path):
+    """Issue 25: clearing only collect_metrics after the training ended rewrote a 91 s training as 203.7 s (the
+    second collect's end). The duration is from the training's start to its own end (the exit file the runner
+    wrote, else the end an earlier collect kept in the store), and the re-collect keeps the attempt's samples."""
+    import time
+
+    from autodl import pipeline
+    from autodl.config import default_pool_file
+    from autodl.launch.local import LocalLauncher
+    from autodl.types import LaunchHandle
+
+    script = tmp_path / "short.py"
+    script.write_text("import time\nBATCH_SIZE = 4\n\nif __name__ == '__main__':\n    x = bytearray(64 << 20)\n"
+                      "    time.sleep(1.5)\n    print('done', flush=True)\n")
+    pool = str(default_pool_file())
+    ctx = pipeline.RunContext(run_key="dag.g.manual__2", dag_id="dag", run_id="manual__2")
+    quiet = lambda _line: None  # noqa: E731
+    out = pipeline.step_profile(str(script), None, pool=pool, probe=False, run_key=ctx.run_key, log=quiet)
+    sel = pipeline.step_select(ctx, out, pool=pool, log=quiet)
+    handle = pipeline.step_launch(ctx, out, sel, log=quiet)
+    first = pipeline.step_collect(ctx, handle, log=quiet, interval_s=0.1)
+    assert first["exit_code"] == 0 and first["samples"] >= 5, first
+    time.sleep(3.0)  # the collect task is cleared a while after the training ended
+    again = pipeline.step_collect(ctx, handle, log=quiet, interval_s=0.1)
+    assert again["duration_s"] == pytest.approx(first["duration_s"], abs=0.3), (first, again)
+    assert again["duration_s"] < 3.0
+    assert again["samples"] == first["samples"] and again["peak_memory_bytes"] == first["peak_memory_bytes"]
+    # the end an earlier collect saw, for a launcher that cannot tell it (the exit file's time read here)
+    typed = LaunchHandle.model_validate(handle)
+    assert LocalLauncher().ended_at(typed) == pytest.approx(typed.started_at.timestamp() + first["duration_s"], abs=0.3)
+    assert pipeline.known_end(ctx.run_key, typed) == pytest.approx(typed.started_at.timestamp() + again["duration_s"])
+    record = pipeline.step_release_and_record(ctx, script=str(script), spec_path=None, profile_out=out, selection=sel,
+                                              handle_json=handle, metrics_json=again, log=quiet)
+    assert record["outcome"] == "succeeded" and record["duration_s"] == again["duration_s"]
+
+
+def test_a_follower_that_finds_the_training_ended_takes_the_end_an_earlier_collect_saw():
+    """A launcher that cannot say when the training ended (no ``ended_at``): a follower whose first poll finds it
+    ended counts the duration to the end kept by the earlier collect, not to now."""
+    from autodl.metrics import Follower
+    from autodl.types import LaunchHandle
+
+    started = datetime.now(timezone.utc) - timedelta(seconds=200)
+
+    class Ended:
+        name = "stand-in"
+
+        def poll(self, _h):
+            return 0
+
+        def read_logs(self, _h, offset=0):
+            return "", offset
+
+    handle = LaunchHandle(launcher="local", run_key="k", started_at=started)
+    follower = Follower(Ended(), handle, sampler=None, ended_ts=started.timestamp() + 91.0)
+    assert follower.step() == 0
+    assert follower.summary(0).duration_s == pytest.approx(91.0)
+    unknown = Follower(Ended(), handle, sampler=None)
+    unknown.step()
+    assert unknown.summary(0).duration_s == pytest.approx(200.0, abs=5.0)  # nothing knew better: to now, not less

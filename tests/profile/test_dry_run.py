@@ -503,3 +503,72 @@ def test_no_static_shape_warning_when_the_dry_run_trained(tmp_path, monkeypatch)
     assert p.method == "cold_start" and p.errors == []
     assert not [f for f in p.findings if f.code == "shape-mismatch"], [f.message for f in p.findings]
     assert [f for f in p.findings if f.code == "static-shape-unconfirmed"]
+# ------------------------------------------------------------------ an allocation larger than the dry run's limit
+def test_the_failed_request_is_read_from_paddles_and_numpys_messages():
+    from autodl.profile.dryrun import failed_batch, failed_request
+
+    paddle3 = {"error": {"message": "(ResourceExhausted) Fail to alloc memory of 68719476736 size, error code is 12."},
+               "inputs": [{"shape": [16, 64], "dtype": "float32"}]}
+    assert failed_request(paddle3) == 64 << 30 and failed_batch(paddle3) == 16
+    numpy = {"error": {"message": "Unable to allocate 64.0 GiB for an array with shape (17179869184,) and data type "
+                                  "float32"}}
+    assert failed_request(numpy) == 64 << 30 and failed_batch(numpy) is None
+    assert failed_request({"error": {"message": ""}}) is None
+
+
+def test_an_allocation_that_scales_with_the_batch_is_rescaled_to_the_runs_batch():
+    """Seen at batches 4 and 8 (32 and 64 GiB): it grows with the batch, so at the run's batch 32 it is 256 GiB, counted
+    as activations; one that does not scale is counted as workspace, so the largest batch per device stays 0."""
+    from autodl.catalog import load_catalog
+    from autodl.profile import with_failed_allocation
+    from autodl.profile.dryrun import FailedAllocation
+    from autodl.types import MemoryBreakdown, ResourceProfile
+
+    gib = 1 << 30
+    b = MemoryBreakdown(weights_bytes=gib // 4, gradients_bytes=gib // 4, optimizer_state_bytes=0, activations_bytes=0)
+    prof = ResourceProfile(script="/x.py", params=1, peak_memory_bytes=b.total_bytes, breakdown=b, batch_size=32,
+                           flops_per_step=1e9, activation_bytes_per_sample=0,
+                           max_batch_size_by_device={"A100-SXM4-80GB": 1000})
+    scales = FailedAllocation(request_bytes=32 * gib, batch=4, scaling="scales", batches=((4, 32 * gib), (8, 64 * gib)),
+                              limit_bytes=12 * gib)
+    raised = with_failed_allocation(prof, scales, 0.85)
+    assert raised.peak_memory_bytes == b.total_bytes + 256 * gib
+    assert "grew with the batch: rescaled to batch 32" in raised.findings[-1].message
+    assert raised.activation_bytes_per_sample == 8 * gib
+    assert raised.max_batch_size(load_catalog().get("A100-SXM4-80GB").memory_bytes, 0.85) == 8
+    fixed = FailedAllocation(request_bytes=64 * gib, batch=4, scaling="fixed", batches=((4, 64 * gib), (2, 64 * gib)),
+                             limit_bytes=12 * gib)
+    held = with_failed_allocation(prof, fixed, 0.85)
+    assert held.peak_memory_bytes == b.total_bytes + 64 * gib and held.max_batch_size_by_device["A100-SXM4-80GB"] > 0
+    assert held.breakdown.workspace_bytes == 64 * gib and held.activation_bytes_per_sample == 0
+
+
+@pytest.mark.slow
+def test_a_fixed_allocation_that_fails_in_the_dry_run_is_the_scripts_need_and_is_refused_before_booking(tmp_path,
+                                                                                                         monkeypatch):
+    """Issue 25: a 64 GiB tensor that does not depend on the batch failed in the dry run, was blamed on the dry run's
+    memory limit and the 0.53 GiB estimate kept, so an unrunnable script was booked and launched. Asked for at two
+    batch sizes alike, it is the script's own need: the estimate is at least 64 GiB, counted as batch-independent,
+    and a pool of 40 GiB cards refuses the run before booking, with no batch advice."""
+    from autodl import pipeline
+    from autodl.errors import NoFitError
+    from autodl.ledger import Ledger
+
+    monkeypatch.setenv("AUTODL_HOME", str(tmp_path))
+    monkeypatch.setenv("AUTODL_STORE_URL", f"sqlite:///{tmp_path / 'autodl.db'}")
+    p = profile_script(FIX / "fixed_alloc.py", probe=True)
+    assert p.peak_memory_bytes >= 64 << 30, p.peak_memory_bytes
+    [note] = [f for f in p.findings if f.code == "dry-run-allocation"]
+    assert "the script's own need, not the dry run's limit" in note.message
+    assert "does not depend on the batch, so a smaller batch does not help" in note.message
+    assert "ran out of the dry run's memory limit" not in p.method_reason
+    pool = tmp_path / "a100s.yaml"
+    pool.write_text("host: box\ndevices:\n  - {index: 0, model: A100-SXM4-40GB, uuid: GPU-a}\n"
+                    "  - {index: 1, model: A100-SXM4-40GB, uuid: GPU-b}\n")
+    with pytest.raises(NoFitError) as refused:
+        pipeline.step_profile(str(FIX / "fixed_alloc.py"), None, pool=str(pool), probe=True, run_key="d.g.r",
+                              log=lambda _l: None)
+    message = str(refused.value)
+    assert "needs 64.5" in message and "largest batch that fits" not in message
+    assert "lower the per-device batch" not in message
+    assert Ledger().leases() == []

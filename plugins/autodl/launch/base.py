@@ -274,6 +274,13 @@ def timestamp_ns(line: bytes) -> tuple[int | None, bytes]:
     return seconds * 1_000_000_000 + int(fraction), line[match.end():]
 
 
+def rfc3339_ts(text: str | None) -> float | None:
+    """Epoch seconds of an RFC 3339 UTC time as Docker writes it (``2026-12-01T23:50:01.123456789Z``); None for
+    no time or Docker's zero time (``0001-01-01T00:00:00Z``: not ended)."""
+    ns, _rest = timestamp_ns(f"{text or ''} ".encode())
+    return ns / 1e9 if ns is not None and ns > 0 else None
+
+
 PARTIAL_LINE_BYTES = 16 * 1024
 """Docker splits a longer line into partial messages of this many bytes (``bufSize`` in moby's
 ``daemon/logger/copier.go``; the kubelet's CRI logs split at the same 16 KiB), each with its own timestamp."""

@@ -40,6 +40,7 @@ from autodl.launch.base import (
     container_script,
     launcher_options,
     pinning_env,
+    rfc3339_ts,
     run_labels,
     training_command,
     visible_devices_value,
@@ -628,6 +629,14 @@ class DockerLauncher:
                 f"container {handle.container_name} of run {handle.run_key} was created but never started; relaunch."
             )
         return None
+
+    def ended_at(self, handle: LaunchHandle) -> float | None:
+        """When the container ended (epoch seconds): Docker's ``State.FinishedAt`` (RFC 3339, nanoseconds), None
+        while it runs or when the engine cannot tell."""
+        state = self._container(handle).attrs.get("State", {})
+        if state.get("Status") not in ("exited", "dead"):
+            return None
+        return rfc3339_ts(state.get("FinishedAt"))
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
         """stdout and stderr since ``offset`` (the timestamp of the last line read, ns; 0: the beginning),

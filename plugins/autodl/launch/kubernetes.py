@@ -639,6 +639,16 @@ class KubernetesLauncher:
             )
         return None
 
+    def ended_at(self, handle: LaunchHandle) -> float | None:
+        """When the training container ended (epoch seconds): its ``state.terminated.finishedAt``; None while it
+        runs or when the pod does not say."""
+        pod = self._read(handle)
+        statuses = (pod.status.container_statuses or []) if pod.status else []
+        train = next((s for s in statuses if s.name == CONTAINER_NAME), None)
+        terminated = train.state.terminated if train and train.state else None
+        finished = getattr(terminated, "finished_at", None)
+        return finished.timestamp() if finished is not None else None
+
     def unschedulable_reason(self, handle: LaunchHandle) -> str | None:
         """The scheduler's reason while the pod is Pending and cannot be scheduled (its ``PodScheduled``
         condition is False with reason ``Unschedulable``, the condition behind a ``FailedScheduling``

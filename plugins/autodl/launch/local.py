@@ -341,6 +341,14 @@ class LocalLauncher:
             return 128 - code if code < 0 else code
         return 137
 
+    def ended_at(self, handle: LaunchHandle) -> float | None:
+        """When the attempt ended (epoch seconds): its exit file's modification time, written by the runner once
+        every process of the attempt was gone; None while it runs or when the file is not there."""
+        try:
+            return Path(handle.exit_path).stat().st_mtime if handle.exit_path else None
+        except OSError:
+            return None
+
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
         try:   # the training's own log: no links or FIFOs, a bounded chunk per poll (issue 23)
             data = read_bytes(handle.log_path or "", LOG_CHUNK_BYTES, offset)

@@ -174,7 +174,8 @@ class AutoDLTrainOperator(TaskGroup):
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
         routed = routing_enabled()
-        launch_kwargs = dict(task_id=STEP_IDS["launch"], **common, **retry)
+        launch_kwargs: dict[str, Any] = dict(task_id=STEP_IDS["launch"], sample_interval_s=sample_interval_s, **common,
+                                             **retry)
         # routed to a GPU host's worker, collect follows the training there (its process, its GPUs) instead
         # of deferring to a triggerer on another machine
         collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,

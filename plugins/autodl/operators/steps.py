@@ -417,6 +417,14 @@ class AutoDLBookedHostOperator(BaseOperator):
         selection = context["ti"].xcom_pull(task_ids=prefix + STEP_IDS["select"])
         host = _selection_host(Selection.coerce(selection, what="the select step's XCom") if selection else None)
         self.log.info("the booked devices are on host %s", host)
+        if host:
+            from autodl.config import host_queues, lease_ttl_s
+
+            self.log.info("launch and collect go to the queue %s of host %s; the booking waits for a worker of that "
+                          "queue to start the training: if none does within the lease's TTL (%g s), its devices are "
+                          "freed and the run goes back to the admission queue, and it is booked again when a worker "
+                          "of %s runs the launch (autodl leases and the GPU page show it waiting)",
+                          host_queues().get(host, "(none: not routed)"), host, lease_ttl_s(), host)
         return [host]
 
 
@@ -426,22 +434,32 @@ class AutoDLLaunchOperator(_AutoDLStep):
     :param booked_host: the host of the booked devices, when the step is mapped over the select step's
         ``autodl_hosts`` XCom (several GPU hosts on Celery): a local training starts only on a worker whose
         ``AUTODL_HOST`` is that host (:func:`autodl.pipeline.require_booked_worker`).
+    :param sample_interval_s: the collect step's interval, seconds: a local training is sampled at it from its
+        launch until the collect step takes over (:mod:`autodl.sampling`).
     """
 
     step = "launch"
 
-    def __init__(self, *, booked_host: str | None = None, **kwargs: Any):
+    def __init__(self, *, booked_host: str | None = None, sample_interval_s: float | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.booked_host = booked_host
+        self.sample_interval_s = sample_interval_s
 
     def run_step(self, ctx, context):
         profile_out = self._handed(context, "profile")
         selection = self._handed(context, "select")
         launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
         pipeline.require_booked_worker(self.booked_host, ctx.run_key, launcher_type)
-        return pipeline.step_launch(ctx, profile_out, selection,
-                                    launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
-                                    log=_leveled(self.log))
+        poke = float(pipeline.run_spec(profile_out).scheduler.poke_interval)
+        while True:  # a booking released while no worker ran this launch: it waits for its turn again, here
+            try:
+                return pipeline.step_launch(ctx, profile_out, selection,
+                                            launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
+                                            log=_leveled(self.log), sample_interval_s=self.sample_interval_s)
+            except PoolBusy as exc:
+                self.log.info("%s", exc)
+            time.sleep(poke)
+            selection = self._handed(context, "select")
 
 
 class AutoDLCollectOperator(_AutoDLStep):

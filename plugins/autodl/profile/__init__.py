@@ -513,7 +513,39 @@ def profile_script(
         estimates_bytes=estimates,
         probe_batch_sizes=probe_batches,
     )
-    return prof.model_copy(update={"max_batch_size_by_device": _max_batches(prof, catalog, threshold)})
+    prof = prof.model_copy(update={"max_batch_size_by_device": _max_batches(prof, catalog, threshold)})
+    if dr is not None and dr.failed_alloc is not None:
+        prof = with_failed_allocation(prof, dr.failed_alloc, threshold)
+    return prof
+
+
+def with_failed_allocation(prof: ResourceProfile, failed, threshold: float | None) -> ResourceProfile:
+    """``prof`` never below what the script asked for in one allocation that failed in the dry run, larger than the
+    dry run's whole memory limit (:class:`autodl.profile.dryrun.FailedAllocation`): the estimate plus that request,
+    rescaled to the run's batch when it scales with the batch (or might: one batch size seen, an upper bound), as
+    batch-independent workspace when it does not (then no smaller batch is advised: it would not help).
+
+    :param failed: the :class:`~autodl.profile.dryrun.FailedAllocation`.
+    :param threshold: the spec's memory threshold, for the largest batch per device.
+    """
+    from autodl.records import raised_to
+
+    gib = 1 << 30
+    request, seen = failed.request_bytes, ", ".join(
+        f"{r / gib:.2f} GiB at batch {b if b is not None else '?'}" for b, r in failed.batches)
+    rescale = failed.scaling != "fixed" and failed.batch and prof.batch_size != failed.batch
+    need = int(request * prof.batch_size / failed.batch) if rescale else request
+    how = {"fixed": "the same request at two batch sizes: it does not depend on the batch, so a smaller batch does "
+                    "not help; the script must allocate less",
+           "scales": f"it grew with the batch: rescaled to batch {prof.batch_size}",
+           "unknown": (f"one batch size seen: assumed to scale with the batch, rescaled to batch {prof.batch_size} "
+                       "(an upper bound)" if rescale else "one batch size seen")}[failed.scaling]
+    note = Finding(severity="warning", code="dry-run-allocation", message=(
+        f"the script asked for {request / gib:.2f} GiB in one allocation in the dry run ({seen}), more than the dry "
+        f"run's whole memory limit ({failed.limit_bytes / gib:.0f} GiB): that is the script's own need, not the dry "
+        f"run's limit ({how}). The estimate is raised from {prof.peak_memory_bytes / gib:.2f} to "
+        f"{(prof.peak_memory_bytes + need) / gib:.2f} GiB per device."))
+    return raised_to(prof, prof.peak_memory_bytes + need, note, threshold, fixed=failed.scaling == "fixed")
 
 
 def _where(path: Path, spec: TaskSpec | None, probe: bool | None, dry_run: bool | None, findings: list[Finding],

@@ -55,7 +55,8 @@ def advice(profile: ResourceProfile, gpu_models: list[GPUModel], threshold: floa
         head = (f"{m.name}: needs {need / gib:.1f} GiB at batch {profile.batch_size}, "
                 f"{threshold:.0%} of {m.memory_bytes / gib:.1f} GiB is {budget / gib:.1f} GiB; ")
         head += ("largest batch that fits: unknown (the model's size is unknown)" if largest is None else
-                 f"largest batch that fits: {largest}" if largest > 0 else "model states alone do not fit at any batch")
+                 f"largest batch that fits: {largest}" if largest > 0 else
+                 "what does not depend on the batch (model states and fixed workspace) does not fit at any batch")
         lines.append(head + ".")
         for label, v in variants:
             if v.peak_memory_bytes <= budget:

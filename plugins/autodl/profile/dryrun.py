@@ -170,10 +170,31 @@ class DryRun:
     findings: list[Finding] = field(default_factory=list)
     raw: dict = field(default_factory=dict)
     error_line: int | None = None
+    failed_alloc: FailedAllocation | None = None
 
     @property
     def ok(self) -> bool:
         return self.outcome == "measured"
+
+
+@dataclass(frozen=True)
+class FailedAllocation:
+    """One allocation the script asked for in the dry run that is larger than the dry run's whole memory limit: the
+    script's own need, not the limit's doing (a smaller dry-run batch would not have asked for more).
+
+    :ivar request_bytes: the failed request (Paddle's ``Fail to alloc memory of N size``, NumPy's ``Unable to allocate``).
+    :ivar batch: the batch the dry run ran at when it failed (None: not known).
+    :ivar scaling: ``fixed`` (the same request at two batch sizes), ``scales`` (it grew with the batch) or
+        ``unknown`` (one batch size seen).
+    :ivar batches: every batch size it failed at, with its request: ``[(batch, bytes)]``.
+    :ivar limit_bytes: the dry run's memory limit (address space) it was larger than.
+    """
+
+    request_bytes: int
+    batch: int | None
+    scaling: str
+    batches: tuple[tuple[int | None, int], ...]
+    limit_bytes: int
 
 
 # ----------------------------------------------------------------------------------------------- planning
@@ -519,6 +540,9 @@ def run_dry_run(
                 f"which input dimension the batch grows could not be told from one loader size ({dr.reason}); "
                 f"the dry run was repeated at batch {dr2.batch} itself ({dr2.reason}).")))
             dr = dr2
+    if dr.outcome == "cannot-run" and (request := failed_request(dr.raw)) is not None and request > memory:
+        dr = _tell_failed_allocation(dr, request, script, cfg, memory=memory, env=env, left=timeout - (time.monotonic() - t0),
+                                     batch_env=batch if batch_from_spec else None, venue=venue)
     shown, refused = arg_paths(argv) if venue is None else ([], [])
     if venue is not None and arg_paths(argv)[0]:
         dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
@@ -533,6 +557,60 @@ def run_dry_run(
             "the dry run did not show the script these paths its task.args name: " + "; ".join(refused)
             + ". If the script needs them the dry run cannot run it; the estimate falls back.")))
     dr.seconds = round(time.monotonic() - t0, 3)
+    return dr
+
+
+_NUMPY_OOM = re.compile(r"Unable to allocate (?P<n>[0-9.]+) (?P<u>[KMGTPE]?i?B)\b")
+"""NumPy's ``MemoryError`` text (``numpy/core/src/multiarray/alloc.c`` via ``_ArrayMemoryError``): sizes in powers
+of 1024 (``64.0 GiB``)."""
+
+
+def failed_request(raw: dict) -> int | None:
+    """Bytes of the allocation the script's dry run failed on (Paddle's allocators, :func:`autodl.oom.find_oom`;
+    NumPy's ``Unable to allocate``), or None when its error does not say."""
+    from autodl.oom import find_oom, to_bytes
+
+    message = str((raw.get("error") or {}).get("message") or "")
+    found = find_oom([message])
+    if found is not None and found[1].get("req"):
+        return int(found[1]["req"])
+    m = _NUMPY_OOM.search(message)
+    return to_bytes(m.group("n"), m.group("u")) if m else None
+
+
+def failed_batch(raw: dict) -> int | None:
+    """The batch the dry run ran at (its inputs' first dimension) when the script failed, or None."""
+    shape = ((raw.get("inputs") or [{}])[0] or {}).get("shape") or []
+    return int(shape[0]) if shape and isinstance(shape[0], int) and shape[0] > 0 else None
+
+
+def _tell_failed_allocation(dr: DryRun, request: int, script: Path, cfg: dict, *, memory: int, env, left: float,
+                            batch_env: int | None, venue: DryRunVenue | None = None) -> DryRun:
+    """A single allocation larger than the dry run's whole memory limit failed: run once more at another batch to
+    tell whether it scales with the batch (:data:`autodl.oom.SAME_REQUEST_RATIO`), and keep it on ``dr``."""
+    from autodl.oom import SAME_REQUEST_RATIO
+
+    batch = failed_batch(dr.raw)
+    seen: list[tuple[int | None, int]] = [(batch, request)]
+    if batch is not None and left > 20:
+        # the child's schedule starts at lo // 2: lo = batch gives half the batch, lo = 4 gives 2 (from batch 1)
+        raw2, _res = _run_child(script, dict(cfg, reduce=True, lo=batch if batch > 1 else 4), timeout=left,
+                                memory=memory, batch_env=batch_env, launch_env=env, venue=venue)
+        request2, batch2 = failed_request(raw2), failed_batch(raw2)
+        if request2 is not None and batch2 is not None and batch2 != batch:
+            seen.append((batch2, request2))
+    scaling = "unknown"
+    if len(seen) == 2:
+        (b1, r1), (b2, r2) = seen
+        if max(r1, r2) <= SAME_REQUEST_RATIO * min(r1, r2):
+            scaling = "fixed"
+        elif (r2 > r1) == (b2 > b1):  # type: ignore[operator]
+            scaling = "scales"
+    dr.failed_alloc = FailedAllocation(request_bytes=request, batch=batch, scaling=scaling, batches=tuple(seen),
+                                       limit_bytes=memory)
+    dr.reason = (f"the script asked for {request / (1 << 30):.2f} GiB in one allocation"
+                 + (f" at batch {batch}" if batch else "") + f", more than the dry run's whole memory limit "
+                 f"({memory / (1 << 30):.0f} GiB): the script's own need, not the dry run's limit")
     return dr
 
 

@@ -55,7 +55,7 @@ class CollectTrigger(BaseTrigger):
     def _setup(self):
         from autodl.metrics import Follower
         from autodl.operators.steps import _launcher_kwargs
-        from autodl.pipeline import CollectGuard, CollectLimits, RunContext, collect_sinks, state_dir
+        from autodl.pipeline import CollectGuard, CollectLimits, RunContext, collect_sinks, known_end, state_dir
         from autodl.types import LaunchHandle
 
         ctx = RunContext(**self.run_ctx)
@@ -65,7 +65,8 @@ class CollectTrigger(BaseTrigger):
         offset_file = state_dir(ctx.run_key) / "collect.offset"
         offset = int(offset_file.read_text() or 0) if offset_file.exists() else 0
         follower = Follower(launcher, handle, sampler=sampler, log_sink=self.log_line,
-                            samples_path=samples_path, notes=notes, offset=offset, resume=offset > 0)
+                            samples_path=samples_path, notes=notes, offset=offset, resume=True,
+                            ended_ts=known_end(ctx.run_key, handle))
         guard = CollectGuard(ctx, handle, launcher, CollectLimits(**self.limits), log=self.log.info)
         return ctx, handle, launcher, follower, guard, keep, offset_file
 
