@@ -334,7 +334,7 @@ def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_en
         cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
-        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work,
+        result = run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=work,
                                env=_env(batch_env, work, launch_env),
                                limits=SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound()),
                                read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
