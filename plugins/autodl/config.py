@@ -139,7 +139,7 @@ def _source(name: str) -> str:
 
 
 def autodl_home() -> Path:
-    """State folder for run logs and metric samples; created on first use.
+    """State folder for run logs and metric samples; created on first use, mode 0700.
 
     :raises StoreError: when it cannot be created (naming AUTODL_HOME and the reason).
     """
@@ -151,7 +151,7 @@ def autodl_home() -> Path:
     else:
         home = Path.home() / ".autodl"
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)  # its owner's only: runs and the store of every tenant
     except (OSError, ValueError) as exc:
         from autodl.errors import StoreError
 

@@ -33,7 +33,9 @@ What each mechanism gives (and what it does not):
   caller's ``read_only_paths``, all read-only and ``nosuid``; ``/sys/devices/system/cpu`` and
   ``/sys/devices/system/node`` read-only (CPU topology for OpenMP/oneDNN); a fresh ``/dev``
   (null, zero, full, random, urandom, tty, pts) and private tmpfs ``/tmp`` and ``/dev/shm``. The
-  only host path it can write is ``workdir`` (its cwd and ``HOME``). Not there: ``/run``,
+  only host path it can write is ``workdir`` (its cwd and ``HOME``, fresh per call), and
+  ``PYTHONNOUSERSITE=1`` keeps every Python in it off the user site: nothing a script plants (a
+  ``sitecustomize.py``, ``usercustomize.py`` or ``.pth``) outlives the call. Not there: ``/run``,
   ``/var``, ``/home``, ``/root`` (beyond the interpreter's prefix), the rest of ``/etc`` and
   ``/sys``, and so no filesystem Unix socket of the host (PostgreSQL's in ``/tmp``, Docker's in
   ``/run``).
@@ -740,7 +742,8 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
                 os.close(fd)
 
     try:
-        proc = subprocess.Popen(args, cwd=workdir, env=dict(env, HOME=str(workdir)), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(args, cwd=workdir, env=dict(env, HOME=str(workdir), PYTHONNOUSERSITE="1"),
+                                stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 pass_fds=(*data, block_r, info_w))
         close(*data, block_r, info_w)

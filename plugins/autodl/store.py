@@ -21,12 +21,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, String, create_engine, delete, event, select, text
+from sqlalchemy import JSON, DateTime, String, create_engine, delete, event, make_url, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from autodl import store_faults
+from autodl import store_faults, store_file
 from autodl.config import store_url
 from autodl.errors import StoreError
 from autodl.redact import redact_text, redact_url  # noqa: F401 - redact_url re-exported for existing callers
@@ -85,6 +85,7 @@ def _engine(url: str) -> Engine:
         engine = _ENGINES.get(url)
         if engine is None:
             if url.startswith("sqlite"):
+                store_file.secure_sqlite_file(make_url(url).database)  # owner-only before SQLite opens it
                 engine = create_engine(url, connect_args={"timeout": 30})
                 event.listen(engine, "connect", _sqlite_pragmas)
             else:
@@ -190,6 +191,7 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
                 conn.commit()
     elif dialect == "sqlite" and engine.url.database not in (None, "", ":memory:"):
         lock_path = Path(engine.url.database).with_name(Path(engine.url.database).name + ".migrate.lock")
+        store_file.create_private(lock_path)
         with open(lock_path, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:

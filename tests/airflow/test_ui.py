@@ -147,6 +147,23 @@ def test_json_endpoints(api, seeded):
     assert get(api, "/autodl/api/runs/no-such-run").status_code == 404
 
 
+def test_a_viewer_without_the_dag_sees_held_devices_not_who_holds_them(api, seeded, monkeypatch):
+    """Seen (issue 19): the pool, queue and lease tables named every run key whatever the viewer's DAG permission.
+    Through the mounted app, a viewer who may read no DAG of the seeded runs sees the holds and the queue's length,
+    never the run keys."""
+    import autodl.ui.app as ui_app
+
+    monkeypatch.setattr(ui_app, "dag_filter", lambda user: (lambda ids: set()))
+    bodies = [get(api, path).text for path in ("/autodl/", "/autodl/api/pool", "/autodl/api/queue",
+                                               "/autodl/api/leases", "/autodl/api/runs")]
+    for body in bodies:
+        assert DAG_ID not in body and RUN_ID not in body and "manual__2026-11-30T22" not in body, body[:2000]
+    pool = {d["device_id"]: d for d in get(api, "/autodl/api/pool").json()["devices"]}
+    assert pool[A100]["holder"]["hidden"] is True
+    assert [q["hidden"] for q in get(api, "/autodl/api/queue").json()["rows"]] == [True]
+    assert [le["device_ids"] for le in get(api, "/autodl/api/leases").json()] == [[A100]]
+
+
 def test_run_page_shows_ranked_placement_reasons_and_report(api, seeded):
     html = get(api, f"/autodl/runs/{DONE_KEY}").text
     table = html.split('id="ranking-table"', 1)[1].split("</table>", 1)[0]

@@ -138,3 +138,14 @@ def test_reference_pages_link_back_and_resolve():
         for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
             if not re.match(r"[a-z]+://", link):
                 assert (page.parent / link).resolve().exists(), f"{page.name}: {link}"
+
+
+def test_the_security_section_gives_the_threat_model_per_launcher():
+    """Issue 19: the README says what a training can and cannot reach per launcher, recommends the container
+    launchers for tenants that must not trust each other, and names the hostile suites, which exist."""
+    section = TEXT.split("## Security\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ") and "---" not in line}
+    assert {"local", "docker", "kubernetes"} <= rows
+    assert "use the Docker\nor Kubernetes launcher" in section
+    for suite in re.findall(r"`(tests/[a-z_]+/)`", section):
+        assert (REPO / suite).is_dir() and list((REPO / suite).glob("test_*.py")), suite

@@ -126,7 +126,8 @@ def test_proc_of_the_caller_is_invisible_and_no_secret_is_printed(sandbox_level,
     # only the sandbox's own processes: bubblewrap's init (1) and the command (2)
     assert seen["pids"] == ["1", "2"], seen["pids"]
     assert seen["read"][f"{os.getpid()}/environ"] in ("FileNotFoundError", "") or os.getpid() in (1, 2)
-    assert set(seen["env"]) <= {"PATH", "LANG", "HOME", "PWD", "LC_CTYPE"}, seen["env"]
+    assert set(seen["env"]) <= {"PATH", "LANG", "HOME", "PWD", "LC_CTYPE", "PYTHONNOUSERSITE"}, seen["env"]
+    assert seen["env"].get("PYTHONNOUSERSITE") == "1"  # no user site for any Python in it (issue 19)
 
 
 def test_not_root_no_capabilities_no_new_user_namespace(sandbox_level, workdir):

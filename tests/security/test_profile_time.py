@@ -52,7 +52,7 @@ def run_hostile(monkeypatch, script: Path, source: str, argv: list[str] | None =
 
     def hostile(argv_, *, workdir, limits, env, read_only_paths=()):
         cfg = json.loads(Path(argv_[-1]).read_text())
-        r = real([sys.executable, cfg["script"]], workdir=workdir, limits=limits, env=env,
+        r = real([*argv_[:-2], cfg["script"]], workdir=workdir, limits=limits, env=env,  # the dry run's flags kept
                  read_only_paths=read_only_paths)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
         assert lines, r.stderr[-2000:]
@@ -190,36 +190,46 @@ PERSIST = """
     import json, os, site, sys
     planted = []
     targets = [os.environ.get("HOME", ""), os.getcwd(), "/tmp", "/dev/shm", os.path.dirname(os.path.abspath(__file__)),
-               %r, site.getusersitepackages(), *site.getsitepackages(), *sys.path]
-    for d in targets:
-        if not d:
-            continue
-        try:
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "sitecustomize.py"), "w") as fh:
-                fh.write("PERSISTED = True\\n")
-            planted.append(d)
-        except OSError:
-            pass
-    print(json.dumps({"planted": planted}))
+               %r, site.getusersitepackages(), *site.getsitepackages(), *sys.path,
+               *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    for d in dict.fromkeys(t for t in targets if t):
+        for name, text in (("sitecustomize.py", "PERSISTED = True\\n"), ("usercustomize.py", "PERSISTED = True\\n"),
+                           ("zz-hostile.pth", "import os; os.environ['HOSTILE_PTH'] = '1'\\n")):
+            try:
+                os.makedirs(d, exist_ok=True)
+                with open(os.path.join(d, name), "w") as fh:
+                    fh.write(text)
+                planted.append(os.path.join(d, name))
+            except OSError:
+                pass
+    print(json.dumps({"planted": planted, "home": os.environ.get("HOME")}))
 """
 
 CHECK = """
-    import json, sys
+    import json, os, sys
     try:
         import sitecustomize
         persisted = getattr(sitecustomize, "PERSISTED", False)
     except ImportError:
         persisted = False
-    print(json.dumps({"persisted": persisted}))
+    print(json.dumps({"persisted": persisted, "user": "usercustomize" in sys.modules, "pth": os.environ.get("HOSTILE_PTH"),
+                      "no_user_site": sys.flags.no_user_site, "home": os.environ.get("HOME"),
+                      "left": [p for p in json.loads(%r) if os.path.exists(p)]}))
 """
 
 
 def test_a_planted_sitecustomize_never_runs_in_a_later_profile(sandbox_level, project, monkeypatch, tmp_path):
     """Seen (issue 19): a script wrote a ``sitecustomize.py`` into a home-like folder the sandbox could write, and
-    the next, unrelated profiles executed it. Every writable path of a dry run is thrown away with it."""
+    the next, unrelated profiles executed it. It plants ``sitecustomize.py``, ``usercustomize.py`` and a ``.pth`` in
+    every folder a Python imports from (HOME, user site, site-packages, ``sys.path``, ``PYTHONPATH``, its own and
+    the staged folder, ``/tmp``): every writable path of a dry run is thrown away with it, its Python runs with
+    ``-s`` and a fresh HOME."""
     out = run_hostile(monkeypatch, project / "train.py", PERSIST % str(project / "airflow_home"))[0]
     assert out["planted"]  # it did find writable places (its own throw-away HOME and /tmp)
-    later = run_hostile(monkeypatch, project / "train.py", CHECK)[0]
-    assert later["persisted"] is False
-    assert not list(project.rglob("sitecustomize.py"))
+    later = run_hostile(monkeypatch, project / "train.py", CHECK % json.dumps(out["planted"]))[0]
+    assert later["left"] == [], later  # nothing planted is there any more
+    assert later["persisted"] is False and later["user"] is False and later["pth"] is None, later
+    assert later["no_user_site"] == 1  # the dry run's Python runs with -s: no user site at all
+    assert later["home"] != out["home"]  # a fresh HOME per run
+    for name in ("sitecustomize.py", "usercustomize.py", "zz-hostile.pth"):
+        assert not list(project.rglob(name))

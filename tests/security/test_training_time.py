@@ -246,3 +246,108 @@ def test_the_runs_output_folder_in_autodl_home_stays_writable(sandbox_level, wor
     assert (out / "ckpt.pdparams").read_text() == "weights"
     assert out.stat().st_mode & 0o077 == 0 and (out / "ckpt.pdparams").stat().st_mode & 0o077 == 0
     assert "THEIRS False" in launcher.read_logs(handle)[0]
+
+
+PLANT = """
+    import json, os
+    planted = []
+    for d in json.loads(%r):
+        for name, text in (("sitecustomize.py", "PERSISTED = True\\n"), ("usercustomize.py", "PERSISTED = True\\n"),
+                           ("zz-autodl-hostile.pth", "import os; os.environ['AUTODL_PTH_RAN'] = '1'\\n")):
+            p = os.path.join(d, name)
+            try:
+                os.makedirs(d, exist_ok=True)  # a sys.path entry that does not exist yet (lib/python311.zip) too
+                with open(p, "x") as fh:  # "x": autodl's own start-up hook (a sitecustomize) is never overwritten
+                    fh.write(text)
+                planted.append(p)
+            except OSError:
+                pass
+    print("PLANTED " + json.dumps(planted))
+"""
+
+LATER = """
+    import json, os, sys
+    import sitecustomize
+    print("LATER " + json.dumps({"persisted": getattr(sitecustomize, "PERSISTED", False),
+                                 "pth": os.environ.get("AUTODL_PTH_RAN"), "user": "usercustomize" in sys.modules}))
+"""
+
+NAMES = ("sitecustomize.py", "usercustomize.py", "zz-autodl-hostile.pth")
+
+
+def _import_dirs() -> list[str]:
+    """Where a planted file would run in the worker and in later trainings: the worker's site-packages, user site,
+    every ``sys.path`` entry (those that do not exist too) and autodl's start-up hook folder."""
+    import site
+    import sys
+
+    from autodl.launch.local import CHILD_PATH
+
+    return [d for d in dict.fromkeys([site.getusersitepackages(), *site.getsitepackages(), *sys.path, CHILD_PATH])
+            if d]
+
+
+def _clean(dirs: list[str], existed: dict[str, bool], before: set[str]) -> None:
+    """Remove what a failed isolation let the hostile training plant on this host (files and folders it made)."""
+    import shutil
+
+    for d in dirs:
+        if not existed[d] and os.path.isdir(d):
+            shutil.rmtree(d)
+            continue
+        for n in NAMES:
+            p = os.path.join(d, n)
+            if p not in before and os.path.exists(p):
+                os.unlink(p)
+
+
+def test_a_training_cannot_plant_start_up_code_for_the_worker_or_later_runs(sandbox_level, worker, tmp_path):
+    """Seen (issue 19): a script wrote a ``sitecustomize.py`` where a later Python would import it. A local training
+    runs as the worker's uid: the worker's site-packages, user site, ``sys.path`` folders (and the prefix where a
+    missing one such as ``lib/python311.zip`` would be made) and autodl's start-up hook folder are read-only in its
+    namespaces, so neither the worker, nor a later profile, nor another tenant's training runs what it plants
+    (``sitecustomize.py``, ``usercustomize.py``, a ``.pth``)."""
+    dirs = _import_dirs()
+    existed = {d: os.path.isdir(d) for d in dirs}
+    before = {os.path.join(d, n) for d in dirs for n in NAMES if os.path.exists(os.path.join(d, n))}
+    try:
+        log, _l, _h = train(tmp_path, PLANT % json.dumps(dirs), run_key="dag/run/planter")
+        planted = json.loads(log.split("PLANTED ", 1)[1].splitlines()[0])
+        after = {os.path.join(d, n) for d in dirs for n in NAMES if os.path.exists(os.path.join(d, n))}
+        assert after == before, sorted(after - before)
+        assert {d for d in dirs if os.path.isdir(d)} == {d for d in dirs if existed[d]}
+        # refused inside the namespaces too, except in its private /tmp (thrown away with it; a sys.path entry of
+        # this process may lie there, e.g. Airflow's config folder in a temporary AIRFLOW_HOME)
+        assert [p for p in planted if not p.startswith(("/tmp/", "/dev/shm/", "/run/"))] == [], planted
+        (tmp_path / "later").mkdir()
+        later, _l, _h = train(tmp_path / "later", LATER, run_key="dag/run/victim")
+        seen = json.loads(later.split("LATER ", 1)[1].splitlines()[0])
+        assert seen == {"persisted": False, "pth": None, "user": False}, seen
+    finally:
+        _clean(dirs, existed, before)
+
+
+def test_the_training_folders_airflow_home_stays_hidden_when_the_folder_is_under_tmp(sandbox_level, worker,
+                                                                                  tmp_path, monkeypatch):
+    """The project layout of the issue (``airflow_home/`` beside the script), in a folder under ``/tmp``: the
+    working folder is bound back over the private ``/tmp``, and Airflow's and autodl's state inside it must stay
+    masked (a bind made after the mask would show the host's folder again)."""
+    project = tmp_path / "code"
+    af = project / "airflow_home"
+    (af / "autodl" / "runs" / "other").mkdir(parents=True)
+    (af / "airflow.cfg").write_text(f"jwt_secret = {TOKEN}\n")
+    (af / "autodl" / "runs" / "other" / "report.json").write_text(OTHER)
+    monkeypatch.setenv("AIRFLOW_HOME", str(af))
+    monkeypatch.setenv("AUTODL_HOME", str(af / "autodl"))
+    log, _l, _h = train(tmp_path, f"""
+        import os
+        for d, _dirs, files in os.walk({str(af)!r}):
+            for f in files:
+                try:
+                    print("READ", os.path.join(d, f), open(os.path.join(d, f)).read(100))
+                except OSError as e:
+                    print("DENIED", f, e.errno)
+        print("DONE")
+    """)
+    assert "DONE" in log, log[-2000:]
+    assert TOKEN not in log and OTHER not in log, log[-2000:]

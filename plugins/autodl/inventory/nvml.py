@@ -20,9 +20,11 @@ loaded: :class:`NvmlUnavailable`, the ``auto`` pool then uses its declared fallb
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from autodl.catalog import Catalog
 from autodl.hosts import this_host
@@ -401,3 +403,66 @@ def read_nvml(catalog: Catalog, nvml: ModuleType | None = None) -> Inventory:
     finally:
         shutdown(nvml)
     return Inventory(source="nvml", declared=False, devices=devices)
+
+
+class DeviceAddress(BaseModel):
+    """Where a device's nodes are under ``/dev``, as NVML says: ``/dev/nvidia<minor>`` and, for a MIG instance, its
+    GPU and compute instance ids (the keys of ``/proc/driver/nvidia-caps/mig-minors``).
+
+    :ivar minor: the GPU's device minor number (``nvmlDeviceGetMinorNumber``; a MIG instance's parent GPU's).
+    :ivar gpu_instance: the MIG instance's GPU instance id (``nvmlDeviceGetGpuInstanceId``); None for a whole GPU.
+    :ivar compute_instance: its compute instance id (``nvmlDeviceGetComputeInstanceId``); None for a whole GPU.
+    :ivar unknown: why the address could not be read (then ``minor`` is None); None when it was.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    device_id: str
+    minor: int | None = None
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    unknown: str | None = None
+
+
+def _is_mig(device: Device) -> bool:
+    return bool(device.labels.get("mig_parent")) or (device.uuid or "").startswith("MIG-")
+
+
+def _address(nvml: ModuleType, device: Device) -> DeviceAddress:
+    """One device's :class:`DeviceAddress`: by UUID, else (a whole GPU only) by NVML index, which is PCI bus order as
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` pins it."""
+    mig = _is_mig(device)
+    try:
+        if device.uuid:
+            handle = nvml.nvmlDeviceGetHandleByUUID(device.uuid)
+        elif not mig:
+            handle = nvml.nvmlDeviceGetHandleByIndex(device.index)
+        else:
+            return DeviceAddress(device_id=device.device_id, unknown="a MIG instance without a UUID")
+        if not mig:
+            return DeviceAddress(device_id=device.device_id, minor=int(nvml.nvmlDeviceGetMinorNumber(handle)))
+        parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        return DeviceAddress(device_id=device.device_id, minor=int(nvml.nvmlDeviceGetMinorNumber(parent)),
+                             gpu_instance=int(nvml.nvmlDeviceGetGpuInstanceId(handle)),
+                             compute_instance=int(nvml.nvmlDeviceGetComputeInstanceId(handle)))
+    except Exception as exc:  # noqa: BLE001 - NotSupported, NotFound, a binding without the call
+        return DeviceAddress(device_id=device.device_id, unknown=f"NVML: {describe(exc)}")
+
+
+def read_addresses(devices: Sequence[Device], nvml: ModuleType | None = None) -> list[DeviceAddress]:
+    """The device-node addresses of ``devices`` (booked NVIDIA devices on this host), in their order.
+
+    A device whose address NVML cannot give (NVML absent or broken, a call not supported, a device not found)
+    has ``unknown`` set with why; the others are read.
+
+    :param nvml: the ``pynvml`` module (injectable for tests).
+    """
+    try:
+        nvml = load_nvml(nvml)
+        init(nvml)
+    except (NvmlUnavailable, NvmlFailed) as exc:
+        return [DeviceAddress(device_id=d.device_id, unknown=str(exc)) for d in devices]
+    try:
+        return [_address(nvml, d) for d in devices]
+    finally:
+        shutdown(nvml)

@@ -12,7 +12,8 @@ Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian pac
 * an **IPC namespace**: no System V IPC or POSIX message queue shared with the host;
 * a **mount namespace**: the host's file system as the worker sees it, except a private ``/tmp``, ``/run`` and
   ``/dev/shm`` (the host's sockets there, PostgreSQL's and Docker's included, are gone), a fresh ``/dev`` holding
-  only the standard nodes and the accelerators' (:data:`DEVICE_NODES`), autodl's home replaced by an empty
+  only the standard nodes and the booked accelerators' (:func:`autodl.launch.devnodes.booked_nodes`: an NVIDIA
+  GPU's ``/dev/nvidia<minor>`` by NVML's minor number, never another GPU's), autodl's home replaced by an empty
   folder with only this run's folder and its output folder (``$AUTODL_OUTPUT_DIR``) bound back (no other run's
   folder, no store), the store's SQLite file and
   Airflow's configuration files (:data:`autodl.sandbox.PROTECTED_NAMES`, ``*.db`` at the top of ``$AIRFLOW_HOME``)
@@ -20,8 +21,8 @@ Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian pac
   where a private mount hid them.
 
 Not isolated (said in ``docs/security.md``): the network (a distributed training needs it), abstract Unix sockets
-and filesystem sockets outside ``/tmp`` and ``/run``, files the worker's uid may read elsewhere, and the
-device nodes of accelerators not booked (pinning is the visibility variable's). For tenants that must not trust
+and filesystem sockets outside ``/tmp`` and ``/run``, files the worker's uid may read elsewhere, and AMD/Hygon's
+``/dev/kfd`` and ``/dev/dri`` whole (their render nodes are not mapped to devices). For tenants that must not trust
 each other, use the Docker or Kubernetes launcher.
 
 ``$AUTODL_LOCAL_ISOLATION`` chooses: ``auto`` (default: bubblewrap where it starts here, else the training runs
@@ -30,7 +31,6 @@ without it and its log says so), ``bwrap`` (required: no launch without it), ``n
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
@@ -40,20 +40,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from autodl.catalog import VendorInfo
 from autodl.errors import LaunchError
+from autodl.launch.devnodes import booked_nodes
+from autodl.types import Device
 
 ISOLATION_ENV = "AUTODL_LOCAL_ISOLATION"
 """Environment variable choosing the local training's isolation: ``auto``, ``bwrap`` or ``none``."""
 
 MODES = ("auto", "bwrap", "none")
-
-DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                "/dev/nvidia-modeset", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri", "/dev/davinci*",
-                "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", "/dev/xpu*", "/dev/infiniband")
-"""Accelerator device nodes bound into the training's ``/dev`` where they exist: NVIDIA's (the driver's
-``/dev/nvidiaN``, control, UVM, modeset and MIG ``nvidia-caps``, as the NVIDIA container toolkit mounts them),
-AMD ROCm's ``/dev/kfd`` and ``/dev/dri``, Ascend's ``davinci*``/``devmm_svm``/``hisi_hdc``, Kunlun's ``xpu*``,
-and RDMA's ``/dev/infiniband`` (NCCL over InfiniBand)."""
 
 PRIVATE_TREES = ("/tmp", "/run", "/var/run", "/dev/shm")
 """Host folders replaced by private, empty ones: where the host's Unix sockets live (PostgreSQL's in ``/tmp`` or
@@ -74,7 +69,8 @@ class Isolation(BaseModel):
 
     :ivar mode: ``bwrap`` or ``none``.
     :ivar prefix: the command put before the training's argv (empty for ``none``).
-    :ivar note: why the training runs without isolation, for its log; None when isolated.
+    :ivar note: why the training runs without isolation, or what its isolation assumed (device nodes not
+        narrowed), for its log; None when fully isolated.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -115,12 +111,18 @@ def _hidden_files(protected: Sequence[Path], airflow_home: Path) -> list[Path]:
 
 
 def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path] = (),
-               writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> list[str]:
+               writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None,
+               device_nodes: Sequence[str] = (), dev: Path = Path("/dev"), read_only: Sequence[Path] = ()) -> list[str]:
     """The ``bwrap ... --`` prefix of a local training (see the module docstring).
 
     :param run_folder: this run's folder (stays writable; with ``writable``, the only parts of autodl's home shown).
     :param writable: more folders bound back wherever they lie, autodl's home included (the run's output folder,
         ``$AUTODL_OUTPUT_DIR``: its checkpoints).
+    :param device_nodes: accelerator nodes bound into the fresh ``/dev``, relative to it
+        (:attr:`autodl.launch.devnodes.DeviceNodes.names`); ``dev/<name>`` is bound at ``/dev/<name>``.
+    :param dev: the folder holding the host's nodes (``/dev``; a temporary folder in tests).
+    :param read_only: folders bound read-only (:func:`import_paths`), except the working folder, which stays
+        writable wherever it lies.
     :param workdir: the training's working folder (stays as the worker sees it).
     :param keep: more paths that must stay visible (the script's folder, the interpreter's prefix, autodl's
         start-up hook folder).
@@ -130,27 +132,68 @@ def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path
     protected = protected_paths(workdir, environ)
     af = airflow_home(environ)
     dirs = [p for p in protected if p.is_dir()]
+    private = [Path(t) for t in PRIVATE_TREES]
+    frozen = [p for p in dict.fromkeys(Path(x).resolve() for x in read_only) if p.is_dir() and p != Path("/")]
     args = [exe, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL",
             "--bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    for pattern in DEVICE_NODES:
-        for node in sorted(glob.glob(pattern)):
-            args += ["--dev-bind", node, node]
+    for p in frozen:  # before any mask: a read-only view of the host's folder, masked again below
+        if not _under(p, private):
+            args += ["--ro-bind", str(p), str(p)]
+    for name in device_nodes:
+        args += ["--dev-bind", str(dev / name), f"/dev/{name}"]
     for tree in PRIVATE_TREES:
         if Path(tree).is_dir() and not Path(tree).is_symlink():
             args += ["--tmpfs", tree]
-    for d in dirs:
+    for p in dict.fromkeys(Path(x).resolve() for x in keep):  # under a private tree: shown again
+        if p.exists() and _under(p, private):
+            args += ["--ro-bind" if _under(p, frozen) else "--bind", str(p), str(p)]
+    for p in frozen:
+        if _under(p, private):
+            args += ["--ro-bind", str(p), str(p)]
+    wd = Path(workdir).resolve()
+    if wd.exists() and (_under(wd, private) or _under(wd, frozen)):
+        args += ["--bind", str(wd), str(wd)]  # the training's own folder stays writable
+    for d in dirs:  # last but the run's folders: nothing bound above shows autodl's or Airflow's state again
         args += ["--tmpfs", str(d)]
     for f in _hidden_files(protected, af):
         args += ["--ro-bind", "/dev/null", str(f)]
-    hiding = [Path(t) for t in PRIVATE_TREES] + dirs
-    for p in dict.fromkeys(Path(x).resolve() for x in (workdir, *keep)):
-        if p.exists() and _under(p, hiding) and not _under(p, dirs):
-            args += ["--bind", str(p), str(p)]
     for p in dict.fromkeys(Path(x).resolve() for x in (run_folder, *writable)):
         if p.is_dir():
             args += ["--bind", str(p), str(p)]
     args += ["--chdir", str(workdir), "--"]
     return args
+
+
+def user_site_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The folder holding every Python version's user site of a process with ``environ``:
+    ``$PYTHONUSERBASE/lib``, default ``$HOME/.local/lib`` (``site.USER_BASE``; the user site is
+    ``<it>/pythonX.Y/site-packages``)."""
+    env = os.environ if environ is None else environ
+    base = env.get("PYTHONUSERBASE") or str(Path(env.get("HOME") or Path.home()) / ".local")
+    return Path(base) / "lib"
+
+
+def import_paths(extra: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Folders a later Python imports from (its ``sitecustomize``, ``usercustomize`` and ``.pth`` files run at
+    start-up): ``/usr``, ``/etc`` (``ld.so.preload``), ``extra``, this interpreter's site-packages and every folder
+    on its ``sys.path`` (autodl's own package and start-up hook, Airflow's DAG and plugin folders), and the user
+    sites of this process and of ``environ`` (:func:`user_site_root`, created if missing, mode 0700, so that a
+    training cannot create one with a ``.pth`` in it). Bound read-only into a local training's namespaces: what it
+    plants there would run in the worker, in later profiles and in other tenants' trainings.
+
+    A ``sys.path`` entry that does not exist (``lib/python311.zip`` in most builds) lies under the interpreter's
+    prefix, which is bound read-only with it, so a training cannot create it either."""
+    import site
+
+    roots = {user_site_root(), user_site_root(environ)}
+    for root in roots:
+        try:
+            root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError:
+            pass  # the worker cannot create it: nor can a training running as the worker's uid
+    paths = [Path("/usr"), Path("/etc"), *extra, *roots, *map(Path, site.getsitepackages()),
+             *(Path(p) for p in sys.path if p)]
+    return [p for p in dict.fromkeys(x.resolve() for x in paths) if p.is_dir()]
 
 
 @lru_cache(maxsize=4)
@@ -169,12 +212,21 @@ def _bwrap_works(exe: str) -> str | None:
 
 
 def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.executable, keep: Sequence[Path] = (),
-                       writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> Isolation:
+                       writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None,
+                       devices: Sequence[Device] = (), vendor: VendorInfo | None = None, on_cpu: bool = False,
+                       dev: Path = Path("/dev"), read_only: Sequence[Path] = (),
+                       training_env: Mapping[str, str] | None = None) -> Isolation:
     """How to wrap a local training here, by :func:`isolation_mode`.
 
     :param python: the interpreter that runs the signal shims (:data:`IGNORE_STOP`, :data:`RESTORE_STOP`).
+    :param devices: the booked devices: only their nodes are bound (:func:`autodl.launch.devnodes.booked_nodes`);
+        none (or ``on_cpu``) binds no accelerator's node.
+    :param read_only: more folders the training's Pythons import from (its ``PYTHONPATH``), bound read-only with
+        :func:`import_paths`.
+    :param training_env: the training's environment: its user site (``HOME``, ``PYTHONUSERBASE``) is read-only too.
 
-    :raises LaunchError: in mode ``bwrap`` when bubblewrap is missing or cannot make the namespaces here.
+    :raises LaunchError: in mode ``bwrap`` when bubblewrap is missing or cannot make the namespaces here, or the
+        booked devices' nodes cannot be narrowed.
     """
     mode = isolation_mode(environ)
     if mode == "none":
@@ -190,8 +242,11 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
         return Isolation(mode="none", prefix=[], note=f"{why}: the training runs without isolation (it can read its "
                          "ancestors' /proc/<pid>/environ and the worker's files); use the Docker or Kubernetes launcher "
                          "for tenants that must not trust each other")
-    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable, environ=environ)
-    return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP])
+    nodes = booked_nodes(devices, vendor, on_cpu=on_cpu, strict=mode == "bwrap", dev=dev)
+    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable, environ=environ,
+                         device_nodes=nodes.names, dev=dev, read_only=import_paths([*read_only, *python_dirs()], training_env))
+    return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP],
+                     note=nodes.note)
 
 
 def python_dirs() -> list[Path]:
@@ -200,5 +255,5 @@ def python_dirs() -> list[Path]:
                    Path(sys.executable).resolve().parent.parent})
 
 
-__all__ = ["DEVICE_NODES", "ISOLATION_ENV", "Isolation", "bwrap_args", "isolation_mode", "python_dirs",
+__all__ = ["ISOLATION_ENV", "Isolation", "bwrap_args", "import_paths", "isolation_mode", "python_dirs",
            "training_isolation"]

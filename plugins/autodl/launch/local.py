@@ -250,7 +250,9 @@ class LocalLauncher:
             iso = training_isolation(
                 run_folder=folder, workdir=Path(workdir), python=request.python,
                 keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
-                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [])
+                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [],
+                devices=request.devices, vendor=request.vendor, on_cpu=request.on_cpu,
+                read_only=[Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p], training_env=env)
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
                 with open(log_path, "ab") as log:

@@ -414,7 +414,7 @@ def _run_in_sandbox(script: Path, cfg: dict, *, limits: SandboxLimits, batch_env
         cfg = dict(cfg, result=str(out / "result.json"))
         cfg_path = Path(tmp) / "dryrun.json"
         cfg_path.write_text(json.dumps(cfg))
-        result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=work,
+        result = run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=work,
                                env=child_env(batch_env, work, launch_env), limits=limits,
                                read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
                                                 *arg_paths(cfg.get("argv"))[0]])

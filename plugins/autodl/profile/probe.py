@@ -315,7 +315,7 @@ def run_probe(
                "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
                "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
         try:
-            result = run_sandboxed([sys.executable, str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
+            result = run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
                                    limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
                                    read_only_paths=[script, CHILD, CHILD.with_name("_flops.py")])
         except SandboxUnavailable as exc:  # user code never runs unisolated: the estimate stays static

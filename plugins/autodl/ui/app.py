@@ -135,10 +135,12 @@ def create_app(*, pool: str | None = None) -> FastAPI:
     def index(request: Request, user: GetUserDep) -> HTMLResponse:
         b = base(request)
         leases = data._leases()
-        return _render("index.html", request, pool=data.pool_view(pool, leases=leases, base_path=b),
-                       queue=data.queue_view(b, pool), leases=data.lease_rows(leases, base_path=b),
-                       runs=data.run_rows(50, base_path=b, readable=dag_filter(user), admin=is_admin(user)),
-                       admin=is_admin(user))
+        readable, admin = dag_filter(user), is_admin(user)
+        return _render("index.html", request,
+                       pool=data.pool_view(pool, leases=leases, base_path=b, readable=readable, admin=admin),
+                       queue=data.queue_view(b, pool, readable=readable, admin=admin),
+                       leases=data.lease_rows(leases, base_path=b, readable=readable, admin=admin),
+                       runs=data.run_rows(50, base_path=b, readable=readable, admin=admin), admin=admin)
 
     @app.get("/runs/{run_key:path}", response_class=HTMLResponse, name="run_page")
     def run_page(run_key: str, request: Request, user: GetUserDep) -> HTMLResponse:
@@ -151,16 +153,18 @@ def create_app(*, pool: str | None = None) -> FastAPI:
 
     # ------------------------------------------------------------------- JSON
     @app.get("/api/pool")
-    def api_pool(request: Request) -> JSONResponse:
-        return JSONResponse(data.pool_view(pool, base_path=base(request)).to_json())
+    def api_pool(request: Request, user: GetUserDep) -> JSONResponse:
+        view = data.pool_view(pool, base_path=base(request), readable=dag_filter(user), admin=is_admin(user))
+        return JSONResponse(view.to_json())
 
     @app.get("/api/queue")
-    def api_queue(request: Request) -> JSONResponse:
-        return JSONResponse(data.queue_view(base(request), pool).to_json())
+    def api_queue(request: Request, user: GetUserDep) -> JSONResponse:
+        return JSONResponse(data.queue_view(base(request), pool, readable=dag_filter(user), admin=is_admin(user)).to_json())
 
     @app.get("/api/leases")
-    def api_leases(request: Request) -> JSONResponse:
-        return JSONResponse([r.to_json() for r in data.lease_rows(base_path=base(request))])
+    def api_leases(request: Request, user: GetUserDep) -> JSONResponse:
+        rows = data.lease_rows(base_path=base(request), readable=dag_filter(user), admin=is_admin(user))
+        return JSONResponse([r.to_json() for r in rows])
 
     @app.get("/api/runs")
     def api_runs(request: Request, user: GetUserDep, limit: int = 50, dag_id: str | None = None) -> JSONResponse:

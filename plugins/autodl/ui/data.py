@@ -38,6 +38,8 @@ class Holder(_View):
     owner: str | None = None
     dag_run_url: str | None = Field(None, description="Airflow UI page of the DAG run (path).")
     record_url: str = Field(description="The run's record on the GPU page (path inside the app).")
+    hidden: bool = False
+    """A run of a DAG the viewer may not read: who it is is left out (:func:`hide`), that the device is held is not."""
 
 
 class DeviceRow(_View):
@@ -125,6 +127,30 @@ class RunDetail(_View):
 
 
 # ------------------------------------------------------------------------------------------ holders
+HIDDEN_HOLDER = Holder(run_key="", lease_id="", record_url="", hidden=True, dag_run_url=None)
+"""The holder shown for a run of a DAG the viewer may not read: no run key, DAG, run, owner or link."""
+
+DagFilter = Callable[[set[str]], set[str]]
+"""The DAG ids, of those given, the viewer may read (the auth manager's ``filter_authorized_dag_ids``)."""
+
+
+def may_see(dag_ids: set[str | None], readable: DagFilter | None, *, admin: bool) -> Callable[[str | None], bool]:
+    """Whether the viewer may see a run of each of ``dag_ids``: a DAG ``readable`` lets them read (one call for
+    all, as Airflow's own views filter DAG runs); a run without a DAG (a CLI run) only for admins.
+    ``readable`` None: every run."""
+    if readable is None:
+        return lambda _dag_id: True
+    named = {d for d in dag_ids if d}
+    allowed = readable(named) if named else set()
+    return lambda dag_id: (dag_id in allowed) if dag_id else admin
+
+
+def hide(holders: list[Holder], readable: DagFilter | None, *, admin: bool) -> list[Holder]:
+    """``holders`` with those of runs the viewer may not see (:func:`may_see`) replaced by :data:`HIDDEN_HOLDER`."""
+    seen = may_see({h.dag_id for h in holders}, readable, admin=admin)
+    return [h if seen(h.dag_id) else HIDDEN_HOLDER for h in holders]
+
+
 def holder_of(run_key: str, lease_id: str, *, dag_id: str | None = None, run_id: str | None = None,
               owner: str | None = None, base_path: str = "") -> Holder:
     """The holder of a lease, with a link to its DAG run when the DAG and run are known (from the lease
@@ -160,10 +186,13 @@ def device_row(device: Device, holder: Holder | None) -> DeviceRow:
     )
 
 
-def pool_view(pool: str | None = None, *, leases: list[Lease] | None = None, base_path: str = "") -> PoolView:
-    """The pool now, each device with the lease holding it.
+def pool_view(pool: str | None = None, *, leases: list[Lease] | None = None, base_path: str = "",
+              readable: DagFilter | None = None, admin: bool = False) -> PoolView:
+    """The pool now, each device with the lease holding it (the holder hidden where the viewer may not read its
+    DAG: :func:`hide`).
 
     :param pool: inventory source (``auto``, ``nvml``, a pool file); default ``$AUTODL_POOL`` or ``auto``.
+    :param readable: the viewer's DAG read permission (:data:`DagFilter`); None shows every holder.
     :returns: a :class:`PoolView`; ``error`` says why when the inventory could not be read.
     """
     from autodl.inventory import read_inventory
@@ -180,6 +209,9 @@ def pool_view(pool: str | None = None, *, leases: list[Lease] | None = None, bas
         lease = by_device.get(d.device_id)
         rows.append(device_row(d, lease_holder(lease, base_path) if lease else None))
     rows.extend(held_elsewhere(leases, {d.device_id for d in inventory.devices}, base_path))
+    seen = may_see({r.holder.dag_id for r in rows if r.holder}, readable, admin=admin)
+    rows = [r.model_copy(update={"holder": HIDDEN_HOLDER}) if r.holder and not seen(r.holder.dag_id) else r
+            for r in rows]
     return PoolView(source=inventory.source, declared=inventory.declared, read_at=inventory.read_at, devices=rows)
 
 
@@ -207,22 +239,32 @@ def _leases() -> list[Lease]:
     return Ledger().leases()
 
 
-def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: datetime | None = None) -> list[LeaseRow]:
-    """Live leases, oldest first."""
+def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: datetime | None = None,
+               readable: DagFilter | None = None, admin: bool = False) -> list[LeaseRow]:
+    """Live leases, oldest first; a lease of a run the viewer may not see (:func:`hide`) keeps its devices and
+    times, without its run key, lease id or holder."""
     now = now or utcnow()
     leases = _leases() if leases is None else leases
-    return [LeaseRow(lease_id=le.lease_id, run_key=le.run_key, device_ids=le.device_ids, host=le.host, model=le.model,
+    holders = hide([lease_holder(le, base_path) for le in leases], readable, admin=admin)
+    return [LeaseRow(lease_id=h.lease_id, run_key=h.run_key, device_ids=le.device_ids, host=le.host, model=le.model,
                      created_at=le.created_at, held_s=max(0.0, (now - le.created_at).total_seconds()),
-                     expires_at=getattr(le, "expires_at", None), holder=lease_holder(le, base_path),
+                     expires_at=getattr(le, "expires_at", None), holder=h,
                      expired=bool(getattr(le, "expires_at", None) and le.expires_at <= now),
                      launched=getattr(le, "handle", None) is not None)
-            for le in leases]
+            for le, h in zip(leases, holders)]
 
 
 # -------------------------------------------------------------------------------------------- queue
-def queue_view(base_path: str = "", pool: str | None = None) -> QueueView:
+QUEUE_HIDDEN_FIELDS = ("num_gpus", "needed_bytes", "enqueued_at", "team", "priority", "expected_start")
+"""What a queue row of a run the viewer may not see keeps besides its position: its size and when it may start,
+not who it is or why (the reason can name other runs)."""
+
+
+def queue_view(base_path: str = "", pool: str | None = None, *, readable: DagFilter | None = None,
+               admin: bool = False) -> QueueView:
     """Runs waiting for devices, in queue order, with why each waits and when it is expected to start
-    (:func:`autodl.waiting.queue_report`), and the held queues in ``note``."""
+    (:func:`autodl.waiting.queue_report`), and the held queues in ``note``. A run the viewer may not see
+    (:func:`may_see`) keeps its position and :data:`QUEUE_HIDDEN_FIELDS` only, with ``hidden``."""
     from autodl.queue_hold import QueueHolds
     from autodl.waiting import queue_report
 
@@ -230,8 +272,11 @@ def queue_view(base_path: str = "", pool: str | None = None) -> QueueView:
     for r in queue_report(pool=pool):
         data = r.to_json()
         h = holder_of(r.entry.run_key, "", dag_id=r.entry.dag_id, run_id=r.entry.run_id, base_path=base_path)
-        data.update(dag_run_url=h.dag_run_url, record_url=h.record_url)
+        data.update(dag_id=h.dag_id or data.get("dag_id"), dag_run_url=h.dag_run_url, record_url=h.record_url)
         rows.append(data)
+    seen = may_see({r.get("dag_id") for r in rows}, readable, admin=admin)
+    rows = [r if seen(r.get("dag_id")) else {"position": r.get("position"), "hidden": True,
+                                             **{k: r.get(k) for k in QUEUE_HIDDEN_FIELDS}} for r in rows]
     held = "; ".join(h.describe() for h in QueueHolds().holds())
     return QueueView(available=True, rows=rows, note=held or None)
 
@@ -257,17 +302,11 @@ def run_row(rec: RunRecord, base_path: str = "") -> RunRow:
     )
 
 
-DagFilter = Callable[[set[str]], set[str]]
-"""The DAG ids, of those given, the viewer may read (the auth manager's ``filter_authorized_dag_ids``)."""
-
-
 def readable_records(records: list[RunRecord], readable: DagFilter | None, *, admin: bool) -> list[RunRecord]:
     """The records the viewer may see, in order: those of the DAGs ``readable`` lets them read (as Airflow's own
     views filter DAG runs); a record without a DAG (a CLI run) only for admins. ``readable`` None: all."""
-    if readable is None:
-        return list(records)
-    allowed = readable({r.dag_id for r in records if r.dag_id}) if any(r.dag_id for r in records) else set()
-    return [r for r in records if (r.dag_id in allowed if r.dag_id else admin)]
+    seen = may_see({r.dag_id for r in records}, readable, admin=admin)
+    return [r for r in records if seen(r.dag_id)]
 
 
 def run_rows(limit: int = 50, *, dag_id: str | None = None, base_path: str = "", readable: DagFilter | None = None,
