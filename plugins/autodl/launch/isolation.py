@@ -17,7 +17,7 @@ Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian pac
   folder, no store), the store's SQLite file and
   Airflow's configuration files (:data:`autodl.sandbox.PROTECTED_NAMES`, ``*.db`` at the top of ``$AIRFLOW_HOME``)
   replaced by empty files; the working folder, the script's folder and the interpreter's prefix are bound back
-  where a private mount hid them.
+  where a private mount hid them; the run folder's ``status/`` (the attempts' exit files) is read-only.
 
 Not isolated (said in ``docs/security.md``): the network (a distributed training needs it), abstract Unix sockets
 and filesystem sockets outside ``/tmp`` and ``/run``, files the worker's uid may read elsewhere, and the
@@ -115,12 +115,15 @@ def _hidden_files(protected: Sequence[Path], airflow_home: Path) -> list[Path]:
 
 
 def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path] = (),
-               writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> list[str]:
+               writable: Sequence[Path] = (), read_only: Sequence[Path] = (),
+               environ: Mapping[str, str] | None = None) -> list[str]:
     """The ``bwrap ... --`` prefix of a local training (see the module docstring).
 
     :param run_folder: this run's folder (stays writable; with ``writable``, the only parts of autodl's home shown).
     :param writable: more folders bound back wherever they lie, autodl's home included (the run's output folder,
         ``$AUTODL_OUTPUT_DIR``: its checkpoints).
+    :param read_only: folders bound back read-only after the writable ones (the run folder's ``status/``: the
+        attempts' exit files, which only the runner wrapper outside the namespaces writes).
     :param workdir: the training's working folder (stays as the worker sees it).
     :param keep: more paths that must stay visible (the script's folder, the interpreter's prefix, autodl's
         start-up hook folder).
@@ -149,6 +152,9 @@ def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path
     for p in dict.fromkeys(Path(x).resolve() for x in (run_folder, *writable)):
         if p.is_dir():
             args += ["--bind", str(p), str(p)]
+    for p in dict.fromkeys(Path(x).resolve() for x in read_only):
+        if p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
     args += ["--chdir", str(workdir), "--"]
     return args
 
@@ -169,7 +175,8 @@ def _bwrap_works(exe: str) -> str | None:
 
 
 def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.executable, keep: Sequence[Path] = (),
-                       writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None) -> Isolation:
+                       writable: Sequence[Path] = (), read_only: Sequence[Path] = (),
+                       environ: Mapping[str, str] | None = None) -> Isolation:
     """How to wrap a local training here, by :func:`isolation_mode`.
 
     :param python: the interpreter that runs the signal shims (:data:`IGNORE_STOP`, :data:`RESTORE_STOP`).
@@ -190,7 +197,8 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
         return Isolation(mode="none", prefix=[], note=f"{why}: the training runs without isolation (it can read its "
                          "ancestors' /proc/<pid>/environ and the worker's files); use the Docker or Kubernetes launcher "
                          "for tenants that must not trust each other")
-    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable, environ=environ)
+    wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable,
+                         read_only=read_only, environ=environ)
     return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP])
 
 

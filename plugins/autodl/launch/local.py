@@ -7,7 +7,9 @@ Layout of one run's folder (``$AUTODL_HOME/runs/<readable prefix>-<hash of the r
     handle.json          the current attempt's LaunchHandle
     attempt-N.log        stdout+stderr of attempt N
     attempt-N.ranks/     per-rank logs of a distributed attempt (paddle.distributed.launch --log_dir)
-    attempt-N.exit       its exit code, written by the runner wrapper when it ends
+    status/attempt-N.exit  its exit code, from the runner wrapper's own waitpid of the training, written once
+                         every process of the attempt has ended; ``status/`` is read-only in the training's
+                         namespaces, and while the wrapper lives no file is read at all
     attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE, and the
                          memory peaks autodl's start-up hook reports there (:mod:`autodl.metrics`)
     launch.lock          serialises concurrent launches of the same run key
@@ -20,6 +22,12 @@ process's own memory peaks without touching the script. Every process of an atte
 ``AUTODL_ATTEMPT_ID`` (its exit file's path), and the runner wrapper is a child subreaper: ranks
 that ``paddle.distributed.launch`` starts in their own sessions stay findable, so :meth:`LocalLauncher.stop`
 ends every one of them, not only the launcher's process group.
+
+What the training cannot shed (issue 23): in bubblewrap's PID namespace (``--unshare-pid --die-with-parent``)
+the runner wrapper is not there to be signalled, and when the training's command ends, or the wrapper dies, the
+namespace ends with every process in it; without bubblewrap the wrapper's subreaper catches a double-forked
+daemon, but a training of the worker's uid could still kill the wrapper (said in ``docs/security.md``). Its exit
+code is never taken from a file while the wrapper lives, nor from the training's reach (``status/`` read-only).
 
 The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA
 process needs from the worker's environment, autodl's contract variables and the spec's own
@@ -71,6 +79,9 @@ found again, whatever session or parent they ended up in."""
 
 RUN_KEY_FILE = "run_key"
 """File in a run folder holding the full run key the folder belongs to."""
+
+STATUS_DIR = "status"
+"""Folder in a run folder holding the attempts' exit files: bound read-only into the training's namespaces."""
 
 
 def run_dir_name(run_key: str) -> str:
@@ -233,7 +244,9 @@ class LocalLauncher:
                     return previous.model_copy(update={"reattached": True})
                 attempt = int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
             log_path = folder / f"attempt-{attempt}.log"
-            exit_path = folder / f"attempt-{attempt}.exit"
+            status = folder / STATUS_DIR
+            status.mkdir(mode=0o700, exist_ok=True)
+            exit_path = status / f"attempt-{attempt}.exit"
             argv = training_command(request, log_dir=str(folder / f"attempt-{attempt}.ranks"))
             added = self.environment(request)
             steps_path = folder / f"attempt-{attempt}.steps.jsonl"
@@ -250,7 +263,7 @@ class LocalLauncher:
             iso = training_isolation(
                 run_folder=folder, workdir=Path(workdir), python=request.python,
                 keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
-                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [])
+                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [], read_only=[status])
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
                 with open(log_path, "ab") as log:
@@ -324,22 +337,30 @@ class LocalLauncher:
             return False
 
     def poll(self, handle: LaunchHandle) -> int | None:
-        """Exit code of the attempt, or None while it runs. A wrapper that vanished without writing its
-        exit code (it was SIGKILLed) counts as exit code 137 — once none of the attempt's processes
-        (ranks it left behind included) is alive any more; until then the run still runs."""
-        exit_path = Path(handle.exit_path or "")
-        if exit_path.is_file():
-            return int(exit_path.read_text().strip() or 255)
-        if self._alive(handle):
+        """Exit code of the attempt, or None while any of its processes runs.
+
+        While the runner wrapper lives, or any process carrying the attempt's :data:`ATTEMPT_ENV` (ranks it left
+        behind), the attempt runs, whatever any file says. Then the code is the wrapper's own exit status where
+        this process reaped it (``waitpid``), else the exit file the wrapper wrote once every process of the
+        attempt had ended; a wrapper that vanished without writing it (SIGKILLed) counts as 137, and an
+        unreadable exit file as 255 (a failure, never a success).
+        """
+        if self._alive(handle) or self._attempt_processes(handle):
             return None
-        if exit_path.is_file():  # ended between the two checks
-            return int(exit_path.read_text().strip() or 255)
-        if self._attempt_processes(handle):  # the wrapper died but ranks it started live on
-            return None
-        if handle.pid in self._reaped:  # our own child, and its exit file is missing: its status says why
+        if handle.pid in self._reaped:  # our own child: its status from waitpid
             code = self._reaped[handle.pid]
             return 128 - code if code < 0 else code
-        return 137
+        return self._exit_file_code(handle)
+
+    @staticmethod
+    def _exit_file_code(handle: LaunchHandle) -> int:
+        try:
+            text = read_bytes(handle.exit_path or "", 32).decode("ascii", errors="replace").strip()
+        except FileNotFoundError:
+            return 128 + signal.SIGKILL
+        except OSError:
+            return 255
+        return int(text) if text.isdigit() and int(text) < 256 else 255
 
     def read_logs(self, handle: LaunchHandle, offset: int = 0) -> tuple[str, int]:
         try:   # the training's own log: no links or FIFOs, a bounded chunk per poll (issue 23)
