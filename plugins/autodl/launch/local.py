@@ -39,6 +39,7 @@ strings, ``*PASSWORD*``/``*TOKEN*``/... variables). Its command runs in bubblewr
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -59,7 +60,7 @@ from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_
 from autodl.launch.isolation import python_dirs, training_isolation
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
-from autodl.untrusted import LOG_CHUNK_BYTES, read_bytes
+from autodl.untrusted import LOG_CHUNK_BYTES, atomic_write_text, read_bytes
 
 STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
@@ -76,6 +77,10 @@ ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
 """Variable every process of an attempt inherits (the attempt's exit file path): how its processes are
 found again, whatever session or parent they ended up in."""
 
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+"""``errno`` values of a full disk or an exhausted quota: a launch that meets one says so (autodl's error), not a
+traceback."""
 
 RUN_KEY_FILE = "run_key"
 """File in a run folder holding the full run key the folder belongs to."""
@@ -228,6 +233,17 @@ class LocalLauncher:
         """
         if not request.script_path.is_file():
             raise LaunchError(f"training script {request.script} does not exist; check task.script in the spec.")
+        try:
+            return self._launch(request)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            raise LaunchError(f"no space left on the disk holding {self.base_dir} ({exc.strerror}): the run's folder "
+                              "(its log, handle and exit code) could not be written there (autodl's home, $AUTODL_HOME); "
+                              "free space there and retry. Nothing was started, and what earlier attempts wrote is "
+                              "as it was.") from None
+
+    def _launch(self, request: LaunchRequest) -> LaunchHandle:
         folder = self.run_dir(request.run_key)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "launch.lock", "w") as lock:
@@ -273,6 +289,8 @@ class LocalLauncher:
                     proc = psutil.Popen(wrapper, cwd=workdir, env=env, stdout=log, stderr=log,
                                         stdin=open(os.devnull), start_new_session=True)
             except OSError as exc:
+                if exc.errno in DISK_FULL:
+                    raise
                 raise LaunchError(f"could not start {argv[0]}: {exc}; check the Python interpreter and workdir {workdir}.") from exc
             self._reaped.pop(proc.pid, None)  # a reused pid is a new process
             self._wait_for_exec(proc, str(exit_path))
@@ -283,9 +301,11 @@ class LocalLauncher:
                 command=argv, visible_devices=visible, device_ids=[d.device_id for d in request.devices],
                 on_cpu=request.on_cpu or not request.devices,
             )
-            tmp = handle_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(handle.to_json()))
-            os.replace(tmp, handle_file)
+            try:
+                atomic_write_text(handle_file, json.dumps(handle.to_json()))
+            except OSError:  # a training no later task could find again must not run
+                self.stop(handle)
+                raise
             return handle
 
     def _wait_for_exec(self, proc: psutil.Popen, exit_path: str, limit_s: float = 10.0) -> None:
@@ -443,4 +463,7 @@ class LocalLauncher:
         exit_path = Path(handle.exit_path or "")
         if handle.exit_path and not exit_path.exists():
             # the wrapper died with the group before it could write the code: record the signal we sent
-            exit_path.write_text(str(int(code)))
+            try:
+                exit_path.write_text(str(int(code)))
+            except OSError:  # a full disk: poll() then says 137 (ended, by a signal), never "running"
+                pass
