@@ -170,3 +170,29 @@ def test_a_forged_exit_file_does_not_end_a_running_attempt(request, monkeypatch,
     finally:
         launcher.stop(handle)
     assert launcher.poll(handle) == 128 + 15
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_a_forged_exit_file_is_recorded_as_the_failure_it_was(request, monkeypatch, tmp_path, mode):
+    """Through the steps: collect says "failed with exit code 1", the record's outcome is failed with exit 1."""
+    from autodl import pipeline
+    from autodl.errors import TrainingFailed
+    from autodl.records import RecordStore
+    from autodl.types import MemoryBreakdown, ResourceProfile
+
+    isolation(request, monkeypatch, mode)
+    script = tmp_path / "train.py"
+    script.write_text(FORGER)
+    b = MemoryBreakdown(weights_bytes=1000, gradients_bytes=1000, optimizer_state_bytes=1000, activations_bytes=2**20)
+    profile = ResourceProfile(script=str(script), params=250, peak_memory_bytes=b.total_bytes, breakdown=b,
+                              flops_per_step=1e9, batch_size=8, num_gpus=1)
+    out = {"profile": profile.to_json(), "spec_path": None, "script": str(script)}
+    ctx = pipeline.RunContext(run_key=f"dag.train.forged-{mode}")
+    sel = pipeline.step_select(ctx, out, log=lambda _l: None)
+    handle = pipeline.step_launch(ctx, out, sel, log=lambda _l: None)
+    with pytest.raises(TrainingFailed, match="failed with exit code 1"):
+        pipeline.step_collect(ctx, handle, log=lambda _l: None, interval_s=0.05)
+    pipeline.step_release_and_record(ctx, script=str(script), spec_path=None, profile_out=out, selection=sel,
+                                     handle_json=handle, metrics_json=None, log=lambda _l: None)
+    record = RecordStore().get(ctx.run_key)
+    assert record.outcome == "failed" and record.metrics["exit_code"] == 1
