@@ -196,3 +196,26 @@ def test_a_forged_exit_file_is_recorded_as_the_failure_it_was(request, monkeypat
                                      handle_json=handle, metrics_json=None, log=lambda _l: None)
     record = RecordStore().get(ctx.run_key)
     assert record.outcome == "failed" and record.metrics["exit_code"] == 1
+
+
+def test_without_namespaces_a_training_that_kills_its_runner_dies_with_it(monkeypatch, tmp_path):
+    """The issue's training killed its runner, then re-exec'd itself in a new session with a clean environment
+    (no AUTODL_ATTEMPT_ID to find it by). Without bubblewrap the runner is its parent: it dies with the runner
+    (the parent-death signal survives the exec), and the attempt is recorded as killed (137)."""
+    monkeypatch.setenv("AUTODL_LOCAL_ISOLATION", "none")
+    marker = f"autodl-reexec-{uuid.uuid4().hex}"
+    launcher, handle = start(tmp_path, f"""
+        import os, signal, sys
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.setsid()
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(120)", "{marker}"], {{}})
+        """, "kill-runner-none")
+    try:
+        assert wait(launcher, handle) == 137
+        deadline = time.monotonic() + 30
+        while left_with(marker):
+            assert time.monotonic() < deadline, "the training outlived its killed runner"
+            time.sleep(0.1)
+    finally:
+        for proc in left_with(marker):
+            proc.kill()

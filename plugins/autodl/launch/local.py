@@ -26,7 +26,8 @@ ends every one of them, not only the launcher's process group.
 What the training cannot shed (issue 23): in bubblewrap's PID namespace (``--unshare-pid --die-with-parent``)
 the runner wrapper is not there to be signalled, and when the training's command ends, or the wrapper dies, the
 namespace ends with every process in it; without bubblewrap the wrapper's subreaper catches a double-forked
-daemon, but a training of the worker's uid could still kill the wrapper (said in ``docs/security.md``). Its exit
+daemon and a training that kills the wrapper dies with it (:func:`autodl.launch.runner.die_with_parent`), but one
+that forks first could still outlive it (said in ``docs/security.md``). Its exit
 code is never taken from a file while the wrapper lives, nor from the training's reach (``status/`` read-only).
 
 The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA

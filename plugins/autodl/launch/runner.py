@@ -31,6 +31,20 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option number (linux/prctl.h)."""
 
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option number (linux/prctl.h): the signal a process gets when its parent dies."""
+
+
+def die_with_parent() -> None:
+    """In the training's command, between fork and exec: SIGKILL it when this wrapper dies (prctl(2)), so a
+    training that kills its wrapper (possible without bubblewrap's PID namespace) goes with it instead of
+    running on unaccounted for. Kept across ``execve``; a process it forks does not inherit it, and a hostile
+    training may clear it: only bubblewrap's namespaces are a bound it cannot lift (``docs/security.md``)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
 
 def become_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants; False where the kernel refuses (not Linux)."""
@@ -116,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 128 + received[0]
     else:
         os.umask(0o077)  # what the training writes (logs, checkpoints, its report) is its owner's only
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, preexec_fn=die_with_parent)
         code = child.wait()
     if code < 0:
         code = 128 - code
