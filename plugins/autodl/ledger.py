@@ -199,10 +199,13 @@ class Ledger:
             return [self._to_lease(r, self._devices_of(s, r.lease_id)) for r in rows]
 
     # ------------------------------------------------------------------------------- liveness
-    def heartbeat(self, run_key: str, lease_id: str | None = None, *, now: datetime | None = None) -> Lease:
+    def heartbeat(self, run_key: str, lease_id: str | None = None, *, now: datetime | None = None,
+                  ttl_s: float | None = None) -> Lease:
         """Keep the lease of ``run_key`` alive: its expiry moves to ``now + ttl_s``.
 
         :param lease_id: when given, only that lease (not a newer one of the same run key) is kept.
+        :param ttl_s: when given, the lease's TTL from now on (seconds; a collect followed from the triggerer
+            raises it to :func:`autodl.pipeline.deferred_lease_ttl_s`); else the lease keeps its own.
         :returns: the lease after the heartbeat.
         :raises LeaseLost: when the lease is gone (released or reaped), has expired already (a dead lease
             stays dead) or a reaper has claimed it; the message says which.
@@ -213,8 +216,10 @@ class Ledger:
             if row is None or (lease_id and row.lease_id != lease_id):
                 raise LeaseLost(f"run {run_key}: its lease {lease_id or ''} is gone (released, or reclaimed after it "
                                 "expired); the training must not go on without it.".replace("  ", " "))
-            ttl = row.ttl_s
+            ttl = float(ttl_s) if ttl_s is not None else row.ttl_s
             values: dict[str, Any] = {"heartbeat_at": now}
+            if ttl_s is not None:
+                values["ttl_s"] = ttl
             if ttl is not None:
                 values["expires_at"] = now + timedelta(seconds=ttl)
             result = s.execute(

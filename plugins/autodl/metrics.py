@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -298,17 +299,8 @@ def _rows(path: str | Path | None) -> list[dict[str, Any]]:
     return rows
 
 
-def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
-    """Step statistics from the JSON lines a training appended to ``$AUTODL_METRICS_FILE``.
-
-    Each line is ``{"step": int, "t": unix seconds, "samples": batch size}`` written after a step
-    (lines with ``"kind"`` — autodl's own memory reports — are not steps). The first interval is the
-    warm-up (graph build, allocator growth) and is excluded from the median.
-
-    :returns: ``steps``, ``step_time_s`` (median seconds per step), ``samples_per_s``; None values when
-        the script reported fewer than two steps or nothing.
-    """
-    empty = {"steps": None, "step_time_s": None, "samples_per_s": None}
+def _step_rows(path: str | Path | None) -> list[tuple[float, int]]:
+    """``(t, samples)`` of each step line of ``path``, in file order (memory rows and malformed lines left out)."""
     rows = []
     for row in _rows(path):
         if "kind" in row:
@@ -317,6 +309,11 @@ def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
             rows.append((float(row["t"]), int(row.get("samples") or 0)))
         except (ValueError, KeyError, TypeError):
             continue
+    return rows
+
+
+def _step_stats(rows: list[tuple[float, int]]) -> dict[str, float | int | None]:
+    empty = {"steps": None, "step_time_s": None, "samples_per_s": None}
     if len(rows) < 2:
         return {**empty, "steps": len(rows) or None}
     deltas = [b[0] - a[0] for a, b in zip(rows, rows[1:])]
@@ -327,6 +324,79 @@ def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
     samples = sum(n for _t, n in rows[1:])
     return {"steps": len(rows), "step_time_s": round(median, 6),
             "samples_per_s": round(samples / span, 3) if span > 0 and samples else None}
+
+
+def read_steps(path: str | Path | None) -> dict[str, float | int | None]:
+    """Step statistics from the JSON lines a training appended to ``$AUTODL_METRICS_FILE``.
+
+    Each line is ``{"step": int, "t": unix seconds, "samples": batch size}`` written after a step
+    (lines with ``"kind"`` — autodl's own memory reports — are not steps). The first interval is the
+    warm-up (graph build, allocator growth) and is excluded from the median.
+
+    :returns: ``steps``, ``step_time_s`` (median seconds per step), ``samples_per_s``; None values when
+        the script reported fewer than two steps or nothing. Self-reported: see :func:`checked_steps`.
+    """
+    return _step_stats(_step_rows(path))
+
+
+STEP_CLOCK_SLACK_S = 30.0
+"""Seconds a step line's own time ``t`` may lie outside the run's measured window (its start to the end autodl saw):
+a container's or pod's clock against the follower's (NTP keeps them within milliseconds; 30 s also allows an
+unsynchronised node) and the follower's poll interval."""
+
+MIN_STEP_SPAN_SHARE = 0.05
+"""Least share of the run's measured wall time its reported steps must span (first line's ``t`` to the last's) for
+their step time to be believed. A training spends most of its time in steps; one that imports Paddle for 20 s and
+then steps for 2 s still spans 9 %; 100 lines printed at once (issue 23: "100 steps at 0.001 s/step") span ~0."""
+
+MIN_CHECKED_RUN_S = 10.0
+"""Runs shorter than this (measured seconds) are not held to :data:`MIN_STEP_SPAN_SHARE`: their start-up (the
+interpreter, imports) is most of them."""
+
+
+def _implausible_steps(rows: list[tuple[float, int]], started_ts: float, duration_s: float) -> str | None:
+    """Why the step lines ``rows`` contradict what autodl measured of the run, or None."""
+    ts = [t for t, _n in rows]
+    if any(b < a for a, b in zip(ts, ts[1:])):
+        return "their times go backwards"
+    end = started_ts + max(0.0, duration_s)
+    outside = sum(1 for t in ts if t < started_ts - STEP_CLOCK_SLACK_S or t > end + STEP_CLOCK_SLACK_S)
+    if outside:
+        return (f"{outside} of {len(ts)} are dated outside the run (it ran {duration_s:.0f} s from "
+                f"{datetime.fromtimestamp(started_ts, timezone.utc).isoformat(timespec='seconds')})")
+    span = ts[-1] - ts[0]
+    if duration_s >= MIN_CHECKED_RUN_S and span < MIN_STEP_SPAN_SHARE * duration_s:
+        return (f"they span {span:.3g} s of the run's measured {duration_s:.0f} s (less than "
+                f"{MIN_STEP_SPAN_SHARE:.0%}: lines printed at once, not steps as they ran)")
+    return None
+
+
+def checked_steps(path: str | Path | None, *, started_ts: float | None,
+                  duration_s: float) -> tuple[dict[str, float | int | None], list[str]]:
+    """:func:`read_steps`'s figures, checked against what autodl measured of the run.
+
+    The step lines are the training's own (self-reported, forgeable by any process of it). Their step time and
+    throughput are kept only when they fit the run autodl measured (:func:`_implausible_steps`: ordered times,
+    all within the run's window, spanning at least :data:`MIN_STEP_SPAN_SHARE` of it); else both are None (not
+    known: the learning policy, :func:`autodl.policy.placement.observe`, learns nothing from them) and a note says
+    why. The reported median is always kept as ``reported_step_time_s``.
+
+    :param started_ts: the attempt's start (Unix seconds, the launcher's clock); None skips the window check.
+    :param duration_s: the run's measured wall time so far, seconds.
+    :returns: ``(fields for RunMetrics, notes)``.
+    """
+    rows = _step_rows(path)
+    stats: dict[str, float | int | None] = {**_step_stats(rows), "reported_step_time_s": None}
+    stats["reported_step_time_s"] = stats["step_time_s"]
+    if stats["step_time_s"] is None or started_ts is None:
+        return stats, []
+    why = _implausible_steps(rows, started_ts, duration_s)
+    if why is None:
+        return stats, []
+    note = (f"the training's {len(rows)} step lines were not believed: {why}; the step time they give "
+            f"({stats['step_time_s']:g} s) is kept as reported_step_time_s only (self-reported figures do not win "
+            "over measured ones)")
+    return {**stats, "step_time_s": None, "samples_per_s": None}, [note]
 
 
 def read_memory_reports(path: str | Path | None) -> dict[str, Any]:
@@ -377,14 +447,20 @@ def _max(values: list[Any]) -> Any:
 
 def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, exit_code: int | None,
               samples_path: str | None = None, steps_path: str | Path | None = None,
-              notes: list[str] | None = None) -> RunMetrics:
+              notes: list[str] | None = None, started_ts: float | None = None) -> RunMetrics:
     """Reduce samples and the training's own reports to a :class:`RunMetrics`.
 
     The run's peak is chosen in this order: Paddle's reserved peak (the training's report), NVML's
     per-process memory of the run, RSS (a CPU run's process tree); device-wide NVML "used" is kept
-    apart in ``device_used_peak_bytes``.
+    apart in ``device_used_peak_bytes``. A reported peak far below the measured one, and step lines that
+    contradict the measured run (:func:`checked_steps`), are not believed; ``self_reported`` names the
+    figures that are the training's own word.
+
+    :param started_ts: the attempt's start, Unix seconds (the step lines' window; None: not checked).
     """
     notes = list(notes or [])
+    steps, step_notes = checked_steps(steps_path, started_ts=started_ts, duration_s=duration_s)
+    notes += step_notes
     reports = read_memory_reports(steps_path)
     util = [s["utilization_pct"] if "utilization_pct" in s else s.get("cpu_pct") for s in samples]
     util = [u for u in util if u is not None]
@@ -451,8 +527,18 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
         mean_power_w=round(sum(power) / len(power), 2) if power else None,
         samples_path=samples_path,
         notes=notes,
-        **read_steps(steps_path),
+        self_reported=_self_reported(reports, steps, peak_source),
+        **steps,
     )
+
+
+def _self_reported(reports: dict[str, Any], steps: dict[str, Any], peak_source: str | None) -> list[str]:
+    """The names of RunMetrics fields holding the training's own word (its memory report and step lines)."""
+    names = [k for k in ("allocated_peak_bytes", "reserved_peak_bytes") if reports.get(k) is not None]
+    names += [k for k in ("steps", "step_time_s", "samples_per_s", "reported_step_time_s") if steps.get(k) is not None]
+    if peak_source == "paddle_reserved":
+        names.append("peak_memory_bytes")
+    return names
 
 
 MEASURED_SLACK_BYTES = 1 << 30
@@ -588,7 +674,8 @@ class Follower:
         end = self.ended_ts if self.ended_ts is not None else time.time()
         return summarise(self.samples, source=self.source, duration_s=max(0.0, end - self.handle.started_at.timestamp()),
                          exit_code=exit_code, samples_path=str(self.samples_path) if self.samples_path else None,
-                         steps_path=steps_path, notes=[*self.notes, *said, *facts])
+                         steps_path=steps_path, notes=[*self.notes, *said, *facts],
+                         started_ts=self.handle.started_at.timestamp())
 
     def close(self) -> None:
         closer = getattr(self.launcher, "close_logs", None)

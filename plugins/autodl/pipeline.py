@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 import typing
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -1093,6 +1094,8 @@ class CollectLimits:
     :ivar deadline_why: what set ``deadline_ts`` (said in the log and the record).
     :ivar max_pending_s: the spec's ``scheduler.max_pending_time``: seconds a pod may stay unschedulable.
     :ivar heartbeat_every_s: seconds between lease heartbeats.
+    :ivar lease_ttl_s: the TTL each heartbeat gives the lease (seconds); None keeps the lease's own. A deferred
+        collect raises it to :func:`deferred_lease_ttl_s`.
     """
 
     max_run_time_s: float | None = None
@@ -1100,6 +1103,15 @@ class CollectLimits:
     deadline_why: str = "execution_timeout"
     max_pending_s: float | None = None
     heartbeat_every_s: float = 30.0
+    lease_ttl_s: float | None = None
+
+    def deferred(self, *, failover_s: float, interval_s: float) -> "CollectLimits":
+        """These limits for a collect followed from the triggerer: the lease's TTL raised to
+        :func:`deferred_lease_ttl_s` where the configured one is shorter, a heartbeat every fifth of it."""
+        from autodl.config import lease_ttl_s
+
+        ttl = deferred_lease_ttl_s(self.lease_ttl_s or lease_ttl_s(), failover_s=failover_s, interval_s=interval_s)
+        return replace(self, lease_ttl_s=ttl, heartbeat_every_s=min(self.heartbeat_every_s, 30.0, ttl / 5.0))
 
     @classmethod
     def for_run(cls, profile_out: ProfileResult | dict[str, Any] | None, *, deadline_ts: float | None = None,
@@ -1111,6 +1123,59 @@ class CollectLimits:
         sched = run_spec(profile_out).scheduler if profile_out else TaskSpec().scheduler
         return cls(max_run_time_s=sched.max_run_time, deadline_ts=deadline_ts, deadline_why=deadline_why,
                    max_pending_s=sched.max_pending_time, heartbeat_every_s=min(30.0, lease_ttl_s() / 5.0))
+
+
+TRIGGERER_RESUME_MARGIN_S = 20.0
+"""Seconds allowed for a restarted triggerer to take up a trigger it was handed and for the trigger's first lease
+heartbeat: the triggerer's loop picks up newly assigned triggers every second or so, then the trigger imports
+autodl and opens the store in a thread (seen at 2-8 s on a loaded CI machine); the rest is slack."""
+
+
+def deferred_lease_ttl_s(ttl_s: float, *, failover_s: float, interval_s: float) -> float:
+    """The shortest lease TTL a collect followed from the triggerer survives a triggerer restart with.
+
+    A triggerer killed (``kill -9``, an OOM, a node lost) keeps its triggers in Airflow's metadata until its job
+    heartbeat is older than ``[triggerer] triggerer_health_check_threshold``; only then does a restarted (or
+    another) triggerer take them, after up to ``[triggerer] job_heartbeat_sec`` more (``failover_s``: their sum,
+    35 s with Airflow's defaults). The trigger's first heartbeat follows within ``interval_s`` and
+    :data:`TRIGGERER_RESUME_MARGIN_S`, and the last beat before the kill may be a heartbeat interval
+    (``min(30, TTL/5)`` s) old. So the lease survives when ``TTL - min(30, TTL/5) >= failover_s + interval_s +
+    margin``: 70 s with the defaults and a 1 s sample interval; a triggerer down longer than
+    ``failover_s`` is survived for ``TTL - min(30, TTL/5) - interval_s - margin`` seconds.
+
+    :param ttl_s: the configured TTL (``AUTODL_LEASE_TTL``), seconds.
+    :returns: ``ttl_s`` or the bound above, whichever is longer (seconds).
+    """
+    need = float(failover_s) + float(interval_s) + TRIGGERER_RESUME_MARGIN_S
+    bound = need * 5.0 / 4.0 if need * 5.0 / 4.0 <= 150.0 else need + 30.0
+    return max(float(ttl_s), float(math.ceil(bound)))
+
+
+def keep_lease_for_deferral(ctx: RunContext, lease_id: str | None, limits: CollectLimits, *, failover_s: float,
+                            interval_s: float, log: Callable[[str], None] = print) -> CollectLimits:
+    """Before the collect defers: the lease's TTL raised to what survives a triggerer restart
+    (:func:`deferred_lease_ttl_s`), heartbeated now so that it holds from the start of the deferral.
+
+    A lease lost or a store not answering here is left to the trigger's first check (it stops the training or
+    retries, :class:`CollectGuard`), said in the log.
+
+    :param failover_s: seconds until Airflow gives a dead triggerer's triggers to another (see
+        :func:`deferred_lease_ttl_s`).
+    :returns: the limits the trigger keeps the lease with.
+    """
+    from autodl.config import lease_ttl_s
+
+    deferred = limits.deferred(failover_s=failover_s, interval_s=interval_s)
+    configured = limits.lease_ttl_s or lease_ttl_s()
+    if deferred.lease_ttl_s and deferred.lease_ttl_s > configured:
+        log(f"lease TTL {deferred.lease_ttl_s:g} s while the triggerer follows the training (AUTODL_LEASE_TTL is "
+            f"{configured:g} s): a killed triggerer's triggers resume only after {failover_s:g} s ([triggerer] "
+            "triggerer_health_check_threshold + job_heartbeat_sec), and its lease must outlive that")
+    try:
+        Ledger().heartbeat(ctx.run_key, lease_id, ttl_s=deferred.lease_ttl_s)
+    except (LeaseLost, StoreUnavailable) as exc:
+        log(f"WARNING: the lease heartbeat before deferring failed ({exc}); the trigger's first check decides")
+    return deferred
 
 
 class CollectStopped(TrainingFailed):
@@ -1149,9 +1214,10 @@ class CollectGuard:
             self.log(f"WARNING: the lease heartbeat of {self.ctx.run_key} got no answer from the store; retrying "
                      f"at every check until it answers ({exc})")
         last = self._last_beat or self._store_down_since
-        if now - last > lease_ttl_s():
+        ttl = self.limits.lease_ttl_s or lease_ttl_s()
+        if now - last > ttl:
             return CollectStopped("lease_lost", f"autodl's store has not answered for {now - self._store_down_since:.0f} s, "
-                                                f"longer than the lease's TTL ({lease_ttl_s():g} s): its devices may be "
+                                                f"longer than the lease's TTL ({ttl:g} s): its devices may be "
                                                 f"booked by another run, so the training was stopped. Last error: {exc}")
         return None
 
@@ -1161,7 +1227,7 @@ class CollectGuard:
         limits = self.limits
         if now - self._last_beat >= limits.heartbeat_every_s:
             try:
-                Ledger().heartbeat(self.ctx.run_key, self.lease_id)
+                Ledger().heartbeat(self.ctx.run_key, self.lease_id, ttl_s=limits.lease_ttl_s)
                 self._last_beat = now
                 self._store_down_since = None
             except StoreUnavailable as exc:

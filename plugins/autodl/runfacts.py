@@ -11,7 +11,8 @@ training's ``$AUTODL_REPORT_FILE`` to its stderr as one line each::
 The follower (:class:`autodl.metrics.Follower`) parses them here. Any process in the container can
 print such a line, so every fact is **self-reported** by the training (as the local file is) and
 parsed strictly: a bounded line length, a closed schema per kind, bounded numbers and strings, and a
-bounded count per run; a line that does not fit is dropped and counted, never half-used.
+bounded count per run; a line that does not fit is dropped and counted, never half-used. A step time from
+them is believed only where it fits the run autodl measured (:func:`autodl.metrics.checked_steps`).
 """
 
 from __future__ import annotations

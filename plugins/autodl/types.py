@@ -405,6 +405,12 @@ class RunMetrics(_Frozen):
     steps: int | None = Field(None, description="Training steps the script reported through AUTODL_METRICS_FILE.")
     step_time_s: float | None = Field(None, description="Median seconds per step, first step (warm-up) excluded.")
     samples_per_s: float | None = Field(None, description="Training throughput from the reported steps.")
+    reported_step_time_s: float | None = Field(
+        None, description="The median the training's own step lines give, seconds, believed or not (step_time_s is "
+                          "None when they contradict the measured run: autodl.metrics.checked_steps).")
+    self_reported: list[str] = Field(
+        default_factory=list, description="Fields holding the training's own word (its step lines, its memory report), "
+                                          "not autodl's measurement.")
     samples_path: str | None = None
 
 

@@ -18,9 +18,9 @@ from tests.airflow.test_trigger import LogSink, collect_trigger, first_event
 pytestmark = pytest.mark.integration
 
 FACT = "@autodl-runfact"
-COMMAND = (
-    "for i in 0 1 2 3 4 5; do echo line $i; "
-    f"echo '{FACT} metrics {{\"step\": '$i', \"t\": '$((100 + i))'.5, \"samples\": 4}}' >&2; sleep 0.25; done; "
+COMMAND = (  # step times a second apart from the container's clock (dated within the run: autodl.metrics.checked_steps)
+    "b=$(date +%s); for i in 0 1 2 3 4 5; do echo line $i; "
+    f"echo '{FACT} metrics {{\"step\": '$i', \"t\": '$((b + i))'.5, \"samples\": 4}}' >&2; sleep 0.25; done; "
     f"echo '{FACT} report {{\"epoch\": 1}}' >&2; echo end"
 )
 

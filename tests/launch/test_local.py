@@ -166,3 +166,23 @@ def test_distributed_command_lists_members_of_the_visible_list(tmp_path):
     single = training_command(request(tmp_path, devices=[gpu(4)], distributed=True))
     assert "paddle.distributed.launch" not in single
     assert single[0] == sys.executable
+
+
+def test_a_training_whose_handle_cannot_be_written_is_stopped_and_the_launch_says_why(tmp_path, monkeypatch):
+    """ENOSPC between the start and the handle (issue 23): no later task could find the training again, so it
+    must not run on; the launch is autodl's error naming the disk."""
+    import errno
+
+    import autodl.launch.local as local
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(local, "atomic_write_text", full)
+    launcher = LocalLauncher()
+    with pytest.raises(LaunchError, match="No space left on device.*free space there"):
+        launcher.launch(request(tmp_path, run_key="nospace", args=["60"]))
+    status = launcher.run_dir("nospace") / "status"
+    assert (status / "attempt-1.exit").read_text() in ("143", "137")  # stopped by autodl, recorded as such
+    left = [p for p in psutil.process_iter(["cmdline"]) if any(str(status) in part for part in p.info["cmdline"] or [])]
+    assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []

@@ -95,7 +95,7 @@ def test_a_training_cannot_read_another_runs_report_or_the_store(sandbox_level, 
     """)
     assert "OWN-FOLDER-WRITABLE" in log, log[-2000:]
     assert OTHER not in log and "other-run" not in log, log[-2000:]
-    folder = Path(handle.exit_path).parent
+    folder = Path(handle.log_path).parent
     assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
     steps = Path(handle.steps_path)
     assert steps.stat().st_mode & 0o077 == 0  # what the training writes is its owner's only
@@ -142,7 +142,7 @@ def test_a_secret_put_into_its_own_report_is_never_stored(sandbox_level, worker,
         with open(os.path.join(os.path.dirname(os.environ["AUTODL_METRICS_FILE"]), "report.json"), "w") as fh:
             json.dump(report, fh)
     """)
-    folder = Path(handle.exit_path).parent
+    folder = Path(handle.log_path).parent
     report = read_report(folder)
     assert report is not None and report.data["epoch"] == 3
     url = f"sqlite:///{tmp_path / 'records.db'}"

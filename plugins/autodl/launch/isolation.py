@@ -18,7 +18,7 @@ Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian pac
   folder, no store), the store's SQLite file and
   Airflow's configuration files (:data:`autodl.sandbox.PROTECTED_NAMES`, ``*.db`` at the top of ``$AIRFLOW_HOME``)
   replaced by empty files; the working folder, the script's folder and the interpreter's prefix are bound back
-  where a private mount hid them.
+  where a private mount hid them; the run folder's ``status/`` (the attempts' exit files) is read-only.
 
 Not isolated (said in ``docs/security.md``): the network (a distributed training needs it), abstract Unix sockets
 and filesystem sockets outside ``/tmp`` and ``/run``, files the worker's uid may read elsewhere, and AMD/Hygon's
@@ -112,7 +112,8 @@ def _hidden_files(protected: Sequence[Path], airflow_home: Path) -> list[Path]:
 
 def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path] = (),
                writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None,
-               device_nodes: Sequence[str] = (), dev: Path = Path("/dev"), read_only: Sequence[Path] = ()) -> list[str]:
+               device_nodes: Sequence[str] = (), dev: Path = Path("/dev"), read_only: Sequence[Path] = (),
+               read_only_after: Sequence[Path] = ()) -> list[str]:
     """The ``bwrap ... --`` prefix of a local training (see the module docstring).
 
     :param run_folder: this run's folder (stays writable; with ``writable``, the only parts of autodl's home shown).
@@ -123,6 +124,8 @@ def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path
     :param dev: the folder holding the host's nodes (``/dev``; a temporary folder in tests).
     :param read_only: folders bound read-only (:func:`import_paths`), except the working folder, which stays
         writable wherever it lies.
+    :param read_only_after: folders bound back read-only after the writable ones (the run folder's ``status/``: the
+        attempts' exit files, which only the runner wrapper outside the namespaces writes).
     :param workdir: the training's working folder (stays as the worker sees it).
     :param keep: more paths that must stay visible (the script's folder, the interpreter's prefix, autodl's
         start-up hook folder).
@@ -160,6 +163,9 @@ def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path
     for p in dict.fromkeys(Path(x).resolve() for x in (run_folder, *writable)):
         if p.is_dir():
             args += ["--bind", str(p), str(p)]
+    for p in dict.fromkeys(Path(x).resolve() for x in read_only_after):
+        if p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
     args += ["--chdir", str(workdir), "--"]
     return args
 
@@ -215,7 +221,8 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
                        writable: Sequence[Path] = (), environ: Mapping[str, str] | None = None,
                        devices: Sequence[Device] = (), vendor: VendorInfo | None = None, on_cpu: bool = False,
                        dev: Path = Path("/dev"), read_only: Sequence[Path] = (),
-                       training_env: Mapping[str, str] | None = None) -> Isolation:
+                       training_env: Mapping[str, str] | None = None,
+                       read_only_after: Sequence[Path] = ()) -> Isolation:
     """How to wrap a local training here, by :func:`isolation_mode`.
 
     :param python: the interpreter that runs the signal shims (:data:`IGNORE_STOP`, :data:`RESTORE_STOP`).
@@ -244,7 +251,8 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
                          "for tenants that must not trust each other")
     nodes = booked_nodes(devices, vendor, on_cpu=on_cpu, strict=mode == "bwrap", dev=dev)
     wrapped = bwrap_args(exe, run_folder=run_folder, workdir=workdir, keep=keep, writable=writable, environ=environ,
-                         device_nodes=nodes.names, dev=dev, read_only=import_paths([*read_only, *python_dirs()], training_env))
+                         device_nodes=nodes.names, dev=dev, read_only=import_paths([*read_only, *python_dirs()], training_env),
+                         read_only_after=read_only_after)
     return Isolation(mode="bwrap", prefix=[python, "-c", IGNORE_STOP, *wrapped, python, "-c", RESTORE_STOP],
                      note=nodes.note)
 

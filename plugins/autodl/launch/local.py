@@ -7,7 +7,9 @@ Layout of one run's folder (``$AUTODL_HOME/runs/<readable prefix>-<hash of the r
     handle.json          the current attempt's LaunchHandle
     attempt-N.log        stdout+stderr of attempt N
     attempt-N.ranks/     per-rank logs of a distributed attempt (paddle.distributed.launch --log_dir)
-    attempt-N.exit       its exit code, written by the runner wrapper when it ends
+    status/attempt-N.exit  its exit code, from the runner wrapper's own waitpid of the training, written once
+                         every process of the attempt has ended; ``status/`` is read-only in the training's
+                         namespaces, and while the wrapper lives no file is read at all
     attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE, and the
                          memory peaks autodl's start-up hook reports there (:mod:`autodl.metrics`)
     launch.lock          serialises concurrent launches of the same run key
@@ -21,6 +23,13 @@ process's own memory peaks without touching the script. Every process of an atte
 that ``paddle.distributed.launch`` starts in their own sessions stay findable, so :meth:`LocalLauncher.stop`
 ends every one of them, not only the launcher's process group.
 
+What the training cannot shed (issue 23): in bubblewrap's PID namespace (``--unshare-pid --die-with-parent``)
+the runner wrapper is not there to be signalled, and when the training's command ends, or the wrapper dies, the
+namespace ends with every process in it; without bubblewrap the wrapper's subreaper catches a double-forked
+daemon and a training that kills the wrapper dies with it (:func:`autodl.launch.runner.die_with_parent`), but one
+that forks first could still outlive it (said in ``docs/security.md``). Its exit
+code is never taken from a file while the wrapper lives, nor from the training's reach (``status/`` read-only).
+
 The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA
 process needs from the worker's environment, autodl's contract variables and the spec's own
 ``launcher.env`` — never autodl's or Airflow's secrets (``AUTODL_STORE_URL``, ``AIRFLOW__*``, connection
@@ -31,6 +40,7 @@ strings, ``*PASSWORD*``/``*TOKEN*``/... variables). Its command runs in bubblewr
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -51,7 +61,7 @@ from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_
 from autodl.launch.isolation import python_dirs, training_isolation
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
-from autodl.untrusted import LOG_CHUNK_BYTES, read_bytes
+from autodl.untrusted import LOG_CHUNK_BYTES, atomic_write_text, read_bytes
 
 STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
@@ -69,8 +79,15 @@ ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"
 found again, whatever session or parent they ended up in."""
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+"""``errno`` values of a full disk or an exhausted quota: a launch that meets one says so (autodl's error), not a
+traceback."""
+
 RUN_KEY_FILE = "run_key"
 """File in a run folder holding the full run key the folder belongs to."""
+
+STATUS_DIR = "status"
+"""Folder in a run folder holding the attempts' exit files: bound read-only into the training's namespaces."""
 
 
 def run_dir_name(run_key: str) -> str:
@@ -217,6 +234,17 @@ class LocalLauncher:
         """
         if not request.script_path.is_file():
             raise LaunchError(f"training script {request.script} does not exist; check task.script in the spec.")
+        try:
+            return self._launch(request)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            raise LaunchError(f"no space left on the disk holding {self.base_dir} ({exc.strerror}): the run's folder "
+                              "(its log, handle and exit code) could not be written there (autodl's home, $AUTODL_HOME); "
+                              "free space there and retry. Nothing was started, and what earlier attempts wrote is "
+                              "as it was.") from None
+
+    def _launch(self, request: LaunchRequest) -> LaunchHandle:
         folder = self.run_dir(request.run_key)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "launch.lock", "w") as lock:
@@ -233,7 +261,9 @@ class LocalLauncher:
                     return previous.model_copy(update={"reattached": True})
                 attempt = int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
             log_path = folder / f"attempt-{attempt}.log"
-            exit_path = folder / f"attempt-{attempt}.exit"
+            status = folder / STATUS_DIR
+            status.mkdir(mode=0o700, exist_ok=True)
+            exit_path = status / f"attempt-{attempt}.exit"
             argv = training_command(request, log_dir=str(folder / f"attempt-{attempt}.ranks"))
             added = self.environment(request)
             steps_path = folder / f"attempt-{attempt}.steps.jsonl"
@@ -252,7 +282,8 @@ class LocalLauncher:
                 keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
                 writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [],
                 devices=request.devices, vendor=request.vendor, on_cpu=request.on_cpu,
-                read_only=[Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p], training_env=env)
+                read_only=[Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p], training_env=env,
+                read_only_after=[status])
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
                 with open(log_path, "ab") as log:
@@ -262,6 +293,8 @@ class LocalLauncher:
                     proc = psutil.Popen(wrapper, cwd=workdir, env=env, stdout=log, stderr=log,
                                         stdin=open(os.devnull), start_new_session=True)
             except OSError as exc:
+                if exc.errno in DISK_FULL:
+                    raise
                 raise LaunchError(f"could not start {argv[0]}: {exc}; check the Python interpreter and workdir {workdir}.") from exc
             self._reaped.pop(proc.pid, None)  # a reused pid is a new process
             self._wait_for_exec(proc, str(exit_path))
@@ -272,9 +305,11 @@ class LocalLauncher:
                 command=argv, visible_devices=visible, device_ids=[d.device_id for d in request.devices],
                 on_cpu=request.on_cpu or not request.devices,
             )
-            tmp = handle_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(handle.to_json()))
-            os.replace(tmp, handle_file)
+            try:
+                atomic_write_text(handle_file, json.dumps(handle.to_json()))
+            except OSError:  # a training no later task could find again must not run
+                self.stop(handle)
+                raise
             return handle
 
     def _wait_for_exec(self, proc: psutil.Popen, exit_path: str, limit_s: float = 10.0) -> None:
@@ -326,22 +361,30 @@ class LocalLauncher:
             return False
 
     def poll(self, handle: LaunchHandle) -> int | None:
-        """Exit code of the attempt, or None while it runs. A wrapper that vanished without writing its
-        exit code (it was SIGKILLed) counts as exit code 137 — once none of the attempt's processes
-        (ranks it left behind included) is alive any more; until then the run still runs."""
-        exit_path = Path(handle.exit_path or "")
-        if exit_path.is_file():
-            return int(exit_path.read_text().strip() or 255)
-        if self._alive(handle):
+        """Exit code of the attempt, or None while any of its processes runs.
+
+        While the runner wrapper lives, or any process carrying the attempt's :data:`ATTEMPT_ENV` (ranks it left
+        behind), the attempt runs, whatever any file says. Then the code is the wrapper's own exit status where
+        this process reaped it (``waitpid``), else the exit file the wrapper wrote once every process of the
+        attempt had ended; a wrapper that vanished without writing it (SIGKILLed) counts as 137, and an
+        unreadable exit file as 255 (a failure, never a success).
+        """
+        if self._alive(handle) or self._attempt_processes(handle):
             return None
-        if exit_path.is_file():  # ended between the two checks
-            return int(exit_path.read_text().strip() or 255)
-        if self._attempt_processes(handle):  # the wrapper died but ranks it started live on
-            return None
-        if handle.pid in self._reaped:  # our own child, and its exit file is missing: its status says why
+        if handle.pid in self._reaped:  # our own child: its status from waitpid
             code = self._reaped[handle.pid]
             return 128 - code if code < 0 else code
-        return 137
+        return self._exit_file_code(handle)
+
+    @staticmethod
+    def _exit_file_code(handle: LaunchHandle) -> int:
+        try:
+            text = read_bytes(handle.exit_path or "", 32).decode("ascii", errors="replace").strip()
+        except FileNotFoundError:
+            return 128 + signal.SIGKILL
+        except OSError:
+            return 255
+        return int(text) if text.isdigit() and int(text) < 256 else 255
 
     def ended_at(self, handle: LaunchHandle) -> float | None:
         """When the attempt ended (epoch seconds): its exit file's modification time, written by the runner once
@@ -432,4 +475,7 @@ class LocalLauncher:
         exit_path = Path(handle.exit_path or "")
         if handle.exit_path and not exit_path.exists():
             # the wrapper died with the group before it could write the code: record the signal we sent
-            exit_path.write_text(str(int(code)))
+            try:
+                exit_path.write_text(str(int(code)))
+            except OSError:  # a full disk: poll() then says 137 (ended, by a signal), never "running"
+                pass

@@ -5,12 +5,18 @@ new process group, detached from the Airflow task that started it, so a later ta
 learn the exit code after the launching process is gone. Signals sent to the group reach the
 training; a training killed by signal N is recorded as exit code 128 + N (the shell convention).
 
+The exit code is the one this wrapper's own ``waitpid`` of the training's command returns, never
+anything the training wrote; ``EXIT_FILE`` lies in the run folder's ``status/``, which the launcher
+binds read-only into the training's namespaces (:mod:`autodl.launch.local`), and it is replaced
+(temp + rename) only once every process of the attempt has ended.
+
 The wrapper makes itself a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``, see
 prctl(2)): processes the training leaves behind — ranks ``paddle.distributed.launch`` started in
-their own sessions, a DataLoader worker whose parent died — are re-parented to it instead of to
-init. When the training's command has ended, whatever of it is still alive gets SIGTERM, SIGKILL
-after ``$AUTODL_STOP_GRACE_S`` seconds, and only then is the exit code written: an attempt is over
-when all of its processes are.
+their own sessions, a DataLoader worker whose parent died, a daemon that double-forked into a new
+session — are re-parented to it instead of to init. When the training's command has ended, whatever
+of it is still alive gets SIGTERM, SIGKILL after ``$AUTODL_STOP_GRACE_S`` seconds, and the wrapper
+reaps children until none is left; only then is the exit code written: an attempt is over when all
+of its processes are.
 """
 
 from __future__ import annotations
@@ -20,9 +26,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 PR_SET_CHILD_SUBREAPER = 36
 """``prctl`` option number (linux/prctl.h)."""
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option number (linux/prctl.h): the signal a process gets when its parent dies."""
+
+
+def die_with_parent() -> None:
+    """In the training's command, between fork and exec: SIGKILL it when this wrapper dies (prctl(2)), so a
+    training that kills its wrapper (possible without bubblewrap's PID namespace) goes with it instead of
+    running on unaccounted for. Kept across ``execve``; a process it forks does not inherit it, and a hostile
+    training may clear it: only bubblewrap's namespaces are a bound it cannot lift (``docs/security.md``)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def become_subreaper() -> bool:
@@ -34,36 +55,55 @@ def become_subreaper() -> bool:
         return False
 
 
-def end_leftovers(grace_s: float) -> int:
-    """SIGTERM every remaining descendant, SIGKILL after ``grace_s``; :returns: how many there were."""
+def _live_descendants() -> list:
+    import psutil
+
     try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return 0
-    me = psutil.Process()
-    left = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    if not left:
-        for p in me.children():  # reap zombies
-            try:
-                p.wait(0)
-            except Exception:  # noqa: BLE001
-                pass
-        return 0
-    for p in left:
+        return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error:
+        return []
+
+
+def _reap_exited() -> bool:
+    """Reap every child that has exited; :returns: False when this process has no child left at all."""
+    while True:
         try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _gone, alive = psutil.wait_procs(left, timeout=grace_s)
-    while alive:
-        for p in alive:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def end_leftovers(grace_s: float, poll_s: float = 0.05) -> int:
+    """End every process the training left, and return only when none is left.
+
+    Each live descendant gets SIGTERM, SIGKILL once ``grace_s`` seconds have passed since the first SIGTERM;
+    every child is reaped until ``waitpid`` says there is none (``ECHILD``). As a child subreaper, every orphan
+    of the training — a double-forked daemon in a session of its own, the processes of a bubblewrap PID
+    namespace being torn down — is this process's child until it is gone, so an empty ``waitpid`` means no
+    process of the attempt is left.
+
+    :returns: how many processes were signalled.
+    """
+    import psutil
+
+    signalled: set[int] = set()
+    first: float | None = None
+    while _reap_exited():
+        left = _live_descendants()
+        fresh = [p for p in left if p.pid not in signalled]
+        if fresh and first is None:
+            first = time.monotonic()
+        late = first is not None and time.monotonic() - first >= grace_s
+        for proc in left if late else fresh:
             try:
-                p.kill()
-            except psutil.NoSuchProcess:
+                proc.kill() if late else proc.terminate()
+            except psutil.Error:
                 pass
-        _gone, alive = psutil.wait_procs(alive, timeout=5)
-        alive += [p for p in me.children(recursive=True) if p.pid not in {a.pid for a in alive}]
-    return len(left)
+            signalled.add(proc.pid)
+        time.sleep(poll_s)
+    return len(signalled)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 128 + received[0]
     else:
         os.umask(0o077)  # what the training writes (logs, checkpoints, its report) is its owner's only
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, preexec_fn=die_with_parent)
         code = child.wait()
     if code < 0:
         code = 128 - code
@@ -103,9 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autodl: the training's command ended; {left} process(es) it left behind were stopped", file=sys.stderr,
               flush=True)
     tmp = exit_file + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(code))
-    os.replace(tmp, exit_file)
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(str(code))
+        os.replace(tmp, exit_file)
+    except OSError as exc:  # a full disk: the launcher then reads this process's own exit status, or 137
+        print(f"autodl: could not write the exit code {code} to {exit_file} ({exc.strerror})", file=sys.stderr,
+              flush=True)
     return code
 
 

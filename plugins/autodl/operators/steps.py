@@ -54,6 +54,15 @@ def default_deferrable() -> bool:
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
+def _triggerer_failover_s() -> float:
+    """Seconds until Airflow hands a killed triggerer's triggers to another: ``[triggerer]
+    triggerer_health_check_threshold`` plus ``job_heartbeat_sec`` (Airflow's defaults: 30 s and 5 s)."""
+    from airflow.configuration import conf
+
+    return (conf.getfloat("triggerer", "triggerer_health_check_threshold", fallback=30.0)
+            + conf.getfloat("triggerer", "job_heartbeat_sec", fallback=5.0))
+
+
 def _deferrable(value: bool | None) -> bool:
     return default_deferrable() if value is None else bool(value)
 
@@ -521,6 +530,8 @@ class AutoDLCollectOperator(_AutoDLStep):
             backstop = None
             if limits.deadline_ts is not None:
                 backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
+            limits = pipeline.keep_lease_for_deferral(ctx, handle.get("lease_id"), limits, failover_s=_triggerer_failover_s(),
+                                                      interval_s=float(self.sample_interval_s), log=self.log.info)
             # the configured interval, as in the worker (a 1 s floor here left short runs with a few samples)
             self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
                                               interval_s=float(self.sample_interval_s)),

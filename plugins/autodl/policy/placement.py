@@ -618,7 +618,9 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     where the catalog's figures are wrong; no price term (see :attr:`LinUCB.cost_weight`). A succeeded
     run with nothing measured on the device (a declared pool trains on CPU; no metrics file) teaches
     nothing and is not fed: its reward would only repeat the catalog's assumption. Records without a
-    device model, a placement or that never started are ignored.
+    device model, a placement or that never started are ignored. The step time is the training's own word:
+    one its record did not believe (``step_time_s`` None, :func:`autodl.metrics.checked_steps`) or one faster
+    than the device's peak compute allows (:func:`autodl.profile.runtime.fastest_step_s`) teaches nothing.
 
     :param record: the run record.
     :param catalog: device models (the reference device).
@@ -648,13 +650,17 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
         actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
         if not isinstance(actual, (int, float)) or not actual > 0 or not record.profile or ref is None:
             return False
-        from autodl.profile.runtime import estimate_step_time_s
+        from autodl.profile.runtime import estimate_step_time_s, fastest_step_s
 
         try:
-            ref_step = estimate_step_time_s(ResourceProfile.model_validate(record.profile), ref)
+            profile = ResourceProfile.model_validate(record.profile)
+            ref_step = estimate_step_time_s(profile, ref)
         except (CatalogError, ValueError):
             return False
         if not ref_step or not ref_step > 0:
+            return False
+        floor = fastest_step_s(profile, gpu) if gpu else None
+        if floor is not None and actual < floor:  # faster than the device's peak compute: not a measurement
             return False
         rel = ref_step / actual
     bandit = LinUCB()

@@ -20,6 +20,7 @@ data says what practitioners see: fp32 training throughput tracks memory bandwid
 from __future__ import annotations
 
 from autodl.catalog import GPUModel
+from autodl.errors import CatalogError
 from autodl.types import ResourceProfile
 
 COMPUTE_EFFICIENCY = 0.7
@@ -52,3 +53,26 @@ def estimate_step_time_s(profile: ResourceProfile, gpu: GPUModel, *, efficiency:
     moved = 3 * (b.weights_bytes + b.gradients_bytes) + 2 * b.optimizer_state_bytes + ACTIVATION_TRAFFIC * b.activations_bytes
     memory = moved / (gpu.memory_bandwidth_gbps * 1e9)
     return compute + memory
+
+
+FLOPS_COUNT_SLACK = 2.0
+"""How far above the truth the profile's FLOPs per step are allowed to lie before :func:`fastest_step_s` would
+call a real step impossible: a safety factor, not a fit (a static count that takes a fused or skipped op for a
+full one over-counts; twice the count is well beyond what the estimator cases under ``tests/cases/estimator``
+show)."""
+
+
+def fastest_step_s(profile: ResourceProfile, gpu: GPUModel) -> float | None:
+    """The fewest seconds one training step of ``profile`` can take on one ``gpu``: its FLOPs at the device's
+    dense fp16 peak (the fastest precision it publishes), divided by :data:`FLOPS_COUNT_SLACK`. A step time
+    below it is not a measurement (issue 23: forged step lines claimed 0.001 s per step).
+
+    :returns: seconds, or None when the FLOPs or the device's TFLOPS are unknown.
+    """
+    if not profile.flops_per_step:
+        return None
+    try:
+        peak = max(gpu.peak_tflops("fp16"), gpu.peak_tflops("fp32"))
+    except CatalogError:
+        return None
+    return profile.flops_per_step / (peak * 1e12) / FLOPS_COUNT_SLACK
