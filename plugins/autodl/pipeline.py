@@ -64,6 +64,7 @@ from autodl.types import (
     RunRecord,
     Selection,
     StopMark,
+    StopStatus,
     utcnow,
 )
 from autodl.untrusted import atomic_write_text, read_json_object
@@ -901,9 +902,9 @@ class CollectStopped(TrainingFailed):
     """The training was stopped before it ended by itself: ``status`` says why (``lease_lost``,
     ``timed_out``, ``unschedulable``, ``stopped``: by hand, ``autodl leases --release``)."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: StopStatus, message: str):
         super().__init__(message)
-        self.status = status
+        self.status: StopStatus = status
 
 
 class CollectGuard:
