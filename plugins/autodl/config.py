@@ -9,6 +9,7 @@
 | ``memory_threshold``          | ``AUTODL_MEMORY_THRESHOLD``| a spec without ``resource_policy.memory_threshold`` gets 0.85 |
 | ``default_launcher``          | ``AUTODL_LAUNCHER``        | a spec without ``launcher:`` gets ``local``          |
 | ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
+| ``prometheus_url``            | ``AUTODL_PROMETHEUS_URL``  | none: a pod's GPU samples are unknown (see :func:`prometheus_url`) |
 | (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
 | (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
 
@@ -38,6 +39,7 @@ SETTINGS: dict[str, str] = {
     "default_launcher": "AUTODL_LAUNCHER",
     "host_queues": "AUTODL_HOST_QUEUES",
     "gang_wait_bound_s": "AUTODL_GANG_WAIT_BOUND_S",
+    "prometheus_url": "AUTODL_PROMETHEUS_URL",
 }
 """``[autodl]`` option -> the environment variable that overrides it."""
 
@@ -273,6 +275,27 @@ def gang_wait_bound_s() -> float | None:
         raise ConfigError(f"{_source('gang_wait_bound_s')}: {raw!r} is not a number of seconds > 0; set it to "
                           f"e.g. {GANG_WAIT_BOUND_S:g}, or 'off' to let the shortest runs always go first.")
     return value
+
+
+def prometheus_url() -> str | None:
+    """The Prometheus server that scrapes dcgm-exporter (``[autodl] prometheus_url``, ``http(s)://HOST:PORT[/prefix]``):
+    where the collect step samples the GPUs of a pod, and of a container whose host NVML cannot be read from
+    here (:mod:`autodl.dcgm`). None: not configured.
+
+    :raises ConfigError: not an http(s) URL, naming where the value came from.
+    """
+    raw = setting("prometheus_url")
+    if raw is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        from autodl.redact import redact_url
+
+        raise ConfigError(f"{_source('prometheus_url')}: {redact_url(raw)!r} is not an http(s) URL of a Prometheus "
+                          "server; set it to e.g. http://prometheus:9090")
+    return raw.rstrip("/")
 
 
 def default_launcher() -> str | None:

@@ -1003,7 +1003,10 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
         keep_report(ctx.run_key, log=print)  # here, where the training ran, its report file is
 
     notes: list[str] = []
-    return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
+    from autodl.config import prometheus_url
+
+    sampler = make_sampler(handle, uuids, folder=folder, notes=notes, prometheus_url=prometheus_url())
+    return launcher, sampler, folder / "samples.jsonl", keep, notes
 
 
 def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, log: Callable[[str], None]) -> dict[str, Any]:

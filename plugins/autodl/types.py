@@ -359,7 +359,8 @@ class LaunchHandle(_Frozen):
 class RunMetrics(_Frozen):
     """Summary of what the run did (the time series stays in the metrics file, not in XCom)."""
 
-    source: str = Field(description="'nvml' or 'process' (CPU/RSS when no GPU is present).")
+    source: str = Field(description="'nvml', 'dcgm' (dcgm-exporter's series in Prometheus: a pod's GPUs, "
+                                    "autodl.dcgm), 'process' (CPU/RSS when no GPU is present) or 'none'.")
     duration_s: float
     exit_code: int | None
     samples: int = 0
