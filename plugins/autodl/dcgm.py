@@ -44,6 +44,13 @@ MAX_AGE_S = DEFAULT_MAX_AGE_S
 """A series whose newest sample is older than this is not used (the inventory's rule,
 :data:`autodl.inventory.prometheus.DEFAULT_MAX_AGE_S`)."""
 
+QUERY_TIMEOUT_S = 2.0
+"""Seconds a poll waits for Prometheus: the collect's poll also streams the log and heartbeats the lease, so a
+slow server must not hold it for the inventory's 10 s."""
+
+RETRY_AFTER_S = 30.0
+"""After Prometheus did not answer, polls within this many seconds do not ask again (they count as unanswered)."""
+
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9._-]+")
 _UUID = re.compile(r"(GPU|MIG)-[A-Za-z0-9-]+")
 
@@ -94,10 +101,12 @@ class DcgmSampler:
         self.max_age_s = max_age_s
         self.polls = self.without_series = self.unanswered = self.partial = 0
         self.last_error: str | None = None
+        self._retry_at = 0.0
 
     def _rows(self, at: float) -> list[dict[str, Any]]:
         for selector in self.selectors:  # the exporter's own labels first, then as a scrape config renames them
-            rows = query(self.base, selector, at, source=self.shown, what="GPU samples from Prometheus")
+            rows = query(self.base, selector, at, source=self.shown, what="GPU samples from Prometheus",
+                         timeout_s=QUERY_TIMEOUT_S)
             if rows:
                 return rows
         return []
@@ -125,11 +134,15 @@ class DcgmSampler:
         """One sample of the run's devices, or None when Prometheus did not answer or had no series for them."""
         at = time.time() if now is None else now
         self.polls += 1
+        if time.monotonic() < self._retry_at:
+            self.unanswered += 1
+            return None
         try:
             rows = self._rows(at)
         except InventoryError as exc:
             self.unanswered += 1
             self.last_error = str(exc)
+            self._retry_at = time.monotonic() + RETRY_AFTER_S
             return None
         per = {uuid: d for uuid, d in self._devices(rows, at).items() if d}
         if not per:

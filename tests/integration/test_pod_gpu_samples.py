@@ -256,3 +256,21 @@ def test_the_follower_of_a_pod_records_its_gpu_samples(prometheus, catalog):
     assert metrics.source == "dcgm" and metrics.samples == 3
     assert metrics.mean_utilization_pct == 60.0 and metrics.device_used_peak_bytes == 4000 * MiB
     assert not any("GPU samples" in n for n in metrics.notes), metrics.notes
+
+
+def test_after_prometheus_did_not_answer_the_next_polls_do_not_wait_for_it(monkeypatch):
+    """A poll also streams the log and heartbeats the lease: after an unanswered query the next polls within
+    RETRY_AFTER_S count as unanswered without asking again."""
+    from autodl import dcgm
+
+    asked = []
+
+    def unanswered(*_args, timeout_s, **_kwargs):
+        asked.append(timeout_s)
+        raise dcgm.InventoryError("GPU samples from Prometheus 'x': cannot read the Prometheus HTTP API")
+
+    monkeypatch.setattr(dcgm, "query", unanswered)
+    sampler = DcgmSampler("http://127.0.0.1:9", namespace="ml", pod="p")
+    assert [sampler.sample() for _ in range(3)] == [None, None, None]
+    assert asked == [dcgm.QUERY_TIMEOUT_S], "asked once, with the short timeout"
+    assert "unknown in 3 of 3 polls" in sampler.notes[0]

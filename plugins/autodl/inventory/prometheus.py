@@ -158,16 +158,18 @@ def _request(url: str) -> urllib.request.Request:
     return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
 
 
-def query(base: str, promql: str, at: float, *, source: str, what: str = "pool source") -> list[dict[str, Any]]:
+def query(base: str, promql: str, at: float, *, source: str, what: str = "pool source",
+          timeout_s: float = TIMEOUT_S) -> list[dict[str, Any]]:
     """Run an instant query; returns the ``result`` list.
 
     :param what: what ``source`` is, for the messages (the inventory's "pool source", the collect's samples).
+    :param timeout_s: seconds to wait for the server.
 
     :raises InventoryError: server unreachable, HTTP error, or an error status from Prometheus.
     """
     qs = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
     try:
-        with urllib.request.urlopen(_request(f"{base}/api/v1/query?{qs}"), timeout=TIMEOUT_S) as resp:  # noqa: S310
+        with urllib.request.urlopen(_request(f"{base}/api/v1/query?{qs}"), timeout=timeout_s) as resp:  # noqa: S310
             body = json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
         try:
