@@ -2,7 +2,8 @@
 # Sourced by .ci/run (may also be run): installs Debian's Prometheus server for tests/integration/test_prometheus.py.
 #
 # The tests start and stop their own servers (127.0.0.1:29090 scraping test endpoints on 29091-29092, and
-# test_prometheus_dcgm_cases.py's on 29093 scraping 29094-29096; config and storage in temporary folders), so
+# test_prometheus_dcgm_cases.py's on 29093 scraping 29094-29096, test_pod_gpu_samples.py's on free ports; config and
+# storage in temporary folders), so
 # nothing is left running here. Where the package's own service was started by
 # the install (a machine with systemd and no policy-rc.d), it is stopped again: it would listen on :9090.
 # Exports AUTODL_PROMETHEUS_READY=1 when /usr/bin/prometheus is there.

@@ -11,6 +11,7 @@
 | ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
 | ``dry_run_in``                | ``AUTODL_DRY_RUN_IN``      | ``auto``: this worker's sandbox, else the launcher's image (:mod:`autodl.profile.where`) |
 | ``team_queues``               | ``AUTODL_TEAM_QUEUES``     | none: no team quotas (see :mod:`autodl.quota`)       |
+| ``prometheus_url``            | ``AUTODL_PROMETHEUS_URL``  | none: a pod's GPU samples are unknown (see :func:`prometheus_url`) |
 | (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
 | (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
 
@@ -42,6 +43,7 @@ SETTINGS: dict[str, str] = {
     "gang_wait_bound_s": "AUTODL_GANG_WAIT_BOUND_S",
     "dry_run_in": "AUTODL_DRY_RUN_IN",
     "team_queues": "AUTODL_TEAM_QUEUES",
+    "prometheus_url": "AUTODL_PROMETHEUS_URL",
 }
 """``[autodl]`` option -> the environment variable that overrides it."""
 
@@ -277,6 +279,27 @@ def gang_wait_bound_s() -> float | None:
         raise ConfigError(f"{_source('gang_wait_bound_s')}: {raw!r} is not a number of seconds > 0; set it to "
                           f"e.g. {GANG_WAIT_BOUND_S:g}, or 'off' to let the shortest runs always go first.")
     return value
+
+
+def prometheus_url() -> str | None:
+    """The Prometheus server that scrapes dcgm-exporter (``[autodl] prometheus_url``, ``http(s)://HOST:PORT[/prefix]``):
+    where the collect step samples the GPUs of a pod, and of a container whose host NVML cannot be read from
+    here (:mod:`autodl.dcgm`). None: not configured.
+
+    :raises ConfigError: not an http(s) URL, naming where the value came from.
+    """
+    raw = setting("prometheus_url")
+    if raw is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        from autodl.redact import redact_url
+
+        raise ConfigError(f"{_source('prometheus_url')}: {redact_url(raw)!r} is not an http(s) URL of a Prometheus "
+                          "server; set it to e.g. http://prometheus:9090")
+    return raw.rstrip("/")
 
 
 def default_launcher() -> str | None:

@@ -8,8 +8,10 @@ the numbers are the store's, not one process's memory. Served by ``autodl export
 Series:
 
 * ``autodl_leases_held`` — live leases; ``autodl_leased_devices{host, model}`` — devices they book;
-* ``autodl_waiting_runs`` — runs profiled but not booked yet (their run folder holds a profile, and they
-  have neither a live lease nor a record);
+* ``autodl_waiting_runs`` — runs profiled but not booked yet: a profile in the store's run state
+  (:class:`autodl.store.RunState`) or an entry in the admission queue, neither a live lease nor a record
+  made after that (a cleared and re-run run waits again);
+  every host's runs, read from the one store (not this machine's run folders);
 * ``autodl_runs_total{outcome}`` — recorded runs by outcome; ``autodl_runs_oom_total`` — of them, ended by
   an out-of-memory error;
 * ``autodl_admission_wait_seconds{team}`` — histogram of how long admitted runs waited in the admission
@@ -23,6 +25,7 @@ Series:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -37,8 +40,12 @@ WAIT_BUCKETS_S = (30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 432
 day, roughly doubling (autodl's choice; a wait past a day lands in +Inf)."""
 
 
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
 class AutoDLCollector(Collector):
-    """Reads the ledger, the run records and the run folders on every scrape.
+    """Reads the ledger, the run records, the run state and the admission queue on every scrape.
 
     :param store_url: autodl's store; default :func:`autodl.config.store_url`.
     """
@@ -94,7 +101,8 @@ class AutoDLCollector(Collector):
         yield from self._queue_metrics()
 
         waiting = GaugeMetricFamily("autodl_waiting_runs", "Runs profiled but not booked yet (waiting for the pool).")
-        waiting.add_metric([], self._waiting({le.run_key for le in leases}, {r.run_key for r in records}))
+        recorded = {r.run_key: r.recorded_at for r in records}
+        waiting.add_metric([], len(self.waiting({le.run_key for le in leases}, recorded)))
         yield waiting
 
     def _queue_metrics(self) -> Iterator[Metric]:
@@ -117,16 +125,17 @@ class AutoDLCollector(Collector):
             held.add_metric([h.team], 1)
         yield held
 
-    @staticmethod
-    def _waiting(leased: set[str], recorded: set[str]) -> int:
-        from autodl.config import autodl_home
-        from autodl.launch.local import run_dir_name
+    def waiting(self, leased: set[str], recorded: dict[str, datetime]) -> set[str]:
+        """Run keys profiled (run state) or queued (admission queue) that hold no live lease and were not recorded
+        since (``recorded``: run key -> when its record was written)."""
+        from autodl.queue import AdmissionQueue
+        from autodl.store import RunState
 
-        runs = autodl_home() / "runs"
-        if not runs.is_dir():
-            return 0
-        done = {run_dir_name(k) for k in leased | recorded}
-        return sum(1 for profile in runs.glob("*/profile.json") if profile.parent.name not in done)
+        since = RunState(self.store_url).written(RunState.PROFILE)
+        for entry in AdmissionQueue(self.store_url).entries():
+            since[entry.run_key] = max(since.get(entry.run_key, entry.enqueued_at), entry.enqueued_at)
+        return {key for key, at in since.items()
+                if key not in leased and (key not in recorded or _utc(recorded[key]) < at)}
 
 
 def _bound(seconds: float) -> str:

@@ -259,17 +259,28 @@ def write_baseline(folder: str | Path, device_uuids: list[str], nvml: ModuleType
 
 
 def make_sampler(handle: LaunchHandle, device_uuids: list[str], *, folder: str | Path | None = None,
-                 nvml: ModuleType | None = None, notes: list[str] | None = None) -> Sampler | None:
-    """NVML for a GPU run whose devices have UUIDs, else the process tree of a local run, else None.
+                 nvml: ModuleType | None = None, notes: list[str] | None = None,
+                 prometheus_url: str | None = None) -> Sampler | None:
+    """NVML for a GPU run whose devices have UUIDs and are on this host; else dcgm-exporter's series in Prometheus
+    (a pod's GPUs, or a container's whose host NVML here cannot read: :class:`autodl.dcgm.DcgmSampler`) when
+    ``prometheus_url`` is given; else the process tree of a local run; else None.
 
     :param folder: the run's folder, for the NVML baseline.
-    :param notes: receives why NVML was not used, when it was not.
+    :param notes: receives why NVML (or Prometheus) was not used, when it was not.
+    :param prometheus_url: the Prometheus server scraping dcgm-exporter (``[autodl] prometheus_url``).
     """
     if handle.launcher == "kubernetes":
-        if notes is not None and not handle.on_cpu:
-            notes.append("GPU samples of a pod are unknown: NVML here cannot see the pod's devices (the DCGM "
-                         "exporter's Prometheus series are the source where one is configured); the run's own "
-                         "peak comes from the training's report through its log")
+        if handle.on_cpu:
+            return None
+        if prometheus_url and handle.pod_name and handle.namespace:
+            from autodl.dcgm import DcgmSampler
+
+            return DcgmSampler(prometheus_url, namespace=handle.namespace, pod=handle.pod_name,
+                               expected_devices=len(handle.device_ids) or 1)
+        if notes is not None:
+            notes.append("GPU samples of a pod are unknown: NVML here cannot see the pod's devices and no Prometheus "
+                         "scraping dcgm-exporter is configured ([autodl] prometheus_url); the run's own peak comes "
+                         "from the training's report through its log")
         return None
     if not handle.on_cpu and device_uuids:
         try:
@@ -280,6 +291,13 @@ def make_sampler(handle: LaunchHandle, device_uuids: list[str], *, folder: str |
                     notes.append("no NVML baseline from launch time: the run's own NVML memory is unknown")
             return sampler
         except Exception as exc:  # noqa: BLE001 - NVML missing or a UUID unknown: fall back
+            if prometheus_url and handle.pid is None:  # a container on another host: its DCGM series
+                from autodl.dcgm import DcgmSampler
+
+                if notes is not None:
+                    notes.append(f"NVML here cannot read the booked devices ({exc}); they are sampled from "
+                                 "dcgm-exporter's series in Prometheus (device-wide, not the run's own memory)")
+                return DcgmSampler(prometheus_url, device_uuids=device_uuids, expected_devices=len(device_uuids))
             if notes is not None:
                 notes.append(f"NVML sampling unavailable ({exc}); device memory comes from the training's own report only")
     if handle.pid is not None:

@@ -67,6 +67,7 @@ from autodl.types import (
     RunRecord,
     Selection,
     StopMark,
+    StopStatus,
     utcnow,
 )
 from autodl.untrusted import atomic_write_text, read_json_object
@@ -1182,9 +1183,9 @@ class CollectStopped(TrainingFailed):
     """The training was stopped before it ended by itself: ``status`` says why (``lease_lost``,
     ``timed_out``, ``unschedulable``, ``stopped``: by hand, ``autodl leases --release``)."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: StopStatus, message: str):
         super().__init__(message)
-        self.status = status
+        self.status: StopStatus = status
 
 
 class CollectGuard:
@@ -1284,7 +1285,10 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
         keep_report(ctx.run_key, log=print)  # here, where the training ran, its report file is
 
     notes: list[str] = []
-    return launcher, make_sampler(handle, uuids, folder=folder, notes=notes), folder / "samples.jsonl", keep, notes
+    from autodl.config import prometheus_url
+
+    sampler = make_sampler(handle, uuids, folder=folder, notes=notes, prometheus_url=prometheus_url())
+    return launcher, sampler, folder / "samples.jsonl", keep, notes
 
 
 def known_end(run_key: str, handle: LaunchHandle) -> float | None:

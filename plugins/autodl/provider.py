@@ -58,6 +58,16 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "example": "launcher",
         "default": "",
     },
+    "prometheus_url": {
+        "description": "Prometheus server scraping dcgm-exporter (http://HOST:PORT). The collect step samples a pod's "
+                       "GPUs there (dcgm-exporter's pod and namespace labels), and a container's by device UUID when "
+                       "NVML cannot be read where the collect runs. Empty: those GPU samples are unknown, and the "
+                       "run's metrics say so. AUTODL_PROMETHEUS_URL wins.",
+        "version_added": "0.1.0",
+        "type": "string",
+        "example": "http://prometheus:9090",
+        "default": "",
+    },
     "host_queues": {
         "description": "Several GPU hosts on the CeleryExecutor: host=queue pairs, comma-separated. The launch and "
                        "collect steps of a run booked on a listed host go to its queue (one worker per host runs "

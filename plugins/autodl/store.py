@@ -298,6 +298,13 @@ class RunState:
                              .order_by(RunStateRow.written_at)).all()
             return {name: host for name, host in rows}
 
+    def written(self, name: str) -> dict[str, datetime]:
+        """``{run key: when}`` of every run for which some step wrote ``name`` (e.g. :data:`PROFILE`: every
+        profiled run, with when it was last profiled), whichever host wrote it; times timezone-aware UTC."""
+        with self._session() as s:
+            rows = s.execute(select(RunStateRow.run_key, RunStateRow.written_at).where(RunStateRow.name == name)).all()
+        return {key: at if at.tzinfo else at.replace(tzinfo=timezone.utc) for key, at in rows}
+
     def note_failure(self, run_key: str, step: str, message: str) -> None:
         """Remember why ``step`` failed (``failure:<step>``), for the run's record."""
         self.put(run_key, self.FAILURE_PREFIX + step, {"step": step, "message": message})

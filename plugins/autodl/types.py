@@ -375,7 +375,8 @@ class LaunchHandle(_Frozen):
 class RunMetrics(_Frozen):
     """Summary of what the run did (the time series stays in the metrics file, not in XCom)."""
 
-    source: str = Field(description="'nvml' or 'process' (CPU/RSS when no GPU is present).")
+    source: str = Field(description="'nvml', 'dcgm' (dcgm-exporter's series in Prometheus: a pod's GPUs, "
+                                    "autodl.dcgm), 'process' (CPU/RSS when no GPU is present) or 'none'.")
     duration_s: float
     exit_code: int | None
     samples: int = 0
@@ -538,3 +539,22 @@ class PoolEvent(_StepValue):
     status: Literal["booked", "no_fit", "timeout", "error"]
     selection: Selection | None = None
     message: str = ""
+
+
+StopStatus = Literal["lease_lost", "timed_out", "unschedulable", "stopped"]
+"""Why the collect stopped a training before it ended by itself (:class:`autodl.pipeline.CollectStopped`)."""
+
+
+class CollectEvent(_StepValue):
+    """The event :class:`autodl.triggers.collect.CollectTrigger` fires once.
+
+    ``ended``: the training ended by itself (``exit_code``); ``lease_lost``, ``timed_out``, ``unschedulable``,
+    ``stopped`` (by hand): the trigger stopped it early (:class:`autodl.pipeline.CollectStopped`), ``message``
+    says why. ``metrics`` is what was measured up to then, in every case.
+    """
+
+    status: Literal["ended", "lease_lost", "timed_out", "unschedulable", "stopped"] = Field(
+        description="'ended', or why it was stopped (:data:`StopStatus`).")
+    exit_code: int | None = Field(None, description="The training's exit status; None unless ``ended``.")
+    message: str = ""
+    metrics: RunMetrics

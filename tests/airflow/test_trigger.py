@@ -300,3 +300,68 @@ def test_a_short_run_followed_from_the_triggerer_is_sampled_from_its_launch(auto
     with DAG("interval_dag", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
         train = AutoDLTrainOperator(task_id="train", sample_interval_s=0.2, probe=False)
     assert train.launch.sample_interval_s == 0.2
+
+
+# ------------------------------------------------------------------------------- the collect event, typed
+def through_airflow(event):
+    """The path a trigger's event takes to ``execute_complete``: the triggerer's message to its supervisor
+    (the TriggerEvent model as JSON), the scheduler's ``next_kwargs`` (Airflow's serde, stored as JSON) and the
+    task runner's deserialisation."""
+    from airflow.sdk.serde import deserialize, serialize
+    from airflow.triggers.base import TriggerEvent
+
+    sent = TriggerEvent.model_validate_json(event.model_dump_json())
+    stored = json.loads(json.dumps(serialize({"event": sent.payload})))
+    return deserialize(stored)["event"]
+
+
+def test_the_collect_event_round_trips_through_airflows_trigger_event_serialization(autodl_home, tmp_path):
+    from autodl.types import CollectEvent, RunMetrics
+
+    ctx, handle = launched(tmp_path, "print('step 0', flush=True)\n")
+    event = asyncio.run(first_event(collect_trigger(ctx, handle)))
+    received = CollectEvent.coerce(through_airflow(event), what="the collect trigger's event")
+    assert received.status == "ended" and received.exit_code == 0
+    assert isinstance(received.metrics, RunMetrics) and received.metrics.exit_code == 0
+    assert received.metrics == RunMetrics.model_validate(event.payload["metrics"])
+
+
+def test_a_stopped_collect_event_keeps_its_reason_and_metrics_through_airflow(autodl_home, tmp_path):
+    from autodl.types import CollectEvent
+
+    ctx, handle = launched(tmp_path, "import time\ntime.sleep(600)\n")
+    Ledger().release(ctx.run_key)
+    received = CollectEvent.coerce(through_airflow(asyncio.run(first_event(collect_trigger(ctx, handle)))))
+    assert received.status == "lease_lost" and received.exit_code is None and "is gone" in received.message
+    assert received.metrics.exit_code is None
+
+
+def collect_op_context():
+    from types import SimpleNamespace
+
+    ti = SimpleNamespace(dag_id="d", task_id="g.collect_metrics", try_number=1,
+                         xcom_pull=lambda task_ids: {"launcher": "local", "run_key": "d.g.r1"})
+    return {"ti": ti, "run_id": "r1"}
+
+
+@pytest.mark.parametrize("event, field", [
+    ({"status": "ended", "exit_code": 0, "metric": {}}, "metrics: Field required"),
+    ({"state": "ended", "exit_code": 0, "metrics": {"source": "nvml", "duration_s": 1.0, "exit_code": 0}},
+     "status: Field required"),
+    ({"status": "finished", "metrics": {"source": "nvml", "duration_s": 1.0, "exit_code": 0}}, "status: Input should be"),
+    ({"status": "ended", "exit_code": 0, "metrics": {"source": "nvml", "exit_code": 0}}, r"metrics\.duration_s: Field required"),
+    (None, r"\(value\): Input should be a valid dictionary"),
+], ids=["metrics-renamed", "status-renamed", "unknown-status", "metrics-field-missing", "no-event"])
+def test_a_collect_event_with_a_renamed_or_missing_key_fails_the_collect_at_once_naming_it(autodl_home, event, field):
+    """The event comes back from the triggerer as JSON: a wrong key fails the task without retrying (a retry
+    reads the same event), naming the key, and the run state keeps why for the record."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from autodl.operators.steps import AutoDLCollectOperator
+    from autodl.store import RunState
+
+    op = AutoDLCollectOperator(task_id="g.collect_metrics", group_id="g")
+    with pytest.raises(AirflowFailException, match=field) as failed:
+        op.execute_complete(collect_op_context(), event)
+    assert "the collect trigger's event is not a valid CollectEvent" in str(failed.value)
+    assert "not a valid CollectEvent" in RunState().failures("d.g.r1")["collect"]

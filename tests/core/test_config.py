@@ -44,7 +44,7 @@ def test_autodl_include_overrides(monkeypatch, tmp_path):
 def test_defaults_without_settings():
     assert config.pool_source() == "auto"
     assert config.default_memory_threshold() is None and config.default_launcher() is None
-    assert config.host_queues() == {}
+    assert config.host_queues() == {} and config.prometheus_url() is None
     spec = TaskSpec()
     assert spec.resource_policy.memory_threshold == DEFAULT_MEMORY_THRESHOLD and spec.launcher.type == "local"
 
@@ -64,11 +64,12 @@ def test_variables_give_the_spec_defaults_but_the_spec_wins(monkeypatch):
     ("AUTODL_LAUNCHER", "dockr", "unknown launcher 'dockr'"),
     ("AUTODL_HOST_QUEUES", "gpu-a", "is not host=queue"),
     ("AUTODL_HOST_QUEUES", "{\"gpu-a\": 3}", "map host names to queue names"),
+    ("AUTODL_PROMETHEUS_URL", "prometheus:9090", "is not an http\\(s\\) URL of a Prometheus server"),
 ])
 def test_bad_settings_name_their_source(monkeypatch, name, value, fragment):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=fragment) as err:
-        config.default_memory_threshold(), config.default_launcher(), config.host_queues()
+        config.default_memory_threshold(), config.default_launcher(), config.host_queues(), config.prometheus_url()
     assert f"environment variable {name}" in str(err.value)
 
 
@@ -145,3 +146,8 @@ def test_plan_json_stays_json_with_an_airflow_cfg(tmp_path):
                           "--json", "--no-probe"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["fits"] is True
+
+
+def test_prometheus_url_from_the_variable(monkeypatch):
+    monkeypatch.setenv("AUTODL_PROMETHEUS_URL", "http://prometheus:9090/")
+    assert config.prometheus_url() == "http://prometheus:9090"

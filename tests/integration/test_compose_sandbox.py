@@ -80,3 +80,67 @@ def test_bwrap_makes_the_sandbox_with_the_overrides_options(docker_client, bwrap
     for one in options:  # each is needed
         code, out = _run(docker_client, [o for o in options if o != one])
         assert code != 0, f"{one} is not needed: {out}"
+
+
+# ------------------------------------------------------------- what Debian's docker-compose does with the override
+def _compose_tool() -> str:
+    tool = shutil.which("docker-compose")
+    require_service(tool is not None, "docker-compose", "install Debian's docker-compose (`source .ci/compose.sh`)")
+    return tool
+
+
+def _rendered_security_opt(tool: str) -> list[str]:
+    """``security_opt`` of ``airflow-worker`` as ``docker-compose config`` renders the stack with the override."""
+    out = subprocess.run([tool, "--env-file", str(REPO / ".env.example"), "-f", str(REPO / "docker-compose.yaml"), "-f", str(REPO / "docker/compose.sandbox.yaml"),
+                          "config"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)["services"]["airflow-worker"]["security_opt"]
+
+
+def _compose_up(tool: str, folder: Path, project: str, security_opt: list[str]) -> subprocess.CompletedProcess:
+    """``docker-compose up --no-start`` of one service running BWRAP as uid 50000 with ``security_opt``."""
+    file = folder / f"{project}.yaml"
+    file.write_text(yaml.safe_dump({"version": "3.8", "services": {"profiler": {
+        "image": IMAGE, "command": BWRAP, "user": "50000", "network_mode": "none", "security_opt": security_opt}}}))
+    return subprocess.run([tool, "-p", project, "-f", str(file), "up", "--no-start"], capture_output=True, text=True)
+
+
+def _down(tool: str, folder: Path, project: str) -> None:
+    subprocess.run([tool, "-p", project, "-f", str(folder / f"{project}.yaml"), "down"], capture_output=True)
+
+
+def test_debian_compose_renders_the_override_and_the_engine_refuses_systempaths(docker_client, bwrap_image, tmp_path):
+    """What docs/compose.md says was verified: Debian's docker-compose (Compose v1) renders the override's
+    ``security_opt`` as written and sends it to the engine as it is; the engine refuses ``systempaths=unconfined``
+    (only the Docker CLI and Compose v2 since docker/compose#10110 turn it into empty MaskedPaths/ReadonlyPaths),
+    so with Compose v1 the override's services are not created at all."""
+    tool = _compose_tool()
+    rendered = _rendered_security_opt(tool)
+    assert rendered == ["seccomp=unconfined", "systempaths=unconfined"]
+    project = f"autodltest{tmp_path.name[-6:].lower().replace('_', '')}"
+    try:
+        out = _compose_up(tool, tmp_path, project, rendered)
+        assert out.returncode != 0
+        assert 'invalid --security-opt 2: "systempaths=unconfined"' in out.stderr, out.stderr
+        assert docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"}) == []
+    finally:
+        _down(tool, tmp_path, project)
+
+
+def test_with_compose_v1_seccomp_reaches_the_container_but_proc_stays_masked(docker_client, bwrap_image, tmp_path):
+    """Without ``systempaths=unconfined`` Compose v1 creates the container: ``seccomp=unconfined`` reaches its
+    HostConfig, the masked /proc paths stay, and bubblewrap cannot mount its /proc there."""
+    tool = _compose_tool()
+    project = f"autodltestv1{tmp_path.name[-6:].lower().replace('_', '')}"
+    try:
+        out = _compose_up(tool, tmp_path, project, ["seccomp=unconfined"])
+        assert out.returncode == 0, out.stderr
+        (container,) = docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+        host_config = container.attrs["HostConfig"]
+        assert host_config["SecurityOpt"] == ["seccomp=unconfined"]
+        assert "/proc/kcore" in (host_config.get("MaskedPaths") or []), host_config.get("MaskedPaths")
+        container.start()
+        assert container.wait(timeout=120)["StatusCode"] != 0
+        assert "proc" in container.logs().decode(errors="replace")
+    finally:
+        _down(tool, tmp_path, project)

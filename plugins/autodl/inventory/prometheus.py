@@ -158,28 +158,32 @@ def _request(url: str) -> urllib.request.Request:
     return urllib.request.Request(plain, headers={"Authorization": f"Basic {token}"})
 
 
-def query(base: str, promql: str, at: float, *, source: str) -> list[dict[str, Any]]:
+def query(base: str, promql: str, at: float, *, source: str, what: str = "pool source",
+          timeout_s: float = TIMEOUT_S) -> list[dict[str, Any]]:
     """Run an instant query; returns the ``result`` list.
+
+    :param what: what ``source`` is, for the messages (the inventory's "pool source", the collect's samples).
+    :param timeout_s: seconds to wait for the server.
 
     :raises InventoryError: server unreachable, HTTP error, or an error status from Prometheus.
     """
     qs = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
     try:
-        with urllib.request.urlopen(_request(f"{base}/api/v1/query?{qs}"), timeout=TIMEOUT_S) as resp:  # noqa: S310
+        with urllib.request.urlopen(_request(f"{base}/api/v1/query?{qs}"), timeout=timeout_s) as resp:  # noqa: S310
             body = json.loads(resp.read().decode())
     except urllib.error.HTTPError as exc:
         try:
             detail = json.loads(exc.read().decode()).get("error", "")
         except Exception:  # noqa: BLE001
             detail = ""
-        raise InventoryError(f"pool source {source!r}: Prometheus answered HTTP {exc.code} {detail}; "
+        raise InventoryError(f"{what} {source!r}: Prometheus answered HTTP {exc.code} {detail}; "
                              "check the URL (its path prefix) and the server's log.") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise InventoryError(f"pool source {source!r}: cannot read the Prometheus HTTP API at {redact_url(base)} "
+        raise InventoryError(f"{what} {source!r}: cannot read the Prometheus HTTP API at {redact_url(base)} "
                              f"({redact_text(exc)}); "
                              "check that the server runs and the host/port are right.") from None
     if body.get("status") != "success":
-        raise InventoryError(f"pool source {source!r}: Prometheus query failed: {body.get('error')}.")
+        raise InventoryError(f"{what} {source!r}: Prometheus query failed: {body.get('error')}.")
     return body.get("data", {}).get("result", [])
 
 

@@ -543,21 +543,26 @@ class AutoDLCollectOperator(_AutoDLStep):
                                      interval_s=self.sample_interval_s, limits=limits)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        from autodl.types import LaunchHandle, RunMetrics
+        from autodl.types import CollectEvent, LaunchHandle
 
         ctx = self._ctx(context)
-        handle = LaunchHandle.model_validate(self._pull(context, "launch"))
-        status = (event or {}).get("status")
         try:
-            if status == "ended":
-                return pipeline.summarise_end(ctx, handle, RunMetrics.model_validate(event["metrics"]), self.log.info)
+            typed = CollectEvent.coerce(event, what="the collect trigger's event")
+        except StateError as exc:  # a retry would read the same event: fail at once, saying which field
+            pipeline.note_failure(ctx.run_key, self.step, str(exc))
+            self.log.error("%s", exc)
+            raise AirflowFailException(str(exc)) from None
+        handle = LaunchHandle.model_validate(self._pull(context, "launch"))
+        try:
+            if typed.status == "ended":
+                return pipeline.summarise_end(ctx, handle, typed.metrics, self.log.info)
         except AutoDLError as exc:
             pipeline.note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
                 raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
             raise
-        message = (event or {}).get("message") or f"following the training ended without its exit: {event}"
+        message = typed.message or f"following the training ended without its exit ({typed.status})"
         pipeline.note_failure(ctx.run_key, self.step, message)
         self.log.error("%s", message)
         raise AirflowFailException(message)

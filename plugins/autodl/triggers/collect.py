@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,11 +15,14 @@ from autodl.triggers import MIN_DEFERRAL_S, hold_until
 class CollectTrigger(BaseTrigger):
     """Every ``interval_s`` seconds: polls the process, container or pod, streams the training's new log
     lines into the task log, samples metrics (:class:`autodl.metrics.Follower`), heartbeats the lease and
-    checks the limits (:class:`autodl.pipeline.CollectGuard`). Fires once:
+    checks the limits (:class:`autodl.pipeline.CollectGuard`). Fires once, a :class:`autodl.types.CollectEvent`
+    (dumped to JSON only as the event's payload):
 
-    - ``{"status": "ended", "exit_code": N, "metrics": ...}`` when the training ended by itself;
-    - ``{"status": "lease_lost" | "timed_out" | "unschedulable", "message": ..., "metrics": ...}`` when it
-      was stopped early, and why.
+    - ``ended`` with the ``exit_code`` when the training ended by itself;
+    - ``lease_lost``, ``timed_out``, ``unschedulable`` or ``stopped`` with a ``message`` when it was stopped
+      early, and why.
+
+    Both carry the ``metrics`` measured up to then (:class:`autodl.types.RunMetrics`).
 
     Resumable: the log offset (bytes for a local run, the last line's timestamp in ns for a container or pod,
     :class:`autodl.launch.base.LogStream`) is kept in the run's state folder and the samples file is re-read, so a
@@ -77,7 +79,12 @@ class CollectTrigger(BaseTrigger):
         yield event
 
     async def _follow(self) -> TriggerEvent:
+        event = await self._event()
+        return TriggerEvent(event.model_dump(mode="json"))
+
+    async def _event(self):
         from autodl.pipeline import stop_early
+        from autodl.types import CollectEvent
 
         ctx, handle, launcher, follower, guard, keep, offset_file = await asyncio.to_thread(self._setup)
         try:
@@ -88,15 +95,13 @@ class CollectTrigger(BaseTrigger):
                 if code is not None:
                     metrics = follower.summary(code)
                     keep(metrics)
-                    return TriggerEvent({"status": "ended", "exit_code": code,
-                                         "metrics": json.loads(metrics.model_dump_json())})
+                    return CollectEvent(status="ended", exit_code=code, metrics=metrics)
                 stopped = await asyncio.to_thread(guard.check)
                 if stopped is not None:
                     await asyncio.to_thread(stop_early, ctx, handle, launcher, stopped, self.log.warning)
                     metrics = follower.summary(None)
                     keep(metrics)
-                    return TriggerEvent({"status": stopped.status, "message": str(stopped),
-                                         "metrics": json.loads(metrics.model_dump_json())})
+                    return CollectEvent(status=stopped.status, message=str(stopped), metrics=metrics)
                 # the interval is from tick to tick: the poll and the lease check above are part of it
                 await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - tick)))
         finally:

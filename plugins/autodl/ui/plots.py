@@ -72,7 +72,7 @@ def timeline_png(samples: list[dict[str, float]], *, estimated_peak_bytes: int |
     t0 = samples[0]["t"]
     ts = [s["t"] - t0 for s in samples]
     mem = [(s.get("memory_bytes") or 0) / GiB if s.get("memory_bytes") is not None else float("nan") for s in samples]
-    what = "device memory" if source == "nvml" else "process RSS" if source == "process" else "memory"
+    what = "device memory" if source in ("nvml", "dcgm") else "process RSS" if source == "process" else "memory"
     ax.plot(ts, mem, color="#1f77b4", label=f"{what} (GiB)")
     if estimated_peak_bytes:
         ax.axhline(estimated_peak_bytes / GiB, color="#d62728", linestyle="--", linewidth=1, label="estimated peak")
@@ -82,7 +82,7 @@ def timeline_png(samples: list[dict[str, float]], *, estimated_peak_bytes: int |
     util = [s.get("utilization_pct") for s in samples]
     ax2 = ax.twinx()
     ax2.plot(ts, [u if u is not None else float("nan") for u in util], color="#2ca02c", alpha=0.7,
-             label="utilization (%)" if source == "nvml" else "CPU (% of one core)")
+             label="utilization (%)" if source in ("nvml", "dcgm") else "CPU (% of one core)")
     temps = [s.get("temperature_c") for s in samples]
     has_temp = any(t is not None for t in temps)
     if has_temp:
