@@ -267,7 +267,7 @@ def _measured_calibration(profile, url: str | None, threshold: float | None):
             f"estimate raised from {profile.peak_memory_bytes / gib:.2f} to {peak / gib:.2f} GiB per device: {where}, "
             f"the same script and spec at batch {profile.batch_size}, measured that peak (its own, CUDA context "
             "included); a run needs at least what the same run needed."))
-        return _raised(profile, peak, note, threshold)
+        return raised_to(profile, peak, note, threshold)
     note = Finding(severity="info", code="measured-calibration", message=(
         f"{where}, the same script and spec at batch {profile.batch_size}, measured a peak of {peak / gib:.2f} GiB "
         f"per device, {peak / max(1, profile.peak_memory_bytes):.0%} of this estimate ({profile.peak_memory_bytes / gib:.2f} "

@@ -160,14 +160,18 @@ def bwrap_args(exe: str, *, run_folder: Path, workdir: Path, keep: Sequence[Path
         args += ["--tmpfs", str(d)]
     for f in _hidden_files(protected, af):
         args += ["--ro-bind", "/dev/null", str(f)]
-    for p in dict.fromkeys(Path(x).resolve() for x in (run_folder, *writable)):
-        if p.is_dir():
-            args += ["--bind", str(p), str(p)]
-    for p in dict.fromkeys(Path(x).resolve() for x in read_only_after):
-        if p.is_dir():
-            args += ["--ro-bind", str(p), str(p)]
+    args += _bound_back("--bind", (run_folder, *writable)) + _bound_back("--ro-bind", read_only_after)
     args += ["--chdir", str(workdir), "--"]
     return args
+
+
+def _bound_back(how: str, folders: Sequence[Path]) -> list[str]:
+    """``how`` (``--bind`` / ``--ro-bind``) of each existing folder at its own path, once each, in order."""
+    out: list[str] = []
+    for p in dict.fromkeys(Path(x).resolve() for x in folders):
+        if p.is_dir():
+            out += [how, str(p), str(p)]
+    return out
 
 
 def user_site_root(environ: Mapping[str, str] | None = None) -> Path:
