@@ -146,3 +146,23 @@ def test_seed_example_with_to_tensor_stops_at_the_linear_layer(tmp_path):
     script.write_text(text)
     p, errors, _ = _seed_profile(script)
     assert errors and "7200" in errors[0].message and "6272" in errors[0].message, [f.message for f in p.findings]
+
+
+ATTENTION = Path(__file__).resolve().parents[1] / "cases" / "estimator" / "attention"
+
+
+def test_attention_at_a_longer_spec_length_is_bounded_by_the_length_squared():
+    """A fresh user's Transformer (cases/estimator/attention): tokens up to 127 in the data, sequence_length 512.
+    Truth 1257.1 MiB at batch 16 and about 73 MiB per sample (465 per A100-40GB at 0.85). A linear scaling gave
+    827.2 MiB (-34%) and 2978 per A100-40GB; the bound scales attention by the length squared."""
+    from autodl.catalog import load_catalog
+    from autodl.spec import parse_spec
+
+    spec = parse_spec({"task": {"batch_size_per_gpu": 16, "sequence_length": 512}})
+    p = profile_script(ATTENTION / "transformer_varlen.py", spec, probe=True)
+    truth = int(1257.1 * 2**20)
+    assert p.tensor_peak_bytes >= truth, p.tensor_peak_bytes
+    [bound] = [f for f in p.findings if f.code == "sequence-length-bound"]
+    assert "squared" in bound.message
+    a100 = load_catalog().get("A100-SXM4-40GB").memory_bytes
+    assert 0 < p.max_batch_size(a100, 0.85) <= 465, p.max_batch_size(a100, 0.85)

@@ -441,8 +441,10 @@ def profile_script(
                 f"{held / 2**20:,.1f} MiB of inputs at batch {batch}, added to the estimate (labels not counted).")))
     amp = facts.amp
     if method == "dry_run" and measured_peak is not None and task and task.sequence_length:
-        measured_peak = _to_sequence_length(measured_peak, task.sequence_length, phases, params, trainable,
-                                            optimizer, findings)
+        measured_peak, length_factor = _to_sequence_length(measured_peak, task.sequence_length, phases, params,
+                                                           trainable, optimizer, findings,
+                                                           quadratic=_has_attention(source))
+        act_per_sample = int((act_per_sample or 0) * length_factor) if act_per_sample else act_per_sample
     reading = (dr.raw.get("max_reading") or 0) if dr is not None and not user_error else 0
     if reading and reading > (measured_peak if measured_peak is not None else 0) and (
             measured_peak is not None or reading > _static_tensor_peak(params, trainable, facts, act_per_sample,
@@ -602,24 +604,43 @@ def _static_tensor_peak(params, trainable, facts, act_per_sample, batch, fixed, 
 
 
 def _to_sequence_length(peak: int, seq_len: int, phases: list[PhasePeak], params, trainable, optimizer,
-                        findings: list[Finding]) -> int:
-    """The training peak (bytes) at the spec's ``sequence_length`` when the dry run's token inputs were all shorter
-    (variable-length batches: the longest, which sets the peak, may come late in the epoch): the part above the
-    model states scaled by ``sequence_length / longest length seen``, an upper bound for activations linear in the
-    length, said in a warning. Unchanged when a token input (int, rank 2) reached ``seq_len``."""
+                        findings: list[Finding], *, quadratic: bool = False) -> tuple[int, float]:
+    """(training peak in bytes, factor) at the spec's ``sequence_length`` when the dry run's token inputs were all
+    shorter (variable-length batches: the longest, which sets the peak, may come late in the epoch): the part above
+    the model states scaled by ``(sequence_length / longest length seen)``, squared where the script uses attention
+    (:func:`_has_attention`: its score matrices grow with the length squared), an upper bound said in a warning;
+    the factor also scales the activations per sample, so the largest batch per device is sized at that length.
+    Unchanged (factor 1) when a token input (int, rank 2) reached ``seq_len``."""
     lengths = [s[0] for p in phases for s, d in zip(p.input_shapes, p.input_dtypes)
                if len(s) == 1 and d.startswith("int") and s[0] > 1]
     if not lengths or max(lengths) >= seq_len:
-        return peak
+        return peak, 1.0
     seen = max(lengths)
+    factor = (seq_len / seen) ** (2 if quadratic else 1)
     w, g, o = E.model_states(params or 0, trainable or 0, optimizer, None)
-    scaled = int(w + g + o + max(0, peak - (w + g + o)) * seq_len / seen)
+    above = max(0, peak - (w + g + o))
+    scaled = int(w + g + o + above * factor)
+    how = (f"({seq_len}/{seen})^2 = {factor:,.1f}: the script uses attention, whose score matrices grow with the "
+           "length squared" if quadratic else f"{seq_len}/{seen}: activations linear in the length (no attention "
+           "found in the script; one would grow with the length squared)")
     findings.append(Finding(severity="warning", code="sequence-length-bound", message=(
         f"the dry run's token inputs were at most {seen} long, the spec's task.sequence_length is {seq_len}: the "
         f"longest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
-        f"({max(0, peak - (w + g + o)) / 2**20:,.1f} MiB) is scaled by {seq_len}/{seen}: {scaled / 2**20:,.1f} MiB "
-        "(a bound for activations linear in the length).")))
-    return max(peak, scaled)
+        f"({above / 2**20:,.1f} MiB) is scaled by {how}: {scaled / 2**20:,.1f} MiB, an upper bound (the activations "
+        "per sample and the largest batch per device are sized at that length too).")))
+    return max(peak, scaled), factor
+
+
+ATTENTION_MARKERS = ("attention", "transformer", "scaled_dot_product", "flash_attn")
+"""Source text (lower-cased) that marks attention, whose activations grow with the sequence length squared:
+``paddle.nn.MultiHeadAttention``, ``paddle.nn.Transformer*``, ``F.scaled_dot_product_attention``, flash attention,
+and a user's own ``Attention`` class."""
+
+
+def _has_attention(source: str) -> bool:
+    """Whether the script's text uses attention (:data:`ATTENTION_MARKERS`)."""
+    low = source.lower()
+    return any(m in low for m in ATTENTION_MARKERS)
 
 
 FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
