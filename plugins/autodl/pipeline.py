@@ -1773,4 +1773,5 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
     log(f"run record written: {ctx.run_key} outcome={outcome} store={redact_url(store_url())}")
     from autodl.records import RunResult
 
-    return RunResult.of(record, record_store=redact_url(store_url()), lease_released=bool(released)).model_dump(mode="json")
+    return RunResult.of(record, record_store=redact_url(store_url()), lease_released=bool(released),
+                        lease_kept=not (clear or force_release)).model_dump(mode="json")

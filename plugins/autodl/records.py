@@ -29,7 +29,8 @@ class RunResult(BaseModel):
     outcome: str = Field(description="``succeeded``, ``failed``, ``stopped`` or ``not_started``.")
     error: str | None = Field(None, description="Why it did not succeed (as the record says).")
     record_store: str = Field(description="The store the record is in (password redacted).")
-    lease_released: bool
+    lease_released: bool = Field(description="This step freed the run's lease (False: none was held any more, or kept).")
+    lease_kept: bool = Field(False, description="The lease is still held: the run's processes still held its devices.")
     declared_pool: bool
     device_model: str | None = None
     estimated_peak_bytes: int | None = None
@@ -40,11 +41,11 @@ class RunResult(BaseModel):
     exit_code: int | None = None
 
     @classmethod
-    def of(cls, record: RunRecord, *, record_store: str, lease_released: bool) -> "RunResult":
+    def of(cls, record: RunRecord, *, record_store: str, lease_released: bool, lease_kept: bool = False) -> "RunResult":
         """The result of ``record``."""
         m = record.metrics or {}
         return cls(run_key=record.run_key, outcome=record.outcome, error=record.error, record_store=record_store,
-                   lease_released=lease_released, declared_pool=record.declared_pool, device_model=record.device_model,
+                   lease_released=lease_released, lease_kept=lease_kept, declared_pool=record.declared_pool, device_model=record.device_model,
                    estimated_peak_bytes=record.estimated_peak_bytes, actual_peak_bytes=record.actual_peak_bytes,
                    allocated_peak_bytes=record.allocated_peak_bytes, reserved_peak_bytes=record.reserved_peak_bytes,
                    duration_s=m.get("duration_s"), exit_code=m.get("exit_code"))

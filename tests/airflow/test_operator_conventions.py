@@ -133,3 +133,12 @@ def test_a_real_profile_logs_its_warning_findings_as_warnings(caplog, tmp_path):
     assert any("[spec-batch-not-used]" in m for m in findings), list(levels)
     for message, level in findings.items():
         assert level == (logging.ERROR if message.lstrip().startswith("error") else logging.WARNING), message
+
+
+def test_a_failed_runs_message_says_what_became_of_its_lease():
+    """A fresh user: every failed run said "lease KEPT", also when the collect had freed it or none was booked."""
+    from autodl.operators.steps import lease_words
+
+    assert lease_words({"lease_released": True, "lease_kept": False}) == "lease freed"
+    assert lease_words({"lease_released": False, "lease_kept": False}) == "no lease held any more"
+    assert lease_words({"lease_released": False, "lease_kept": True}).startswith("lease KEPT")

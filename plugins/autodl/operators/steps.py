@@ -568,6 +568,13 @@ class AutoDLCollectOperator(_AutoDLStep):
         raise AirflowFailException(message)
 
 
+def lease_words(result: dict[str, Any]) -> str:
+    """What became of the run's lease, in words, from its :class:`autodl.records.RunResult`."""
+    if result.get("lease_kept"):
+        return "lease KEPT: its devices still hold the run's processes"
+    return "lease freed" if result.get("lease_released") else "no lease held any more"
+
+
 class AutoDLReleaseOperator(_AutoDLStep):
     """Step 6 (``trigger_rule=all_done``), the group's last task: free the lease whatever happened, write the run
     record, return the run's :class:`autodl.records.RunResult` (XCom ``return_value``). A run that did not succeed
@@ -584,8 +591,8 @@ class AutoDLReleaseOperator(_AutoDLStep):
         result = super().execute(context)
         if result and result.get("outcome") != "succeeded":
             context["ti"].xcom_push(key="return_value", value=result)
-            raise AirflowFailException(f"the run {result.get('outcome')} (recorded as {result.get('run_key')}; lease "
-                                       f"{'freed' if result.get('lease_released') else 'KEPT'}): {result.get('error')}")
+            raise AirflowFailException(f"the run {result.get('outcome')} (recorded as {result.get('run_key')}; "
+                                       f"{lease_words(result)}): {result.get('error')}")
         return result
 
     def run_step(self, ctx, context):
