@@ -167,6 +167,12 @@ def test_amp_and_optimizer_detection():
 
 
 # ------------------------------------------------------------------------------------ findings
+def test_dataloader_workers_are_a_warning_for_a_container_launcher():
+    p = prof("pinned_devices.py", {"launcher": {"type": "docker", "image": "x:1"}})
+    (w,) = [f for f in p.findings if f.code == "dataloader-workers"]
+    assert w.severity == "warning" and "/dev/shm" in w.message
+
+
 def test_hardcoded_devices_and_workers_are_findings():
     p = prof("pinned_devices.py")
     by_code = {}
@@ -176,8 +182,8 @@ def test_hardcoded_devices_and_workers_are_findings():
     assert sorted(f.line for f in dev) == [6, 7]
     assert all(f.severity == "warning" for f in dev)
     assert "gpu:3" in dev[0].message
-    (w,) = by_code["dataloader-workers"]
-    assert w.severity == "warning" and w.line == 21 and "shared memory" in w.message
+    (w,) = by_code["dataloader-workers"]  # a local training shares the host's /dev/shm: a note
+    assert w.severity == "info" and w.line == 21 and "shared memory" in w.message and "launcher: local" in w.message
     assert p.num_workers == 4
     assert p.batch_size == 64
     assert p.optimizer == "Momentum"

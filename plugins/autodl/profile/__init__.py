@@ -509,7 +509,7 @@ def profile_script(
         dry_run_seconds=dry_seconds,
         dry_run_in=ran_in,
         probe_seconds=probe_seconds,
-        findings=findings,
+        findings=_for_the_launcher(findings, spec.launcher.type if spec else "local"),
         tensor_peak_bytes=int(tensor_peak),
         workspace_terms_bytes=terms,
         estimates_bytes=estimates,
@@ -584,6 +584,16 @@ def _where(path: Path, spec: TaskSpec | None, probe: bool | None, dry_run: bool 
             f"{path}: the script was not run: {choice.reason}. The estimate is the static bound.")))
         reasons.append(f"the script was not run: {choice.reason}")
     return choice, False, False
+
+
+def _for_the_launcher(findings: list[Finding], launcher: str) -> list[Finding]:
+    """A local training shares the host's ``/dev/shm``, so DataLoader workers there are a note, not a warning (the
+    64 MiB container default the ``dataloader-workers`` warning is about applies to Docker and Kubernetes)."""
+    if launcher != "local":
+        return findings
+    return [f.model_copy(update={"severity": "info", "message": f.message + " (launcher: local: the run shares this "
+                                 "host's /dev/shm, so this matters only in a container)"})
+            if f.code == "dataloader-workers" and f.severity == "warning" else f for f in findings]
 
 
 def _venue(choice, spec: TaskSpec | None, engine: dict | None):
