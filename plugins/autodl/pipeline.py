@@ -1322,9 +1322,37 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
             raise CollectStopped("stopped", f"training {ctx.run_key} was {stopped.describe()}; it exited with "
                                             f"{metrics.exit_code} on the stop signal. Its log: {handle.log_path}")
         why = f" ({metrics.oom['explanation']})" if metrics.oom else ""
-        raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}; "
-                             f"its log: {handle.log_path}")
+        last = last_log_line(handle.log_path)
+        raise TrainingFailed(f"training {ctx.run_key} failed with exit code {metrics.exit_code}{why}"
+                             + (f"; its log ends: {last!r}" if last else "") + f"; its log: {handle.log_path}")
     return metrics.to_json()
+
+
+def distinct_failures(failures: dict[str, Any]) -> dict[str, Any]:
+    """The steps' failure reasons without those that only repeat another's (Airflow's "marked ... failed: <the
+    collect's own error>" after the collect said it)."""
+    texts = {k: str(v) for k, v in failures.items()}
+    return {k: v for k, v in failures.items()
+            if not any(o != k and texts[o] and texts[o] in texts[k] and len(texts[o]) < len(texts[k])
+                       for o in texts)}
+
+
+LAST_LINE_CHARS = 300
+"""Longest last log line quoted in a failed run's error (characters; the whole log is linked beside it)."""
+
+
+def last_log_line(log_path: str | None) -> str | None:
+    """The last non-empty line of a training's log (the exception a traceback ends with), redacted and clipped to
+    :data:`LAST_LINE_CHARS`; None when the log cannot be read here (another host's, or none)."""
+    from autodl.oom import read_tails
+    from autodl.redact import redact_text
+
+    try:
+        tails = read_tails([log_path]) if log_path else []
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in (tails[0] if tails else "").splitlines() if ln.strip()]
+    return redact_text(lines[-1])[:LAST_LINE_CHARS] if lines else None
 
 
 def keep_metrics(folder: Path, metrics: RunMetrics, log: Callable[[str], None]) -> bool:
@@ -1708,7 +1736,7 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
         failures = {k: v for k, v in failures.items() if stopped.describe() not in v}
         failures = {"stopped": stopped.describe() + (f" (the training exited with {exit_code} on the stop signal)"
                                                      if exit_code is not None else ""), **failures}
-    error = "; ".join(f"{k}: {v}" for k, v in failures.items()) or None
+    error = "; ".join(f"{k}: {v}" for k, v in distinct_failures(failures).items()) or None
     oom = (metrics_json or {}).get("oom") if outcome == "failed" else None
     if outcome == "failed" and oom:
         error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))

@@ -185,3 +185,13 @@ def test_a_long_argument_echoed_by_any_error_is_cut():
     key = "r" * 500
     proc = autodl("runs", "--plot", key)
     assert proc.returncode == 9 and "r" * 121 not in proc.stderr and "(500 characters)" in proc.stderr
+
+
+def test_a_failed_runs_error_quotes_the_last_line_of_its_log(tmp_path):
+    """A fresh user: the record of a training that died on an import said only "failed with exit code 1; its log:
+    <path>" (twice); the exception it ended with is the first thing to know."""
+    sel, handle = launched(tmp_path, "import no_such_module_for_autodl\n")
+    with pytest.raises(TrainingFailed) as exc:
+        pipeline.step_collect(CTX, handle, log=lambda _l: None, interval_s=0.05)
+    assert "failed with exit code 1" in str(exc.value)
+    assert "its log ends: \"ModuleNotFoundError: No module named 'no_such_module_for_autodl'\"" in str(exc.value)

@@ -145,3 +145,12 @@ def test_a_follower_that_finds_the_training_ended_takes_the_end_an_earlier_colle
     unknown = Follower(Ended(), handle, sampler=None)
     unknown.step()
     assert unknown.summary(0).duration_s == pytest.approx(200.0, abs=5.0)  # nothing knew better: to now, not less
+
+
+def test_a_failure_airflow_only_repeats_is_said_once():
+    from autodl.pipeline import distinct_failures
+
+    own = "training d.g.r failed with exit code 1; its log: /x/log"
+    got = distinct_failures({"collect": own, "airflow": f"Airflow marked g.collect_metrics failed: {own}",
+                             "launch": "another reason"})
+    assert got == {"collect": own, "launch": "another reason"}
