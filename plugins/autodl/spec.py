@@ -82,6 +82,23 @@ def _configured_launcher() -> str:
     return default_launcher() or "local"
 
 
+def _kind_of(annotation: Any) -> str:
+    """What a field takes, in words (``a number``, ``a string``, ``a number or a string``), from its annotation."""
+    import typing
+
+    seen: set[type] = set()
+
+    def walk(a: Any) -> None:
+        if isinstance(a, type):
+            seen.add(a)
+        for arg in typing.get_args(a):
+            walk(arg)
+
+    walk(annotation)
+    number, text = bool(seen & {int, float}), str in seen
+    return "a number" if number and not text else "a string" if text and not number else "a number or a string"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -92,7 +109,7 @@ class _Section(BaseModel):
         if isinstance(value, bool):
             annotation = str(cls.model_fields[info.field_name].annotation)
             if "bool" not in annotation:
-                raise ValueError("expected a number or a string, not true/false")
+                raise ValueError(f"expected {_kind_of(cls.model_fields[info.field_name].annotation)}, not true/false")
         return value
 
     @field_validator("*", mode="before")
@@ -775,7 +792,8 @@ class TaskSpec(_Section):
         else:
             raise SpecError(
                 f"{where}: field 'task.script' is missing and no script was given; "
-                "set task.script (relative to the spec file) or pass --script."
+                "set task.script (relative to the spec file), or give the script itself: `autodl profile SCRIPT "
+                "--spec SPEC`, `autodl plan SPEC --script SCRIPT`."
             )
         # resolved without following symlink loops; a folder, a FIFO or a too-long name is refused
         if override is not None:
@@ -897,6 +915,17 @@ def _shown_loc(loc: tuple) -> tuple:
     return tuple(shown)
 
 
+def _yaml_hint(msg: str, got: Any) -> str:
+    """How to write the value in YAML, where its type is what is wrong: a number where a string is wanted
+    (``launcher.env``'s values) is quoted, a quoted number where a number is wanted is written bare."""
+    if msg.startswith("Input should be a valid string") and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return f"; quote it in the YAML: '{got}'"
+    if msg.startswith(("Input should be a valid integer", "Input should be a valid number")) and isinstance(got, str) \
+            and got.strip().lstrip("-").replace(".", "", 1).isdigit():
+        return f"; write it without quotes: {got.strip()}"
+    return ""
+
+
 def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
     errors = exc.errors(include_url=False)
@@ -914,7 +943,7 @@ def _format_errors(exc: ValidationError, where: str) -> str:
         if not msg:
             lines.append(f"{where}: unknown key '{loc}'{_key_hint(got)}.")
         else:
-            lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}).")
+            lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}){_yaml_hint(msg, got)}.")
     if len(merged) > MAX_ERRORS_SHOWN:
         lines.append(f"{where}: ... and {len(merged) - MAX_ERRORS_SHOWN} more errors.")
     return "\n".join(lines)

@@ -120,3 +120,21 @@ def test_script_that_is_a_folder(tmp_path):
         spec.script_path()
     with pytest.raises(SpecError, match=r"^training script .* does not exist"):
         spec.script_path(tmp_path / "absent.py")
+
+
+@pytest.mark.parametrize("data, said", [
+    ({"task": {"batch_size_per_gpu": True}}, "field 'task.batch_size_per_gpu': expected a number, not true/false"),
+    ({"task": {"model_name": True}}, "field 'task.model_name': expected a string, not true/false"),
+    ({"task": {"batch_size_per_gpu": "64"}}, "(got '64'); write it without quotes: 64."),
+    ({"launcher": {"env": {"HIDDEN": 64}}}, "field 'launcher.env.HIDDEN': Input should be a valid string (got 64); "
+                                            "quote it in the YAML: '64'."),
+], ids=["bool-for-batch", "bool-for-name", "quoted-batch", "number-in-env"])
+def test_a_value_of_the_wrong_type_says_how_to_write_it(data, said):
+    """A fresh user: `true` for the batch said "a number or a string", then "64" was refused; a number in
+    launcher.env said only "a valid string"."""
+    from autodl.errors import SpecError
+    from autodl.spec import parse_spec
+
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data)
+    assert said in str(exc.value)
