@@ -107,9 +107,9 @@ class _Section(BaseModel):
     def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         # YAML's `true` must not pass as 1 (a batch of one) or 1.0 (a threshold of 100%)
         if isinstance(value, bool):
-            annotation = str(cls.model_fields[info.field_name].annotation)
-            if "bool" not in annotation:
-                raise ValueError(f"expected {_kind_of(cls.model_fields[info.field_name].annotation)}, not true/false")
+            annotation = cls.model_fields[str(info.field_name)].annotation
+            if "bool" not in str(annotation):
+                raise ValueError(f"expected {_kind_of(annotation)}, not true/false")
         return value
 
     @field_validator("*", mode="before")
