@@ -865,6 +865,11 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+KEY_SYNONYMS = {"volumes": "mounts", "volume": "mounts", "binds": "mounts", "environment": "env",
+                "batch": "batch_size_per_gpu", "gpus": "num_gpus_estimate"}
+"""Keys users bring from Docker Compose, docker-py and other tools, and autodl's key for the same thing."""
+
+
 def _key_hint(loc: tuple) -> str:
     """The fix for an unknown key at ``loc``: the closest key its section has (``task.batch_size`` ->
     ``batch_size_per_gpu``), or the section a key of another section belongs to (``scheduler.memory_threshold``
@@ -881,6 +886,8 @@ def _key_hint(loc: tuple) -> str:
     key = str(loc[-1])
     known = [name for name in model.model_fields if name != "source_path"]
     close = difflib.get_close_matches(key, known, n=1) if len(key) <= 100 else []
+    if not close and KEY_SYNONYMS.get(key) in known:
+        close = [KEY_SYNONYMS[key]]
     if close:
         return f" (did you mean '{close[0]}'?){fallback}"
     if model is not TaskSpec and len(loc) == 2:
@@ -918,6 +925,10 @@ def _shown_loc(loc: tuple) -> tuple:
 def _yaml_hint(msg: str, got: Any) -> str:
     """How to write the value in YAML, where its type is what is wrong: a number where a string is wanted
     (``launcher.env``'s values) is quoted, a quoted number where a number is wanted is written bare."""
+    if "instance of MountSpec" in msg and isinstance(got, str) and got.count(":") in (1, 2):
+        source, target = got.split(":")[:2]
+        ro = "false" if got.endswith(":rw") else "true"
+        return f"; a mount is a mapping: {{source: {source}, target: {target}, read_only: {ro}}}"
     if msg.startswith("Input should be a valid string") and isinstance(got, (int, float)) and not isinstance(got, bool):
         return f"; quote it in the YAML: '{got}'"
     if msg.startswith(("Input should be a valid integer", "Input should be a valid number")) and isinstance(got, str) \

@@ -128,7 +128,11 @@ def test_script_that_is_a_folder(tmp_path):
     ({"task": {"batch_size_per_gpu": "64"}}, "(got '64'); write it without quotes: 64."),
     ({"launcher": {"env": {"HIDDEN": 64}}}, "field 'launcher.env.HIDDEN': Input should be a valid string (got 64); "
                                             "quote it in the YAML: '64'."),
-], ids=["bool-for-batch", "bool-for-name", "quoted-batch", "number-in-env"])
+    ({"launcher": {"type": "docker", "image": "x:1", "mounts": ["/data:/data"]}},
+     "a mount is a mapping: {source: /data, target: /data, read_only: true}"),
+    ({"launcher": {"type": "docker", "image": "x:1", "volumes": ["/data:/data"]}},
+     "unknown key 'launcher.volumes' (did you mean 'mounts'?)"),
+], ids=["bool-for-batch", "bool-for-name", "quoted-batch", "number-in-env", "docker-style-mount", "volumes-key"])
 def test_a_value_of_the_wrong_type_says_how_to_write_it(data, said):
     """A fresh user: `true` for the batch said "a number or a string", then "64" was refused; a number in
     launcher.env said only "a valid string"."""
