@@ -990,5 +990,8 @@ def load_spec(path: str | Path) -> TaskSpec:
     :raises SpecError: when the file is missing, is not YAML, or fails validation.
     """
     data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML"
+                     + ("" if Path(path).is_absolute() else f" (a relative path is read from {os.getcwd()}, the "
+                        "current folder of this process: in a DAG, the worker's; give an absolute path, e.g. "
+                        "relative to the DAG file's folder)")
                      + shipped_hint("specs", path) + ".")
     return parse_spec(data, Path(path))
