@@ -451,8 +451,8 @@ def profile_script(
     if reading and reading > (measured_peak if measured_peak is not None else 0) and (
             measured_peak is not None or reading > figure):
         # a few percent above the figure is the allocator's own rounding and caching: a note; more is a warning
-        severity = "warning" if reading > figure * (1 + MEASURED_FLOOR_NOTE_FRACTION) else "info"
-        findings.append(Finding(severity=severity, code="measured-floor", message=(
+        over = reading > figure * (1 + MEASURED_FLOOR_NOTE_FRACTION)
+        findings.append(Finding(severity="warning" if over else "info", code="measured-floor", message=(
             f"the dry run's allocator reached {reading / 2**20:,.1f} MiB while the script ran"
             + (f" (at batch {dr.raw['max_reading_batch']})" if dr.raw.get("max_reading_batch") else "")
             + f", more than the {method.replace('_', ' ')} figure ({figure / 2**20:,.1f} MiB); a run needs at least "
