@@ -10,7 +10,6 @@ Prometheus (config and storage in a temporary folder).
 from __future__ import annotations
 
 import http.server
-import json
 import shutil
 import socket
 import subprocess
@@ -24,6 +23,8 @@ from autodl.dcgm import DcgmSampler
 from autodl.metrics import Follower, make_sampler, summarise
 from autodl.types import LaunchHandle
 from tests.integration.conftest import require_service
+from tests.integration.http_wait import get_json as _get
+from tests.integration.http_wait import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -83,23 +84,8 @@ class Exporter:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - 127.0.0.1 only
-        return json.loads(resp.read().decode())
 
 
-def _wait(condition, what: str, limit_s: float = 90.0):
-    deadline = time.monotonic() + limit_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - not up yet
-            last = exc
-        time.sleep(0.5)
-    pytest.fail(f"{what} did not happen within {limit_s:.0f} s (last error: {last})")
 
 
 def node_1() -> list[dict]:

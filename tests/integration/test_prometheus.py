@@ -8,13 +8,9 @@ server; this module starts and stops its own instance (config and storage in a t
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import threading
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client import start_http_server
@@ -25,6 +21,8 @@ from autodl.errors import InventoryError
 from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
 from tests.integration.conftest import require_service
+from tests.integration.http_wait import get_json as _get
+from tests.integration.http_wait import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -59,23 +57,8 @@ class DcgmExporterStandIn(Collector):
             yield family
 
 
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - 127.0.0.1 only
-        return json.loads(resp.read().decode())
 
 
-def _wait(condition, what: str, limit_s: float = 90.0):
-    deadline = time.monotonic() + limit_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - not up yet
-            last = exc
-        time.sleep(0.5)
-    pytest.fail(f"{what} did not happen within {limit_s:.0f} s (last error: {last})")
 
 
 @pytest.fixture(scope="module")
