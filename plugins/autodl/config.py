@@ -226,7 +226,15 @@ def shipped_hint(kind: str, missing: str | os.PathLike | None = None) -> str:
         names = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
     except (OSError, ConfigError):
         return ""
-    return f" (autodl's example {kind} are in {folder}: {', '.join(names[:10])})" if names else ""
+    if not names:
+        return ""
+    import difflib
+
+    given = Path(str(missing)).name if missing is not None else ""
+    by_name = {**{Path(n).stem: n for n in names}, **{n: n for n in names}}
+    close = difflib.get_close_matches(given, list(by_name), n=1, cutoff=0.6) if given else []
+    guess = f"; did you mean {folder / by_name[close[0]]}?" if close else ""
+    return f" (autodl's example {kind} are in {folder}: {', '.join(names[:10])}{guess})"
 
 
 def default_pool_file() -> Path:

@@ -158,3 +158,13 @@ def test_a_launcher_whose_extra_is_not_installed_is_a_launch_error_naming_the_ex
     with pytest.MonkeyPatch.context() as mp, pytest.raises(LaunchError, match=rf'pip install "airflow-provider-autodl\[{launcher}\]"'):
         mp.setitem(sys.modules, launcher, None)  # the Airflow steps get the launcher the same way
         get_launcher(launcher)
+
+
+def test_a_mistyped_example_name_is_answered_with_the_closest_shipped_file(tmp_path):
+    """A fresh user: `--pool dem` listed the example pools but did not say which one was meant."""
+    from autodl.config import include_dir, shipped_hint
+
+    assert shipped_hint("pools", tmp_path / "dem").endswith(f"did you mean {include_dir() / 'pools' / 'demo.yaml'}?)")
+    assert shipped_hint("scripts", tmp_path / "simple_cn.py").endswith(
+        f"did you mean {include_dir() / 'scripts' / 'simple_cnn.py'}?)")
+    assert "did you mean" not in shipped_hint("pools", tmp_path / "zzzzzz")
