@@ -34,7 +34,9 @@ EXTRA_FOR_MODULE = {
     "fastapi": "airflow",
     "jinja2": "airflow",
     "docker": "docker",
+    "requests": "docker",  # docker-py's transport: its errors caught where the dry run talks to the engine
     "kubernetes": "kubernetes",
+    "urllib3": "kubernetes",  # the kubernetes client's transport: its timeouts caught where the dry-run pod is read
     "paddle": "paddle",
 }
 

@@ -424,6 +424,21 @@ def test_read_logs_follows_once_and_resumes_after_the_last_line(launcher, api, c
     assert read_until(fresh, handle, offset, "step 3\n") == ("step 3\n", LOG_T0_NS + 3)
 
 
+def test_the_lines_after_a_dropped_stream_are_read_when_the_pod_ended_in_between(launcher, api, catalog):
+    """Seen in CI under load (the nightly DAG on Kubernetes): the log stream ended (the connection dropped) while
+    the pod ran, the pod then ended before the next poll, and the reader returned nothing for good: the training's
+    last lines, its run facts and its report among them, were lost. A stream that ended early is reopened at its
+    cursor; only one opened after the pod ended has said all."""
+    handle = launcher.launch(request_for(catalog))
+    api.logs[handle.pod_name] = "step 1\n"
+    text, offset = read_until(launcher, handle, 0, "step 1\n")
+    api.logs[handle.pod_name] = "step 1\nstep 2\n@autodl-runfact report {}\n"
+    api.set_phase(handle.pod_name, "Succeeded", exit_code=0)
+    text, offset = read_until(launcher, handle, offset, "@autodl-runfact report {}\n")
+    assert text == "step 2\n@autodl-runfact report {}\n" and offset == LOG_T0_NS + 3
+    assert launcher.read_logs(handle, offset) == ("", offset), "after the final stream, nothing more"
+
+
 def test_stop_deletes_by_label_and_is_idempotent(launcher, api, catalog):
     handle = launcher.launch(request_for(catalog))
     launcher.stop(handle)

@@ -675,10 +675,12 @@ class KubernetesLauncher:
         stream = self._streams.get(key)
         if stream is not None and stream.done.is_set():
             text, cursor = stream.read()
-            if text or self._pod_ended(handle):
+            if text or key in self._final_streams:  # a stream opened after the pod ended has said all
                 return text, cursor
-            offset, stream = cursor, None
+            offset, stream = cursor, None  # it ended early (dropped, or the pod ended since): reopen at the cursor
         if stream is None:
+            if self._pod_ended(handle):
+                self._final_streams.add(key)
             stream = self._streams[key] = LogStream(self._log_opener(handle), offset)
         if not stream.done.is_set() and self._pod_ended(handle):
             stream.wait(LOG_DRAIN_S)
@@ -707,9 +709,16 @@ class KubernetesLauncher:
     def _streams(self) -> dict[str, LogStream]:
         return self.__dict__.setdefault("_log_streams", {})
 
+    @property
+    def _final_streams(self) -> set[str]:
+        """Pods whose current log stream was opened after they ended (it brings their last lines, then nothing)."""
+        return self.__dict__.setdefault("_log_streams_final", set())
+
     def close_logs(self, handle: LaunchHandle) -> None:
         """Stop following ``handle``'s log (the follower is done with it); idempotent."""
-        stream = self._streams.pop(f"{handle.namespace}/{handle.pod_name}", None)
+        key = f"{handle.namespace}/{handle.pod_name}"
+        self._final_streams.discard(key)
+        stream = self._streams.pop(key, None)
         if stream is not None:
             stream.close()
 
