@@ -255,9 +255,9 @@ def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: d
 
 
 # -------------------------------------------------------------------------------------------- queue
-QUEUE_HIDDEN_FIELDS = ("num_gpus", "needed_bytes", "enqueued_at", "team", "priority", "expected_start")
-"""What a queue row of a run the viewer may not see keeps besides its position: its size and when it may start,
-not who it is or why (the reason can name other runs)."""
+QUEUE_HIDDEN_FIELDS = ("num_gpus", "needed_bytes", "enqueued_at")
+"""What a queue row of a run the viewer may not see keeps besides its position: its size, not who it is, its team
+(by default its owner), priority or why it waits (the reason can name other runs)."""
 
 
 def queue_view(base_path: str = "", pool: str | None = None, *, readable: DagFilter | None = None,
