@@ -185,7 +185,8 @@ def test_a_killed_wrapper_does_not_end_the_run_while_ranks_live(tmp_path):
              or launcher._alive(handle) is False, "wrapper gone")
     if isolated:  # its PID namespace (autodl.launch.isolation) dies with its first process: every rank with it
         wait_for(lambda: rank_processes(script) == [], "ranks gone with the namespace")
-        assert launcher.poll(handle) is not None
+        # the runner wrapper reaps what is left before it ends (issue 23); under load that outlasts the ranks a moment
+        wait_for(lambda: launcher.poll(handle) is not None, "the attempt seen ended")
         return
     assert all(r.is_running() for r in ranks)
     assert launcher.poll(handle) is None
