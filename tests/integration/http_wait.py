@@ -29,3 +29,15 @@ def wait_for(condition, what: str, limit_s: float = 90.0):
             last = exc
         time.sleep(0.5)
     pytest.fail(f"{what} did not happen within {limit_s:.0f} s (last error: {last})")
+
+
+def stop_server(proc) -> None:
+    """Stop a server process the test started: SIGTERM, then SIGKILL after 30 s."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

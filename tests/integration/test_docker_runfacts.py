@@ -3,7 +3,6 @@ memory peak (the start-up hook), step times and the training's report, carried i
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
@@ -12,8 +11,8 @@ import yaml
 from autodl import pipeline
 from autodl.launch.docker import DockerLauncher
 from autodl.ledger import Ledger
-from autodl.types import Selection
 from autodl.records import RecordStore
+from autodl.types import Selection
 from tests.integration import paddle_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -24,6 +24,7 @@ from autodl.metrics import Follower, make_sampler, summarise
 from autodl.types import LaunchHandle
 from tests.integration.conftest import require_service
 from tests.integration.http_wait import get_json as _get
+from tests.integration.http_wait import stop_server
 from tests.integration.http_wait import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -128,12 +129,7 @@ def prometheus(tmp_path_factory):
               "both exporters scraped")
         yield {"url": url, "node_1": one, "node_2": two}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
         log.close()
         for e in (one, two):
             e.server.shutdown()

@@ -22,6 +22,7 @@ from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
 from tests.integration.conftest import require_service
 from tests.integration.http_wait import get_json as _get
+from tests.integration.http_wait import stop_server
 from tests.integration.http_wait import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -92,12 +93,7 @@ def prometheus(tmp_path_factory):
               "DCGM series scraped")
         yield {"dcgm": dcgm, "store": f"sqlite:///{store}", "proc": proc}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
         log.close()
         dcgm_server.shutdown()
         autodl_server.shutdown()

@@ -24,6 +24,7 @@ import pytest
 from autodl.inventory import read_inventory
 from tests.integration.conftest import require_service
 from tests.integration.http_wait import get_json as _get
+from tests.integration.http_wait import stop_server
 from tests.integration.http_wait import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -88,12 +89,7 @@ def prometheus(tmp_path_factory):
               "DCGM series of the three exporters scraped")
         yield exporters
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
         log.close()
         for e in exporters.values():
             e.server.shutdown()
