@@ -159,13 +159,17 @@ def test_a_broken_team_queues_file_holds_the_queue_and_says_what_to_fix(pool, tm
 def test_a_team_of_many_short_runs_never_holds_more_than_its_quota_while_the_other_waits(store, pool, team_queues,
                                                                                           tmp_path):
     """vision's ten runs end as soon as they are booked (a stream of short runs), nlp's three hold their devices.
-    Checked after every booking: while nlp still waits, vision holds at most its nominal 2, and nlp holds at
-    most 2 while vision waits; once vision's stream is done, nlp borrows the idle devices and all are booked.
-    (The leases are read before the queue: an entry still there was waiting when the leases were read.)"""
+    Checked after every booking: a team above its nominal 2 (borrowing) left the other team, while it waited, at
+    least what it is owed (its nominal quota, or what it asks for when that is less: held + free covers it), so
+    vision's many short runs never take nlp's share; once vision's stream is done, nlp borrows the idle devices
+    and all are booked. (nlp may borrow while vision's last run waits, when a free device is left for it: the
+    quota rule, as in Kueue; CI once saw that state, which an older check, "nlp <= 2 while vision waits", called
+    a fault.) The leases are read before the queue: an entry still there was waiting when the leases were read;
+    one that booked in between is missing from both, which only makes what it is owed smaller."""
     outs = {"vision": profile_out(tmp_path), "nlp": profile_out(tmp_path)}
     runs = [(f"v{i}", "vision") for i in range(10)] + [(f"n{i}", "nlp") for i in range(3)]
     join_all(runs)
-    seen: list[tuple[str, int, bool]] = []   # (team, devices it held, other team still waiting)
+    seen: list[tuple[str, int, int, int, int]] = []   # (team, held by it, by the other, other's waiting, free)
     errors: list[BaseException] = []
     never: list[str] = []
     start = threading.Barrier(len(runs))
@@ -177,9 +181,9 @@ def test_a_team_of_many_short_runs_never_holds_more_than_its_quota_while_the_oth
                 if pipeline.step_wait(ctx(key, team), outs[team], pool=pool, log=lambda _line: None,
                                       poke_interval_s=0.01) is not None:
                     held = held_by_team()
-                    waiting = {e.team for e in AdmissionQueue().entries()}
+                    waiting = Counter(e.team for e in AdmissionQueue().entries())
                     other = "nlp" if team == "vision" else "vision"
-                    seen.append((team, held[team], other in waiting))
+                    seen.append((team, held[team], held[other], waiting[other], len(DEVICES) - sum(held.values())))
                     if team == "vision":
                         Ledger().release(key)
                     return
@@ -194,5 +198,7 @@ def test_a_team_of_many_short_runs_never_holds_more_than_its_quota_while_the_oth
         t.join()
     assert errors == [] and never == []
     assert len(seen) == len(runs)
-    assert max(n for team, n, other_waits in seen if other_waits) <= 2
+    borrowing = [(team, mine, theirs, asks, free) for team, mine, theirs, asks, free in seen if mine > 2 and asks]
+    assert all(theirs + free >= min(2, theirs + asks) for _, _, theirs, asks, free in borrowing), borrowing
+    assert max(mine for team, mine, _, asks, _ in seen if team == "vision" and asks) <= 2   # vision never borrows
     assert held_by_team() == Counter({"nlp": 3})   # vision is done; nlp borrowed what vision left idle

@@ -221,8 +221,11 @@ def test_large_batch_is_reduced_and_extrapolated(tmp_path, monkeypatch):
     at the real batch is extrapolated per phase and stays within 5% of the measured one."""
     script = tmp_path / "mlp.py"
     script.write_text(MLP.replace("WIDTH = 1024", "WIDTH = 4096"))  # ~460 GFLOP a step at 4096: too much to run
-    # a budget that no machine runs that step within (at 40 s a fast one ran the whole batch: nothing reduced)
+    # budgets no machine runs that step within, whatever its speed: 6 s of steps (at 40 s a fast one ran the whole
+    # batch), and a tensor budget (512 MiB) under the ~0.8 GB the step at 4096 needs (CI's faster CPU ran 4096
+    # inside the 6 s alone: the time budget depends on the machine, the memory one does not)
     monkeypatch.setenv("AUTODL_DRYRUN_BUDGET_S", "6")
+    monkeypatch.setattr("autodl.profile.dryrun.DRY_RUN_TENSOR_BUDGET_BYTES", 512 << 20)
     spec = parse_spec({"task": {"batch_size_per_gpu": 4096}})
     p = profile_script(script, spec, probe=True)
     assert p.method == "dry_run", p.method_reason

@@ -41,6 +41,18 @@ def _within_targets(est: int, truth: int) -> bool:
     return -0.05 <= (est - truth) / truth <= 0.10
 
 
+def _never_below_a_reading(p) -> None:
+    """The figure is the dry run's estimate, or the larger allocator reading it took while the script ran, said in a
+    ``measured-floor`` finding (CI's CPU once read 41.0 MB against a 36.7 MB estimate for static_mode_mlp.py: the
+    CPU allocator's own extras differ by machine; the product keeps the reading: never below what was measured)."""
+    floors = [f for f in p.findings if f.code == "measured-floor"]
+    if p.tensor_peak_bytes == p.estimates_bytes["dry_run"]:
+        assert floors == []
+    else:
+        assert p.tensor_peak_bytes > p.estimates_bytes["dry_run"] and len(floors) == 1, (p.tensor_peak_bytes, floors)
+        assert f"{p.tensor_peak_bytes / 2**20:,.1f} MiB" in floors[0].message
+
+
 def test_paths_named_in_the_args_are_shown_unless_they_are_the_systems(tmp_path, monkeypatch):
     data = tmp_path / "data"
     data.mkdir()
@@ -63,7 +75,8 @@ def test_f1_a_paddle_static_program_is_trained_and_measured():
     assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
     assert p.errors == []
     assert p.params == t["params"] and p.batch_size == t["batch"] and p.optimizer == "Adam"
-    assert _within_targets(p.tensor_peak_bytes, t["train_peak_bytes"]), (p.tensor_peak_bytes, t["train_peak_bytes"])
+    assert _within_targets(p.estimates_bytes["dry_run"], t["train_peak_bytes"]), (p.estimates_bytes, t)
+    _never_below_a_reading(p)
     (train,) = p.phases
     assert abs(train.forward_flops_per_sample - t["fwd_flops_per_sample"]) <= 0.1 * t["fwd_flops_per_sample"]
     assert train.input_shapes == [[784], [1]]
