@@ -93,14 +93,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if profile.method_reason:
         t.caption = f"path: {profile.method} ({profile.method_reason})"
     con.print(t)
-    if profile.findings:
-        ft = Table(title="findings")
-        for col in ("severity", "code", "line", "message"):
-            ft.add_column(col)
-        for f in profile.findings:
-            ft.add_row(f.severity, f.code, str(f.line or ""), f.message)
-        con.print(ft)
+    _print_findings(con, profile.findings)
     return 3 if profile.errors else 0
+
+
+def _print_findings(con, findings, *, title: str = "findings") -> None:
+    """The profile's findings as a table (severity, code, script line, message); nothing when there are none."""
+    from rich.table import Table
+
+    if not findings:
+        return
+    ft = Table(title=title)
+    for col in ("severity", "code", "line", "message"):
+        ft.add_column(col)
+    for f in findings:
+        ft.add_row(f.severity, f.code, str(f.line or ""), f.message)
+    con.print(ft)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -152,6 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
                     "batch_size": profile.batch_size, "method": profile.method},
+        "findings": [f.model_dump(mode="json") for f in profile.findings],
         "launch": launch,
         "launch_here": launch_here,
     }
@@ -172,6 +181,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             if not c.kept:
                 t.add_row("-", c.model, ",".join(c.devices), "dropped", "", "; ".join(c.reasons))
         con.print(t)
+        # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
+        _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
         con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
         for s in decision.suggestions:
             con.print(f"  suggestion: {s}")
@@ -192,7 +203,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_inventory(args: argparse.Namespace) -> int:
     from autodl.inventory import read_inventory
     from autodl.ledger import Ledger
-
     from autodl.pipeline import resolve_pool_source
 
     inv = read_inventory(resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False))

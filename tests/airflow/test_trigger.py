@@ -212,7 +212,8 @@ def test_collect_trigger_stops_the_training_when_its_lease_is_lost(autodl_home, 
     from autodl.launch.local import LocalLauncher
     from autodl.types import LaunchHandle
 
-    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) == 143
+    # stopped: SIGTERM (143), or SIGKILL (137) when the grace ran out first (CI, under load: seen twice)
+    assert LocalLauncher().poll(LaunchHandle.model_validate(handle)) in (128 + 15, 128 + 9)
     assert "is gone" in pipeline.read_failures(ctx.run_key)["collect"]
 
 

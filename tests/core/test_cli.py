@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "include" / "specs" / "simple_cnn.yaml"
 SCRIPT = REPO / "include" / "scripts" / "simple_cnn.py"
@@ -52,6 +50,20 @@ def test_plan_json_ranks_the_demo_pool():
 def test_plan_table_without_json():
     proc = autodl("plan", str(SPEC), "--no-probe")
     assert "A100-SXM4-40GB" in proc.stdout and "DECLARED" in proc.stdout and "dropped" in proc.stdout
+
+
+def test_plan_shows_what_the_profile_warned_about(tmp_path):
+    """A fresh user saw `autodl plan` book-ready output with no word of the profile's warnings (a hard-coded
+    device, a guessed input): the plan rests on them, so its JSON carries the findings and its table the warnings."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.read_text().replace("import paddle\n", "import paddle\npaddle.set_device('gpu:1')\n", 1))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"task:\n  script: {script}\n")
+    out = json.loads(autodl("plan", str(spec), "--json", "--no-probe").stdout)
+    codes = {f["code"]: f for f in out["findings"]}
+    assert "hardcoded-device" in codes and codes["hardcoded-device"]["severity"] == "warning"
+    table = autodl("plan", str(spec), "--no-probe").stdout
+    assert "profile findings" in table and "hardcoded-device" in table
 
 
 def test_no_fit_exits_4_with_advice(tmp_path):
