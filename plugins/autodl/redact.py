@@ -122,11 +122,11 @@ def known_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
         if is_secret_name(name):
             found.add(value)
         if CONNECTION_VARS.match(name) or _SCHEME.match(value):
-            found.update(_passwords_in(value))
+            found.update(passwords_in(value))
     return sorted((s for s in found if len(s) >= MIN_KNOWN_SECRET), key=len, reverse=True)
 
 
-def _passwords_in(value: str) -> list[str]:
+def passwords_in(value: str) -> list[str]:
     """The secrets inside a connection string, and the pieces of each a driver may quote on its own.
 
     The password is taken as autodl's redaction reads a URL (the userinfo runs to the last ``@``), also when it holds

@@ -195,7 +195,11 @@ class SandboxResult:
 # bubblewrap
 
 
-def _bwrap_path() -> str | None:
+def bwrap_path() -> str | None:
+    """The bubblewrap executable on PATH or in /usr/bin, /usr/local/bin.
+
+    :returns: its path, or None when bubblewrap is not installed.
+    """
     return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.access(p, os.X_OK)), None)
 
 
@@ -241,7 +245,7 @@ def _namespace_args() -> list[str]:
 @lru_cache(maxsize=1)
 def _bwrap_check() -> tuple[str | None, str]:
     """(bwrap's path, "") when a sandbox starts here, else (None, why not). Run once per process."""
-    exe = _bwrap_path()
+    exe = bwrap_path()
     if exe is None:
         return None, "bubblewrap (bwrap) is not installed: install the Debian/Ubuntu package 'bubblewrap'"
     try:

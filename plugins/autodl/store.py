@@ -91,7 +91,7 @@ def _engine(url: str) -> Engine:
             else:
                 engine = create_engine(url, pool_pre_ping=True, connect_args=store_faults.connect_args(url))
             store_faults.watch(engine)
-            _import_table_modules()
+            import_table_modules()
             migrate(engine)
             if engine.dialect.name == "sqlite":
                 store_faults.watch_sqlite_file(engine)
@@ -204,8 +204,8 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
-def _import_table_modules() -> None:
-    # Modules that declare tables; importing registers them on Base.metadata (the migrations must match).
+def import_table_modules() -> None:
+    """Import the modules that declare tables, which registers them on ``Base.metadata`` (the migrations must match)."""
     import importlib
 
     for name in ("autodl.ledger", "autodl.queue", "autodl.queue_hold", "autodl.admissions", "autodl.records",

@@ -333,7 +333,7 @@ def test_a_failed_sandbox_in_a_container_names_the_compose_fix(monkeypatch):
     from autodl import sandbox
 
     sandbox._bwrap_check.cache_clear()
-    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: "/bin/false")
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/bin/false")
     monkeypatch.setattr(sandbox, "in_container", lambda: True)
     try:
         why = sandbox.unavailable_reason()

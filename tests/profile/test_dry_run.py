@@ -352,7 +352,7 @@ def test_a_sandbox_that_fails_when_the_dry_run_starts_runs_nothing(monkeypatch):
     import autodl.sandbox as sandbox
 
     monkeypatch.setattr(prof, "isolation", lambda: "bwrap+cgroup")
-    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: None)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
     sandbox._bwrap_check.cache_clear()
     try:
         p = profile_script(FIX / "simple_cnn.py", probe=True)

@@ -138,7 +138,7 @@ def test_profile_falls_back_to_static_when_no_sandbox_can_be_made(hostile, marke
     import autodl.sandbox as sandbox
 
     script, spec, outside, server = hostile
-    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: None)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
     sandbox._bwrap_check.cache_clear()
     try:
         assert sandbox.isolation() == "none"
@@ -155,7 +155,7 @@ def test_profile_falls_back_to_static_when_no_sandbox_can_be_made(hostile, marke
 def test_run_sandboxed_refuses_without_isolation(tmp_path, monkeypatch):
     import autodl.sandbox as sandbox
 
-    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: None)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
     sandbox._bwrap_check.cache_clear()
     ran = tmp_path / "ran"
     try:

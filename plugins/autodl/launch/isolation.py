@@ -243,9 +243,9 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
     if mode == "none":
         return Isolation(mode="none", prefix=[], note=f"{ISOLATION_ENV}=none: the training runs without isolation "
                          "(it can read its ancestors' /proc/<pid>/environ and the worker's files)")
-    from autodl.sandbox import _bwrap_path
+    from autodl.sandbox import bwrap_path
 
-    exe = _bwrap_path()
+    exe = bwrap_path()
     why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu package 'bubblewrap')" if exe is None else _bwrap_works(exe)
     if why:
         if mode == "bwrap":

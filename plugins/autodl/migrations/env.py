@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from autodl.store import VERSION_TABLE, Base, _import_table_modules
+from autodl.store import VERSION_TABLE, Base, import_table_modules
 
-_import_table_modules()
+import_table_modules()
 
 
 def _run(connection) -> None:

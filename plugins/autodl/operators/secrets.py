@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from autodl.redact import MIN_KNOWN_SECRET, _passwords_in
+from autodl.redact import MIN_KNOWN_SECRET, passwords_in
 
 
 def _mask_secret() -> Callable[[str], None]:
@@ -33,7 +33,7 @@ def autodl_secrets(urls: Iterable[str | None] = ()) -> list[str]:
     found: set[str] = set()
     for url in (store_url(), pool_source(), *urls):
         if url:
-            found.update(_passwords_in(str(url)))
+            found.update(passwords_in(str(url)))
     return sorted((s for s in found if len(s) >= MIN_KNOWN_SECRET), key=len, reverse=True)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autodl.profile.memory import TRAINING_FLOPS_FACTOR
-from autodl.profile.probe import REPORT_MAX_BYTES, _report_text, report_object
+from autodl.profile.probe import REPORT_MAX_BYTES, report_object, report_text
 from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
                             run_sandboxed, stage_tree, why_protected)
 from autodl.types import Finding, PhasePeak
@@ -375,7 +375,7 @@ def read_back(out: ChildOutput) -> dict:
         try:
             raw = dryrun_report(out.result.decode("utf-8", errors="replace"))
         except ValueError as exc:
-            raw = {"report_error": _report_text(str(exc))}
+            raw = {"report_error": report_text(str(exc))}
     elif out.refused:
         raw = {"report_error": out.refused}
     if out.events is not None and raw and not raw.get("report_error"):
@@ -387,7 +387,7 @@ def read_back(out: ChildOutput) -> dict:
             raw["alloc_replay"] = {"peak_allocated": rr.peak_allocated, "peak_reserved": rr.peak_reserved,
                                    "chunks": rr.chunks, "events": rr.events, "unmatched_frees": rr.unmatched_frees}
         except (ValueError, TypeError, RecursionError) as exc:
-            raw["alloc_error"] = _report_text(str(exc))
+            raw["alloc_error"] = report_text(str(exc))
     return raw
 
 
@@ -625,7 +625,7 @@ MAX_BATCH = 1 << 30
 
 def _num(v: Any, what: str, lo: float = 0.0, hi: float = 1e30) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-        raise ValueError(f"{what} is {_report_text(v)}, not a number from {lo:g} to {hi:g}")
+        raise ValueError(f"{what} is {report_text(v)}, not a number from {lo:g} to {hi:g}")
     return float(v)
 
 
@@ -633,7 +633,7 @@ def _int(v: Any, what: str, lo: int = 0, hi: int = REPORT_MAX_BYTES, none: bool 
     if v is None and none:
         return None
     if type(v) is not int or not lo <= v <= hi:
-        raise ValueError(f"{what} is {_report_text(v)}, not an integer from {lo} to {hi}")
+        raise ValueError(f"{what} is {report_text(v)}, not an integer from {lo} to {hi}")
     return v
 
 
@@ -653,7 +653,7 @@ def _sig(v: Any, what: str) -> list[dict] | None:
         if not isinstance(d, dict):
             raise ValueError(f"{what} holds a non-object")
         shape = [_int(x, f"{what} shape", 0, MAX_BATCH) for x in _list(d.get("shape"), f"{what} shape", 16)]
-        item = {"shape": shape, "dtype": _report_text(d.get("dtype")) or "?"}
+        item = {"shape": shape, "dtype": report_text(d.get("dtype")) or "?"}
         for k in ("min", "max"):
             if d.get(k) is not None:
                 item[k] = _int(d.get(k), f"{what} {k}", -(1 << 62), 1 << 62)
@@ -706,14 +706,14 @@ def dryrun_report(text: str) -> dict[str, Any]:
                    for a, b in (_list(p, "a replay point", 2) for p in _list(data.get("replay"), "replay", 8))],
         "params": _int(data.get("params"), "params", none=True),
         "trainable": _int(data.get("trainable"), "trainable", none=True),
-        "optimizer": [_report_text(o) for o in _list(data.get("optimizer"), "optimizer", 64)],
-        "model": [_report_text(o) for o in _list(data.get("model"), "model", 64)],
+        "optimizer": [report_text(o) for o in _list(data.get("optimizer"), "optimizer", 64)],
+        "model": [report_text(o) for o in _list(data.get("model"), "model", 64)],
         "inputs": _sig(data.get("inputs"), "inputs"),
         "loaders": [], "num_workers": [],
-        "error": None, "end": _report_text(data.get("end")),
+        "error": None, "end": report_text(data.get("end")),
         "exit_code": _int(data.get("exit_code"), "exit_code", -(1 << 31), 1 << 31, none=True),
-        "exit_message": _report_text(data.get("exit_message")),
-        "notes": [_report_text(n) for n in _list(data.get("notes"), "notes", 64)],
+        "exit_message": report_text(data.get("exit_message")),
+        "notes": [report_text(n) for n in _list(data.get("notes"), "notes", 64)],
         "created_batches": [[_int(a, "a created batch", 1, MAX_BATCH), _int(b, "a created batch", 1, MAX_BATCH)]
                             for a, b in (_list(c, "a created batch", 2) for c in
                                          _list(data.get("created_batches"), "created_batches", 64))],
@@ -729,7 +729,7 @@ def dryrun_report(text: str) -> dict[str, Any]:
         out["plan"] = {"native": _int(plan.get("native"), "plan native", 1, MAX_BATCH, none=True),
                        "then": [_int(b, "a planned batch", 1, MAX_BATCH) for b in _list(plan.get("then"), "plan", 8)]}
     for n in _list(data.get("num_workers"), "num_workers", 64):
-        out["num_workers"].append(_int(n, "num_workers", 0, 1 << 16) if not isinstance(n, str) else _report_text(n))
+        out["num_workers"].append(_int(n, "num_workers", 0, 1 << 16) if not isinstance(n, str) else report_text(n))
     for ld in _list(data.get("loaders"), "loaders", 64):
         if not isinstance(ld, dict):
             raise ValueError("a loader is not a JSON object")
@@ -741,15 +741,15 @@ def dryrun_report(text: str) -> dict[str, Any]:
         def frame(f: Any) -> dict | None:
             if not isinstance(f, dict):
                 return None
-            return {"file": _report_text(f.get("file")) or "", "func": _report_text(f.get("func")),
-                    "code": _report_text(f.get("code")) or "",
+            return {"file": report_text(f.get("file")) or "", "func": report_text(f.get("func")),
+                    "code": report_text(f.get("code")) or "",
                     "line": f.get("line") if type(f.get("line")) is int and 0 < f.get("line") < 1 << 31 else None}
         frames = [fr for fr in (frame(f) for f in _list(err.get("frames"), "frames", 64)) if fr]
-        out["error"] = {"type": _report_text(err.get("type")) or "Exception", "message": _report_text(err.get("message")),
+        out["error"] = {"type": report_text(err.get("type")) or "Exception", "message": report_text(err.get("message")),
                         "frames": frames, "last_frame": frame(err.get("last_frame")),
                         "user_frame": frame(err.get("user_frame")),
                         "errno": err.get("errno") if type(err.get("errno")) is int else None,
-                        "during": _report_text(err.get("during")), "batch_reduced": err.get("batch_reduced") is True}
+                        "during": report_text(err.get("during")), "batch_reduced": err.get("batch_reduced") is True}
     elif err is not None:
         raise ValueError("error is not a JSON object")
     return out

@@ -163,7 +163,12 @@ REPORT_MAX_BYTES = 1 << 50
 """Largest peak or parameter count believed from the probe child (:data:`autodl.fields.MAX_HOST_BYTES`, 1 PiB)."""
 
 
-def _report_text(value: Any) -> str | None:
+def report_text(value: Any) -> str | None:
+    """A value from the probe's report as printable text of bounded length, for messages and records.
+
+    :param value: any JSON value, or None.
+    :returns: the text (control characters replaced by spaces), or None for None.
+    """
     if value is None:
         return None
     text = value if isinstance(value, str) else json.dumps(value)[:REPORT_TEXT_CHARS * 2]
@@ -173,7 +178,7 @@ def _report_text(value: Any) -> str | None:
 
 def _report_count(value: Any, what: str) -> int:
     if type(value) is not int or not 0 <= value <= REPORT_MAX_BYTES:
-        raise ValueError(f"{what} is {_report_text(value) if value is not None else 'missing'}, not a count "
+        raise ValueError(f"{what} is {report_text(value) if value is not None else 'missing'}, not a count "
                          f"from 0 to {REPORT_MAX_BYTES}")
     return value
 
@@ -189,7 +194,7 @@ def report_object(text: str) -> dict[str, Any]:
     try:
         data = json.loads(text, parse_constant=no_constant)
     except (ValueError, RecursionError) as exc:
-        raise ValueError(f"not JSON: {_report_text(str(exc))}") from None
+        raise ValueError(f"not JSON: {report_text(str(exc))}") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
@@ -211,25 +216,25 @@ def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
     data = report_object(text)
     out: dict[str, Any] = {"ok": data.get("ok") is True}
     for key in ("error", "stage", "input_desc"):
-        out[key] = _report_text(data.get(key))
+        out[key] = report_text(data.get(key))
     fwd = data.get("fwd_flops_per_sample")
     if fwd is not None:
         if isinstance(fwd, bool) or not isinstance(fwd, (int, float)) or not 0 <= fwd <= 1e30:
-            raise ValueError(f"fwd_flops_per_sample is {_report_text(fwd)}, not a number of FLOPs")
+            raise ValueError(f"fwd_flops_per_sample is {report_text(fwd)}, not a number of FLOPs")
         out["fwd_flops_per_sample"] = float(fwd)
     index = data.get("input_index")
     if index is not None:
         if type(index) is not int or not 0 <= index <= 10_000:
-            raise ValueError(f"input_index is {_report_text(index)}, not an index")
+            raise ValueError(f"input_index is {report_text(index)}, not an index")
         out["input_index"] = index
     layer = data.get("layer")
     if isinstance(layer, dict):
         shapes = layer.get("input_shapes")
         ok_shapes = isinstance(shapes, list) and len(shapes) <= 16 and all(
             isinstance(sh, list) and len(sh) <= 16 and all(type(d) is int for d in sh) for sh in shapes)
-        out["layer"] = {"layer": _report_text(layer.get("layer")) or "?", "type": _report_text(layer.get("type")) or "?",
+        out["layer"] = {"layer": report_text(layer.get("layer")) or "?", "type": report_text(layer.get("type")) or "?",
                         "input_shapes": shapes if ok_shapes else None,
-                        "weight_shape": _report_text(layer.get("weight_shape"))}
+                        "weight_shape": report_text(layer.get("weight_shape"))}
     elif layer is not None:
         raise ValueError("layer is not a JSON object")
     if out["ok"]:
@@ -331,7 +336,7 @@ def run_probe(
     out, err, returncode = result.stdout, result.stderr, result.returncode
     lines = [l for l in out.splitlines() if l.startswith("AUTODL_PROBE ")]
     if not lines:
-        tail = [_report_text(line) for line in (err or "").strip().splitlines()[-3:]]
+        tail = [report_text(line) for line in (err or "").strip().splitlines()[-3:]]
         why = "; ".join(tail) or f"exit code {returncode}"
         if returncode and returncode < 0:
             why = f"killed by signal {-returncode}"
