@@ -1,16 +1,14 @@
 """The autodl package is layered: no import cycle (counting function-level imports), no private names across modules."""
 
-import importlib.util
 from pathlib import Path
+
+from tests.load_file import load_file
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import_graph.py"
 
 
 def _import_graph():
-    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(SCRIPT)
 
 
 def test_tarjan_finds_a_two_module_cycle_and_leaves_a_chain_alone():

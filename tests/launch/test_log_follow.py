@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from tests.load_file import load_file
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "log_follow.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("log_follow_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(BENCH, "log_follow_bench")
 
 
 def test_a_followed_pod_log_is_fetched_about_once_across_restarts():
