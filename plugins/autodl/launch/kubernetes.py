@@ -183,7 +183,8 @@ def device_resource(device: Any, vendor: VendorInfo, catalog: Catalog) -> tuple[
     return resource, selector
 
 
-def _uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
+def pod_uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
+    """(uid, gid or None) a pod of ``run_key`` runs as, from ``launcher.user``; never uid 0 (the spec's check)."""
     from autodl.spec import parse_container_user
 
     try:
@@ -399,7 +400,7 @@ class KubernetesLauncher:
         # no visibility variable in the pod (the device plugin pins): --devices lists positions 0..n-1
         argv = list(opts.command) if opts.command else training_command(
             request, python=opts.python, script=script_inside, visible="", log_dir=LAUNCH_LOG_DIR)
-        uid, gid = _uid_gid(opts.user, request.run_key)
+        uid, gid = pod_uid_gid(opts.user, request.run_key)
 
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **request.env, **opts.env}
         visibility = {v.visible_devices_env for v in self.catalog.vendors.values()} | {

@@ -48,8 +48,8 @@ from autodl.profile.dryrun import (
     MIRROR_DEPTH,
     REPORT_FILE_BYTES,
     ChildOutput,
-    _stage,
     child_env,
+    stage_script,
 )
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, Staged
 
@@ -317,7 +317,7 @@ class DockerVenue:
         with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
             code = Path(tmp) / "code"
             code.mkdir()
-            staged = _stage(script.parent, code)
+            staged = stage_script(script.parent, code)
             (code / script.name).unlink(missing_ok=True)
             (code / script.name).write_bytes(script.read_bytes())
             inner = container_config(script, cfg, code=f"{BUNDLE_DIR}/code", limits=limits, user_dirs=[WORK_DIR])

@@ -223,7 +223,7 @@ def first_batch(batch: int, act_per_sample: int | None, fwd_flops_per_sample: fl
 
 
 # ---------------------------------------------------------------------------------------------- the run
-def _stage(script_dir: Path, workdir: Path) -> Staged:
+def stage_script(script_dir: Path, workdir: Path) -> Staged:
     """The user's code and data files of the script's folder, copied into the working directory (see
     :func:`autodl.sandbox.stage_tree`: regular files and folders only, never autodl's or Airflow's state, bounded by
     :data:`MAX_STAGED_FILES`, :data:`MAX_STAGED_BYTES`, :data:`MIRROR_DEPTH`). The folders are the sandbox's own
@@ -394,11 +394,11 @@ def read_back(out: ChildOutput) -> dict:
 def _run_in_sandbox(script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
                     launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]:
     """The worker's venue: the child in :func:`autodl.sandbox.run_sandboxed` (bubblewrap), its folder staged in a
-    temporary working directory (:func:`_stage`), the paths ``task.args`` names mounted read-only."""
+    temporary working directory (:func:`stage_script`), the paths ``task.args`` names mounted read-only."""
     with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
-        staged = _stage(script.parent, work)
+        staged = stage_script(script.parent, work)
         out = work / OUT_DIR
         out.mkdir()
         # the script runs as <workdir>/<name> (a copy: Path(__file__).resolve() stays there too): what it writes

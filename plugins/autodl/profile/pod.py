@@ -111,9 +111,9 @@ def dry_run_pod(script: Path, cfg: dict, launcher: Any, *, limits: SandboxLimits
     from kubernetes import client as k8s
 
     from autodl.launch.docker import DEFAULT_IMAGE
-    from autodl.launch.kubernetes import _uid_gid, quantity
+    from autodl.launch.kubernetes import pod_uid_gid, quantity
 
-    uid, gid = _uid_gid(launcher.user, name)
+    uid, gid = pod_uid_gid(launcher.user, name)
     inner = container_config(script, cfg, code=launcher.code_dir, limits=limits, user_dirs=[WORK_DIR])
     image = launcher.image or DEFAULT_IMAGE
     disk = limits.disk_bytes

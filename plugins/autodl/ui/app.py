@@ -134,7 +134,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
     @app.get("/", response_class=HTMLResponse, name="index")
     def index(request: Request, user: GetUserDep) -> HTMLResponse:
         b = base(request)
-        leases = data._leases()
+        leases = data.current_leases()
         readable, admin = dag_filter(user), is_admin(user)
         return _render("index.html", request,
                        pool=data.pool_view(pool, leases=leases, base_path=b, readable=readable, admin=admin),

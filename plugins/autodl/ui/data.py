@@ -198,7 +198,7 @@ def pool_view(pool: str | None = None, *, leases: list[Lease] | None = None, bas
     from autodl.inventory import read_inventory
 
     if leases is None:
-        leases = _leases()
+        leases = current_leases()
     by_device = {d: le for le in leases for d in le.device_ids}
     try:
         inventory = read_inventory(pool)
@@ -233,7 +233,8 @@ def held_elsewhere(leases: list[Lease], shown: set[str], base_path: str = "") ->
 
 
 # ------------------------------------------------------------------------------------------- leases
-def _leases() -> list[Lease]:
+def current_leases() -> list[Lease]:
+    """Every lease autodl's store holds now (the page's pool, queue and lease tables read it)."""
     from autodl.ledger import Ledger
 
     return Ledger().leases()
@@ -244,7 +245,7 @@ def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: d
     """Live leases, oldest first; a lease of a run the viewer may not see (:func:`hide`) keeps its devices and
     times, without its run key, lease id or holder."""
     now = now or utcnow()
-    leases = _leases() if leases is None else leases
+    leases = current_leases() if leases is None else leases
     holders = hide([lease_holder(le, base_path) for le in leases], readable, admin=admin)
     return [LeaseRow(lease_id=h.lease_id, run_key=h.run_key, device_ids=le.device_ids, host=le.host, model=le.model,
                      created_at=le.created_at, held_s=max(0.0, (now - le.created_at).total_seconds()),
