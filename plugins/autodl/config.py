@@ -318,10 +318,10 @@ def default_launcher() -> str | None:
     raw = setting("default_launcher")
     if raw is None:
         return None
-    from autodl.launch import _REGISTRY
+    from autodl.launch import launcher_names
 
-    if raw not in _REGISTRY:
-        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(_REGISTRY)}.")
+    if raw not in launcher_names():
+        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(launcher_names())}.")
     return raw
 
 

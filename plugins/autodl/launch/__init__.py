@@ -21,6 +21,11 @@ _REGISTRY: dict[str, str] = {
 }
 
 
+def launcher_names() -> list[str]:
+    """The launcher types autodl knows (``launcher.type``, ``[autodl] default_launcher``), in registry order."""
+    return list(_REGISTRY)
+
+
 _NEEDS: dict[str, tuple[str, ...]] = {"docker": ("docker",), "kubernetes": ("kubernetes",)}
 """Third-party modules each launcher imports when it renders or starts a run (lazily, inside its methods, so
 importing the launcher's module alone does not show they are missing): the extras of ``pyproject.toml``."""

@@ -87,7 +87,7 @@ def _tls_config(extra: dict[str, Any], conn_id: str) -> Any:
                           f"{exc}; put the PEM files on the worker and name their paths.") from None
 
 
-def _engine_kwargs(conn: Any, conn_id: str = DOCKER_CONN_ID) -> dict[str, Any]:
+def docker_engine_kwargs(conn: Any, conn_id: str = DOCKER_CONN_ID) -> dict[str, Any]:
     """``base_url``/``tls``/``timeout`` from a Docker engine connection's extra; ``tls`` is a ``TLSConfig``
     when the extra names certificate files (:data:`TLS_FILE_FIELDS`), else a boolean."""
     extra = conn.extra_dejson or {}
@@ -126,7 +126,7 @@ def _docker_kwargs(conn_id: str, host: str | None = None) -> dict[str, Any]:
 
 def _default_docker_kwargs(conn: Any) -> dict[str, Any]:
     extra = conn.extra_dejson or {}
-    kwargs = _engine_kwargs(conn, DOCKER_CONN_ID)
+    kwargs = docker_engine_kwargs(conn, DOCKER_CONN_ID)
     if conn.host and conn.login:
         registry = f"{conn.host}:{conn.port}" if conn.port else conn.host
         kwargs["registry"] = {

@@ -47,9 +47,9 @@ class GpuHostHook(BaseHook):
 
         :raises LaunchError: for a TLS file field that names no file (naming the field).
         """
-        from autodl.operators.connections import _engine_kwargs
+        from autodl.operators.connections import docker_engine_kwargs
 
-        return _engine_kwargs(self.connection, self.conn_id)
+        return docker_engine_kwargs(self.connection, self.conn_id)
 
     @cached_property
     def api_client(self) -> Any:

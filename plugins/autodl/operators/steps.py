@@ -113,7 +113,7 @@ STEP_IDS = {
 }
 
 
-def _launcher_kwargs(launcher_type: str, host: str | None = None) -> dict[str, Any]:
+def launcher_connection_kwargs(launcher_type: str, host: str | None = None) -> dict[str, Any]:
     """Connection details for the launcher from Airflow connections (docker_default, kubernetes_default,
     and the booked host's own Docker engine ``docker_<host>``)."""
     if launcher_type == "local":
@@ -236,7 +236,7 @@ class AutoDLProfileOperator(_AutoDLStep):
                      "args": self.args}
         return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key,
-                                     overrides=overrides, launcher_kwargs_for=_launcher_kwargs).model_dump(mode="json")
+                                     overrides=overrides, launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
 
 
 def _user(context, default: str | None) -> str | None:
@@ -267,7 +267,7 @@ class _Waiting:
         timeout, poke = self._scheduler(context)
         try:
             selection = pipeline.step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
-                                           poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=_launcher_kwargs)
+                                           poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=launcher_connection_kwargs)
             return selection.model_dump(mode="json") if selection is not None else None
         except WaitTimeout as exc:
             pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
@@ -394,7 +394,7 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
     def run_step(self, ctx, context):
         try:
             return pipeline.step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
-                                        launcher_kwargs_for=_launcher_kwargs).model_dump(mode="json")
+                                        launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
         except PoolBusy as exc:
             self.log.info("%s", exc)
         if self.deferrable:
@@ -463,7 +463,7 @@ class AutoDLLaunchOperator(_AutoDLStep):
         while True:  # a booking released while no worker ran this launch: it waits for its turn again, here
             try:
                 return pipeline.step_launch(ctx, profile_out, selection,
-                                            launcher_kwargs=_launcher_kwargs(launcher_type, _selection_host(selection)),
+                                            launcher_kwargs=launcher_connection_kwargs(launcher_type, _selection_host(selection)),
                                             log=_leveled(self.log), sample_interval_s=self.sample_interval_s)
             except PoolBusy as exc:
                 self.log.info("%s", exc)
@@ -515,7 +515,7 @@ class AutoDLCollectOperator(_AutoDLStep):
         else:
             why = "the collect task was stopped by Airflow (SIGTERM); the training was stopped with it"
         pipeline.note_failure(ctx.run_key, self.step, why)
-        pipeline.stop_training(handle, launcher_kwargs=_launcher_kwargs(handle.get("launcher", "local"), handle.get("host")),
+        pipeline.stop_training(handle, launcher_kwargs=launcher_connection_kwargs(handle.get("launcher", "local"), handle.get("host")),
                                log=self.log.warning)
 
     def run_step(self, ctx, context):
@@ -539,7 +539,7 @@ class AutoDLCollectOperator(_AutoDLStep):
         self.log.info(NOT_DEFERRING_NOTE.format(what="the training runs"))
         self._following = (handle, ctx)
         return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
-                                     launcher_kwargs=_launcher_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
+                                     launcher_kwargs=launcher_connection_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
                                      interval_s=self.sample_interval_s, limits=limits)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -602,5 +602,5 @@ class AutoDLReleaseOperator(_AutoDLStep):
             ctx, script=self._none(self.script), spec_path=self._none(self.spec),
             profile_out=self._handed(context, "profile"), selection=self._handed(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
-            launcher_kwargs=_launcher_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
+            launcher_kwargs=launcher_connection_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
         )

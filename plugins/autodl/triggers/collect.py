@@ -56,14 +56,14 @@ class CollectTrigger(BaseTrigger):
 
     def _setup(self):
         from autodl.metrics import Follower
-        from autodl.operators.steps import _launcher_kwargs
+        from autodl.operators.steps import launcher_connection_kwargs
         from autodl.pipeline import CollectGuard, CollectLimits, RunContext, collect_sinks, known_end, state_dir
         from autodl.types import LaunchHandle
 
         ctx = RunContext(**self.run_ctx)
         handle = LaunchHandle.model_validate(self.handle)
         launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, handle.launcher,
-                                                                     _launcher_kwargs(handle.launcher, handle.host))
+                                                                     launcher_connection_kwargs(handle.launcher, handle.host))
         offset_file = state_dir(ctx.run_key) / "collect.offset"
         offset = int(offset_file.read_text() or 0) if offset_file.exists() else 0
         follower = Follower(launcher, handle, sampler=sampler, log_sink=self.log_line,
