@@ -320,8 +320,9 @@ def default_launcher() -> str | None:
         return None
     from autodl.launch import launcher_names
 
-    if raw not in launcher_names():
-        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(launcher_names())}.")
+    known = launcher_names()
+    if raw not in known:
+        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(known)}.")
     return raw
 
 
