@@ -1,0 +1,411 @@
+"""The profile's estimate paths: static analysis, the dry run, the model-only probe, each giving an :class:`Estimate`,
+and :func:`choose`, the precedence between them (dry run > probe > static bound)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autodl.profile import layers as L
+from autodl.profile import memory as E
+from autodl.profile.analysis import ScriptFacts
+from autodl.profile.static import StaticEstimate, estimate, layer_line
+from autodl.spec import TaskSpec
+from autodl.types import Finding, PhasePeak, Severity
+
+if TYPE_CHECKING:
+    from autodl.profile.dryrun import DryRun
+
+BATCH_SIZE_ENV = "AUTODL_BATCH_SIZE_PER_GPU"
+"""Where the launchers pass the spec's per-device batch (see :data:`autodl.pipeline.BATCH_SIZE_ENV`)."""
+
+DEFAULT_BATCH_SIZE = 32
+"""Batch size assumed when neither the spec nor the script gives one (a warning finding says so)."""
+
+COLD_START_FACTOR = 1.5
+"""Cold-start activations = batch x seq_len x hidden x 4 bytes x 1.5 (issue 2's fallback formula: one fp32
+hidden state per token, 1.5x for the tensors kept around it)."""
+
+PROBE_KEEPS = ("assumed-batch-size", "assumed-input")
+"""The static path's assumptions that still hold when the probe measured the model (it ran at that batch/input)."""
+
+
+@dataclass
+class Estimate:
+    """What one path measured or assumed: sizes in bytes, FLOPs per sample, ``method`` its name.
+
+    :ivar figure_bytes: the path's own tensor-peak figure (``ResourceProfile.estimates_bytes[method]``); None
+        when it has none (a cold start with no parameter count).
+    :ivar measured_peak: a peak an allocator read (dry run, probe), bytes; None for the static paths.
+    """
+
+    method: str
+    params: int | None = None
+    trainable: int | None = None
+    act_per_sample: int | None = None
+    fixed: int | None = None
+    flops_fwd: float | None = None
+    step_flops: float | None = None
+    measured_peak: int | None = None
+    figure_bytes: int | None = None
+    batch: int | None = None
+    input_shape: list[int] | None = None
+    phases: list[PhasePeak] = field(default_factory=list)
+    probe_batches: list[int] | None = None
+
+
+@dataclass
+class RunInputs:
+    """What the estimate is for: the spec's values over the script's (``batch`` per device, ``seq_len`` tokens)."""
+
+    spec_batch: int | None
+    batch: int
+    seq_len: int | None
+    input_shape: list[int] | None
+    assumptions: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class StaticPath:
+    """The static pre-screen: its estimate, the analysis behind it, and the findings that hold only if it is chosen."""
+
+    estimate: Estimate
+    st: StaticEstimate
+    reason: str
+    assumptions: list[Finding]
+    cold: Finding | None = None
+    shape: Finding | None = None
+
+
+def run_inputs(facts: ScriptFacts, spec: TaskSpec | None) -> RunInputs:
+    """The batch, sequence length and input shape the estimate is for, and the assumption made where none is known."""
+    task = spec.task if spec else None
+    spec_batch = task.batch_size_per_gpu if task and task.batch_size_per_gpu else None
+    batch = spec_batch or facts.batch_size
+    assumptions: list[Finding] = []
+    if not batch:
+        batch = DEFAULT_BATCH_SIZE
+        assumptions.append(Finding(severity="warning", code="assumed-batch-size",
+                                   message=f"no batch size found in the script (DataLoader(batch_size=...), BATCH_SIZE, "
+                                           f"--batch-size) or the spec; assumed {DEFAULT_BATCH_SIZE}. Set "
+                                           "task.batch_size_per_gpu in the spec."))
+    seq_len = (task.sequence_length if task and task.sequence_length else None) or facts.sequence_length
+    input_shape = (list(task.input_shape) if task and task.input_shape else None) or facts.input_shape
+    if input_shape and facts.input_dtype == "int64" and task and task.sequence_length:
+        input_shape = [task.sequence_length]
+    return RunInputs(spec_batch=spec_batch, batch=batch, seq_len=seq_len, input_shape=input_shape,
+                     assumptions=assumptions)
+
+
+def _shape_finding(exc: L.ShapeMismatch, facts: ScriptFacts) -> Finding:
+    """A shape error met by the static trace: an error when Paddle refuses the arguments whatever the input, else a
+    warning (a shape met with an input autodl inferred: its reading, not Paddle running the script; issue 8, kind 2)."""
+    msg = str(exc)
+    line = None
+    for token in msg.split("'"):
+        line = line or layer_line(facts.model, token)
+    where = f"line {line}: " if line else ""
+    if isinstance(exc, L.Refused):
+        return Finding(severity="error", code="shape-mismatch", line=line or facts.model_line, message=where + msg + ".")
+    return Finding(severity="warning", code="shape-mismatch", line=line or facts.model_line,
+                   message=where + msg + " (found by reading the script, not by running it; the dry run did not "
+                                         "confirm it).")
+
+
+def _trace(facts: ScriptFacts, inputs: RunInputs) -> tuple[StaticEstimate, Finding | None]:
+    """The static trace at the run's batch; a shape error stops it (and is returned as a finding)."""
+    st = StaticEstimate()
+    try:
+        return estimate(facts, inputs.batch, inputs.input_shape, inputs.seq_len), None
+    except OverflowError as exc:  # a size past what floats hold: the analysis' limit, said, and the work goes on
+        st.why_not = f"a size in the model is too large to follow ({exc})"
+        return st, None
+    except L.ShapeMismatch as exc:
+        st.why_not = "a shape error stops the forward trace"
+        from autodl.profile.analysis import count_params
+        try:
+            t, nt = count_params(facts.model)
+            st.params, st.trainable = t + nt, t
+        except Exception:
+            pass
+        return st, _shape_finding(exc, facts)
+
+
+def _cold_start(st: StaticEstimate, inputs: RunInputs, est: Estimate) -> Finding:
+    """``est`` as the cold-start formula (static analysis could not pin the model down), and the warning saying so."""
+    hidden = st.hidden or 768
+    t = inputs.seq_len or (math.prod(inputs.input_shape) if inputs.input_shape else 512)
+    est.method = "cold_start"
+    est.act_per_sample = int(t * hidden * 4 * COLD_START_FACTOR)
+    if est.params is None:
+        est.params = est.trainable = 0
+    # FLOPs from the parameter count; unknown (null) with it, never 0
+    est.flops_fwd = 2.0 * est.params * (inputs.seq_len or 1) if est.params else None
+    return Finding(
+        severity="warning", code="cold-start",
+        message=f"static analysis could not pin the model down ({st.why_not}); activations use the cold-start "
+                f"formula batch x seq_len({t}) x hidden({hidden}) x 4 B x {COLD_START_FACTOR}"
+                + ("" if est.params else " and parameters are unknown")
+                + ". Set task.input_shape/sequence_length in the spec or let the dry run run.")
+
+
+def static_path(facts: ScriptFacts, inputs: RunInputs) -> StaticPath:
+    """The static estimate (the pre-screen): the traced model, else the cold-start formula."""
+    st, shape = _trace(facts, inputs)
+    assumptions = list(inputs.assumptions) + list(st.findings)
+    if facts.input_shape and not inputs.input_shape:
+        inputs.input_shape = facts.input_shape
+    if st.unknown_calls and st.traced:
+        names = ", ".join(sorted(st.unknown_calls)[:6])
+        assumptions.append(Finding(severity="info", code="unknown-calls",
+                                   message=f"calls the estimator does not model ({names}) were taken as shape-preserving."))
+    est = Estimate(method="static", params=st.params, trainable=st.trainable, act_per_sample=st.act_bytes_per_sample,
+                   fixed=st.fixed_transient_bytes, flops_fwd=st.forward_flops_per_sample, batch=inputs.batch,
+                   input_shape=inputs.input_shape)
+    cold = None if st.traced else _cold_start(st, inputs, est)
+    w, g, o = E.model_states(est.params or 0, est.trainable or 0, facts.optimizer, None)
+    if est.method != "cold_start" or est.params:
+        est.figure_bytes = int(w + g + o + (est.act_per_sample or 0) * inputs.batch + (est.fixed or 0))
+    reason = "static analysis traced the model" if st.traced else f"static analysis: {st.why_not}"
+    return StaticPath(estimate=est, st=st, reason=reason, assumptions=assumptions, cold=cold, shape=shape)
+
+
+def choose(static: Estimate, dry_run: Estimate | None, probe: Estimate | None) -> Estimate:
+    """The precedence: what the dry run measured of the script itself, else the model-only probe, else the static
+    bound (the traced model or the cold-start formula)."""
+    return dry_run or probe or static
+
+
+def kept_findings(chosen: Estimate, static: StaticPath, *, trained: bool, user_error: bool) -> list[Finding]:
+    """The static path's findings that still hold once ``chosen`` is the estimate: its assumptions when it is the
+    estimate itself (those the probe did not replace when the probe measured), and its shape reading unless what ran
+    shows the script trains."""
+    if chosen.method == "dry_run":
+        return []
+    if chosen.method == "probe":
+        out = [f for f in static.assumptions if f.code in PROBE_KEEPS]
+    else:
+        out = list(static.assumptions) + ([static.cold] if static.cold is not None and chosen.method == "cold_start"
+                                          else [])
+    if static.shape is not None and chosen.method != "probe" and not user_error and not trained:
+        out.append(static.shape)  # what ran shows it builds; a script that trained has no shape error
+    elif static.shape is not None and trained:
+        out.append(Finding(severity="info", code="static-shape-unconfirmed", message=(
+            "static analysis met a shape it could not follow (" + static.shape.message.rstrip(".")
+            + "), but the dry run trained the script: its forward and backward ran, so that reading was "
+            "not the script's; the estimate above does not rest on it.")))
+    return out
+
+
+FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
+                    "e.g. with a BatchSampler")
+
+
+def true_batch_reason(f: Finding, source: str) -> Finding:
+    """A script that reads :data:`BATCH_SIZE_ENV` does not fix its batch: the dry run kept its steps small itself
+    (its time and memory budgets, or tensors it reduced), so the finding says that instead."""
+    if f.code != "dry-run-extrapolated" or FIXED_BATCH_TEXT not in f.message or BATCH_SIZE_ENV not in source:
+        return f
+    return f.model_copy(update={"message": f.message.replace(
+        FIXED_BATCH_TEXT, f"the script reads {BATCH_SIZE_ENV}, but the dry run kept its steps small to stay within "
+                          "its time and memory budgets")})
+
+
+_EVAL_MARKERS = ("no_grad", ".eval()", "evaluate(", "eval_data", "eval_loader", "val_loader", "valid_loader",
+                 "test_loader", "validate(", "inference_mode")
+
+
+def has_eval(source: str) -> bool:
+    """Whether the script looks like it has an evaluation pass (then the dry run waits for it)."""
+    return any(m in source for m in _EVAL_MARKERS)
+
+
+def probe_inputs(dr) -> list[list[dict]] | None:
+    """Candidate input lists for the model-only probe from what the dry run saw before it stopped: the model's own
+    inputs (shapes, dtypes, value ranges), else the Dataset's first sample (all fields but the label, then the
+    first field alone). Per-sample shapes (batch dimension dropped)."""
+    if dr is None:
+        return None
+    cands: list[list[dict]] = []
+    if dr.inputs:
+        cands.append([dict(d, shape=d["shape"][1:]) for d in dr.inputs if d.get("shape")])
+    for ld in dr.loaders:
+        fs = ld.get("first_sample") or []
+        if len(fs) >= 2:
+            cands.append(fs[:-1])
+        if fs:
+            cands.append(fs[:1])
+    return cands or None
+
+
+def phase_findings(findings: list[Finding], phases: list[PhasePeak], batch: int) -> None:
+    """Say which phase needs what when there is more than one (issue 8, kind 8)."""
+    if len(phases) < 2:
+        return
+    mib = 1 << 20
+    top = max(phases, key=lambda p: p.peak_bytes)
+    train = next((p for p in phases if p.name == "train"), None)
+    parts = []
+    for p in phases:
+        shapes = ", ".join("x".join(str(d) for d in s) or "scalar" for s in p.input_shapes[:2])
+        parts.append(f"{p.name} at batch {p.batch_size}" + (f" [{shapes}]" if shapes else "")
+                     + f": {p.peak_bytes / mib:,.1f} MiB" + (" (extrapolated)" if p.extrapolated else ""))
+    sev: Severity = "info"
+    if train is not None and top is not train and top.peak_bytes > 1.1 * train.peak_bytes:
+        sev = "warning"
+    msg = "tensor peak per phase: " + "; ".join(parts) + "."
+    if sev == "warning" and train is not None:
+        msg += (f" The {top.name} pass needs {top.peak_bytes / max(1, train.peak_bytes):.1f}x the training step; the "
+                "profile's peak is that pass's, so the device must hold it.")
+    findings.append(Finding(severity=sev, code="phase-peaks", message=msg))
+
+
+def venue(choice, spec: TaskSpec | None, engine: dict | None):
+    """The dry run's venue for ``choice`` (None: the worker's sandbox)."""
+    if choice is None or choice.venue in (None, "worker") or spec is None:
+        return None
+    from autodl.profile.where import venue_for
+
+    return venue_for(choice.venue, spec.launcher, engine)
+
+
+
+@dataclass
+class DryRunPath:
+    """The dry run's outcome for the profile: its estimate when it measured a step (else None), where it ran."""
+
+    dr: DryRun
+    estimate: Estimate | None
+    ran_in: str | None
+    user_error: bool
+    probe_still: bool
+
+
+def _dry(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inputs: RunInputs, st: StaticEstimate,
+         engine: dict | None, where):
+    """One dry run of the script as the launcher would run it (:func:`autodl.profile.dryrun.run_dry_run`)."""
+    from autodl.profile.dryrun import run_dry_run
+
+    task = spec.task if spec else None
+    return run_dry_run(path, argv=list(task.args) if task else [], batch=inputs.spec_batch,
+                       script_batch=facts.batch_size, batch_from_spec=bool(inputs.spec_batch),
+                       hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
+                              "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
+                              "params": st.params, "fallback_batch": inputs.batch},
+                       eval_expected=has_eval(source), env=dict(spec.launcher.env) if spec else None,
+                       venue=venue(where, spec, engine))
+
+
+def _measured(dr, static: Estimate, inputs: RunInputs, facts: ScriptFacts, findings: list[Finding]) -> Estimate:
+    """The dry run's estimate (it measured a training step), and the findings what it saw makes true or untrue."""
+    from autodl.profile.dryrun import script_native
+
+    if inputs.spec_batch and script_native(dr.raw) == inputs.spec_batch:
+        # the script, run with its task.args, uses the spec's batch itself (e.g. --batch-size in the args)
+        findings[:] = [f for f in findings if f.code != "spec-batch-not-used"]
+    est = Estimate(method="dry_run", params=dr.params or static.params,
+                   trainable=dr.trainable if dr.trainable is not None else static.trainable,
+                   act_per_sample=dr.act_bytes_per_sample, fixed=static.fixed,
+                   flops_fwd=dr.forward_flops_per_sample or static.flops_fwd,
+                   step_flops=dr.step_flops_per_sample,  # the whole step: every forward call, recompute (issue 18)
+                   measured_peak=dr.tensor_peak_bytes, figure_bytes=int(dr.tensor_peak_bytes),
+                   batch=dr.batch or inputs.batch, phases=list(dr.phases),
+                   input_shape=list(dr.inputs[0]["shape"][1:]) if dr.inputs else inputs.input_shape)
+    if dr.num_workers is not None or dr.loaders:
+        facts.num_workers = dr.num_workers
+        findings[:] = [f for f in findings if f.code != "dataloader-workers-unknown"]
+        if dr.num_workers and not any(f.code == "dataloader-workers" for f in findings):
+            findings.append(Finding(severity="warning", code="dataloader-workers", message=(
+                f"the script's DataLoader runs with num_workers={dr.num_workers} (seen in the dry run): worker "
+                "processes exchange batches through shared memory; autodl's Docker/Kubernetes launchers give "
+                "the run a larger /dev/shm.")))
+    elif dr.num_workers is None and any(isinstance(n, str) for n in dr.raw.get("num_workers") or []):
+        facts.num_workers = None
+    phase_findings(findings, est.phases, est.batch or inputs.batch)
+    return est
+
+
+def _script_error(dr, findings: list[Finding]) -> None:
+    """The script raised on its own inputs: an error finding (the run would fail the same way)."""
+    findings.append(Finding(
+        severity="error", code="script-error", line=dr.error_line,
+        message=(f"line {dr.error_line}: " if dr.error_line else "") + "run as the launcher would run it "
+                f"(its own arguments, data and batch; on CPU), the script raised {dr.reason}. The run would "
+                "fail the same way; fix the script."))
+    findings.extend(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}.")
+                    for n in dr.raw.get("notes") or [] if "stood in" in n)
+
+
+def dry_run_path(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inputs: RunInputs,
+                 static: StaticPath, engine: dict | None, where, do_probe: bool, findings: list[Finding],
+                 reasons: list[str]) -> DryRunPath:
+    """Run the script itself (in the worker's sandbox, else once more in the launcher's image when the worker lacks a
+    package it imports) and read what it measured; ``findings`` and ``reasons`` get what it found, in order."""
+    from autodl.profile.where import image_retry
+
+    dr = _dry(path, spec, facts, source, inputs, static.st, engine, where)
+    again = image_retry(where, spec.launcher.type if spec else "local", dr.raw.get("error") or {}, dr.outcome)
+    if again is not None:  # the worker lacks a package the training's image has: measure it there
+        first = dr.reason
+        where, dr = again, _dry(path, spec, facts, source, inputs, static.st, engine, again)
+        dr.findings.insert(0, Finding(severity="info", code="dry-run-where", message=(
+            f"on this worker the script could not run ({first}); {again.reason}.")))
+    ran_in = None
+    if dr.outcome != "no-isolation" and where is not None:
+        ran_in = where.venue
+        if where.venue != "worker":
+            reasons.append(where.reason)
+    findings.extend(true_batch_reason(f, source) for f in dr.findings)
+    out = DryRunPath(dr=dr, estimate=None, ran_in=ran_in, user_error=False, probe_still=do_probe)
+    if dr.ok:
+        reasons.append(f"dry run: {dr.reason}")
+        out.estimate = _measured(dr, static.estimate, inputs, facts, findings)
+    elif dr.outcome == "user-error":
+        out.user_error = True
+        reasons.append(f"dry run: the script raised an error: {dr.reason}")
+        _script_error(dr, findings)
+    elif dr.outcome == "no-isolation":
+        # the sandbox could not be made when it was needed: nothing ran, and the probe (sandboxed too) won't
+        findings.append(Finding(severity="warning", code="probe-unavailable", message=(
+            f"{path}: the script was not run (no dry run, no probe): {dr.reason} The estimate is static.")))
+        reasons.append("the script was not run: " + ("no sandbox isolation on this host" if ran_in is None and (
+            where is None or where.venue == "worker") else dr.reason))
+        out.probe_still = False
+    else:
+        est = static.estimate
+        if dr.params and not est.params:  # the model the script built before it stopped: its states bound the need
+            est.params, est.trainable = dr.params, dr.trainable if dr.trainable is not None else dr.params
+        reasons.append(f"dry run not usable: {dr.reason}")
+        findings.append(Finding(severity="warning", code="dry-run-failed", message=(
+            f"the dry run (the script itself, run in the sandbox on CPU) could not measure a training step: "
+            f"{dr.reason}. " + ("Falling back to the model-only probe." if do_probe else "The estimate is static."))))
+    return out
+
+
+def probe_path(path: Path, facts: ScriptFacts, inputs: RunInputs, static: StaticPath, dr, findings: list[Finding],
+               reasons: list[str]) -> tuple[Estimate | None, float | None]:
+    """The model-only probe (:func:`autodl.profile.probe.run_probe`) on the inputs the dry run saw: its estimate when
+    it measured the model (else None), and its seconds."""
+    from autodl.profile.probe import run_probe
+
+    st = static.st
+    pr = run_probe(path, facts, batch=inputs.batch, input_shape=inputs.input_shape, seq_len=inputs.seq_len,
+                   act_bytes_per_sample_hint=st.act_bytes_per_sample if st.traced else None,
+                   flops_per_sample_hint=st.forward_flops_per_sample if st.traced else None,
+                   inputs=probe_inputs(dr))
+    findings.extend(pr.findings)
+    if not pr.ok:
+        reasons.append("the probe could not run the model")
+        return None, pr.seconds
+    reasons.append("the model-only probe measured the model alone"
+                   + (" on the inputs the script's Dataset yields" if pr.inputs_from else ""))
+    flops = static.estimate.flops_fwd
+    if pr.forward_flops_per_sample and (not st.traced or not flops):
+        flops = pr.forward_flops_per_sample
+    est = Estimate(method="probe", params=pr.params, trainable=pr.trainable, act_per_sample=pr.act_bytes_per_sample,
+                   fixed=pr.fixed_transient_bytes, flops_fwd=flops, batch=inputs.batch, input_shape=inputs.input_shape,
+                   measured_peak=int(pr.tensor_peak_bytes),  # a CPU reading too: the tensor peak, as the dry run's
+                   figure_bytes=int(pr.tensor_peak_bytes), probe_batches=pr.batch_sizes)
+    return est, pr.seconds
