@@ -327,6 +327,11 @@ def default_launcher() -> str | None:
     return raw
 
 
+SHARING_MODES: tuple[str, ...] = ("exclusive", "packed")
+"""The values of ``resource_policy.sharing``, as :data:`autodl.policy.packing.SHARING_MODES` (a test keeps the two
+equal; the configuration imports nothing of the policy, which would be an import cycle)."""
+
+
 def default_sharing() -> str:
     """Whether runs may share a device, for specs that do not set ``resource_policy.sharing``
     (``[autodl] sharing`` / ``AUTODL_SHARING``): ``exclusive`` (the default: every lease holds its devices
@@ -334,8 +339,6 @@ def default_sharing() -> str:
 
     :raises ConfigError: not one of those, naming where the value came from.
     """
-    from autodl.policy.packing import SHARING_MODES
-
     raw = setting("sharing")
     if raw is None:
         return "exclusive"

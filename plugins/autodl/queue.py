@@ -23,7 +23,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.config import gang_wait_bound_s
-from autodl.policy.admission import WAIT_MARGIN, Admission, Grant, QueuedRun, RunningRun, gang_first, queue_key
+from autodl.policy.admission import (
+    WAIT_MARGIN,
+    Admission,
+    Grant,
+    QueuedRun,
+    Reservation,
+    RunningRun,
+    gang_first,
+    queue_key,
+)
 from autodl.policy.admission import decide as admission_decide
 from autodl.policy.fairshare import TeamShares, fair_order
 from autodl.policy.packing import DeviceShare, capacity_bytes, fits_beside, reservation_bytes, shareable
@@ -309,7 +318,8 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
     other waiters are placed by :func:`place_from_candidates`.
 
     :param reasons: when given, filled with why each run not granted waits (for the waiter's log).
-    :param held_back: when given, filled with the devices of the head gang's reservation (none are packed).
+    :param held_back: when given, filled with the devices held back for the head of the queue (:func:`_held_back`),
+        which no packed run may join.
     """
     live = {e.run_key: e for e in entries if not e.stale(now)}
     live[own.run_key] = own
@@ -323,9 +333,30 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
                        explain=reasons is not None)
     if reasons is not None:
         reasons.update(result.waiting_reasons)
-    if held_back is not None and result.reservation is not None:
-        held_back.update(result.reservation.devices)
+    if held_back is not None:
+        held_back.update(_held_back(own, list(live.values()), running, now.timestamp(), rules or QueueRules(),
+                                    result.reservation))
     return next((g for g in result.grants if g.run_key == own.run_key), None)
+
+
+def _held_back(own: QueueEntry, live: Sequence[QueueEntry], running: Sequence[RunningRun], at: float,
+                rules: QueueRules, reservation: Reservation | None) -> frozenset:
+    """The devices a packed run may not join (``docs/reference/fractional-leases.md``, rule 3: EASY backfill must
+    not delay the head): the reservation of another run, when the decision made one; else, when a gang heads
+    the queue (another run's), every device of its candidate groups. The decision reserves nothing while no
+    device is free, which is when packing matters, so where the gang would be reserved is not known, and all
+    it could use is held back (the conservative side)."""
+    if reservation is not None:
+        return reservation.devices if reservation.run_key != own.run_key else frozenset()
+    held: Counter = Counter()
+    for r in running:
+        held[r.team or NO_TEAM] += len(r.devices) * r.device_share  # type: ignore[assignment] # half devices
+    active = [queued_run(e) for e in live if hold_of(e.team, list(rules.holds)) is None]
+    order = product_order(active, at, rules.queues, held)
+    if not order or order[0].run_key == own.run_key or order[0].num_gpus < 2:
+        return frozenset()
+    head = next(e for e in live if e.run_key == order[0].run_key)
+    return frozenset(d for group in head.candidates for d in group)
 
 
 def product_order(runs: Sequence[QueuedRun], at: float, queues: TeamQueues, held: Counter) -> list[QueuedRun]:

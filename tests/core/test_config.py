@@ -59,6 +59,9 @@ def test_variables_give_the_spec_defaults_but_the_spec_wins(monkeypatch):
 
 
 def test_sharing_is_exclusive_unless_configured_and_the_spec_wins(monkeypatch):
+    from autodl.policy import packing
+
+    assert config.SHARING_MODES == packing.SHARING_MODES
     assert config.default_sharing() == "exclusive" and TaskSpec().resource_policy.sharing == "exclusive"
     monkeypatch.setenv("AUTODL_SHARING", "packed")
     assert TaskSpec().resource_policy.sharing == "packed"
