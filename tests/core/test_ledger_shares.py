@@ -93,6 +93,23 @@ def test_an_exclusive_booking_keeps_todays_lease(store_url):
     assert ledger.shares() == {}
 
 
+def test_reaping_an_expired_shared_lease_frees_only_its_share(store_url):
+    """The reaper's path (claim, then release): the expired tenant's bytes come off, its neighbour keeps its own."""
+    from datetime import timedelta
+
+    from autodl.types import utcnow
+
+    ledger = Ledger(store_url)
+    dead = ledger.book("dead", ["GPU-0"], sharing="shared", reserved_bytes=20 * GB, capacity_bytes=CAP, ttl_s=1)
+    ledger.book("alive", ["GPU-0"], sharing="shared", reserved_bytes=30 * GB, capacity_bytes=CAP, ttl_s=10**6)
+    later = utcnow() + timedelta(seconds=60)
+    assert [le.run_key for le in ledger.expired(later)] == ["dead"]
+    assert ledger.claim_expired(dead.lease_id, "reaper-1", now=later)
+    assert ledger.release("dead", dead.lease_id) is not None and ledger.release("dead", dead.lease_id) is None
+    share = ledger.shares()["GPU-0"]
+    assert (share.leases, share.reserved_bytes) == (1, 30 * GB)
+
+
 def test_migration_0007_makes_every_existing_lease_exclusive(store_url):
     """A store at 0006 with a lease on GPU-0: after 0007 the lease is exclusive and GPU-0 is held whole."""
     from alembic import command
