@@ -304,12 +304,16 @@ class Ledger:
             return self._to_lease(row, self._devices_of(s, row.lease_id))
 
     def holders(self, device_ids: list[str] | None = None) -> dict[str, str]:
-        """device id -> run key of the lease holding it (all leased devices when ``device_ids`` is None)."""
+        """device id -> run key of the lease holding it (all leased devices when ``device_ids`` is None); the run
+        keys of a device's two shared leases are given sorted, as ``"a, b"``."""
         with self._session() as s:
             q = select(LeaseDeviceRow.device_id, LeaseRow.run_key).join(LeaseRow, LeaseRow.lease_id == LeaseDeviceRow.lease_id)
             if device_ids is not None:
                 q = q.where(LeaseDeviceRow.device_id.in_(device_ids))
-            return {d: r for d, r in s.execute(q)}
+            keys: dict[str, list[str]] = {}
+            for d, r in s.execute(q):
+                keys.setdefault(d, []).append(r)
+            return {d: ", ".join(sorted(rs)) for d, rs in keys.items()}
 
     def leased_device_ids(self) -> frozenset[str]:
         """Every device currently under a lease (expired ones included until a reaper frees them)."""

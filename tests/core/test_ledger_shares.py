@@ -37,7 +37,7 @@ def test_two_shared_leases_hold_one_device_and_name_each_other(store_url):
     assert ledger.get("run-a").co_tenants == ["run-b"] and ledger.get("run-b").co_tenants == ["run-a"]
     share = ledger.shares()["GPU-0"]
     assert (share.leases, share.reserved_bytes, share.exclusive, share.capacity_bytes) == (2, 50 * GB, False, CAP)
-    assert ledger.leased_device_ids() == {"GPU-0"}
+    assert ledger.leased_device_ids() == {"GPU-0"} and ledger.holders() == {"GPU-0": "run-a, run-b"}
     ledger.release("run-a")
     assert ledger.shares()["GPU-0"].reserved_bytes == 30 * GB and ledger.shares()["GPU-0"].leases == 1
     assert ledger.get("run-b").co_tenants == ["run-a"]  # whom it shared with while it lived stays
