@@ -44,6 +44,7 @@ SETTINGS: dict[str, str] = {
     "dry_run_in": "AUTODL_DRY_RUN_IN",
     "team_queues": "AUTODL_TEAM_QUEUES",
     "prometheus_url": "AUTODL_PROMETHEUS_URL",
+    "sharing": "AUTODL_SHARING",
 }
 """``[autodl]`` option -> the environment variable that overrides it."""
 
@@ -324,6 +325,28 @@ def default_launcher() -> str | None:
     if raw not in known:
         raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(known)}.")
     return raw
+
+
+SHARING_MODES: tuple[str, ...] = ("exclusive", "packed")
+"""The values of ``resource_policy.sharing``, as :data:`autodl.policy.packing.SHARING_MODES` (a test keeps the two
+equal; the configuration imports nothing of the policy, which would be an import cycle)."""
+
+
+def default_sharing() -> str:
+    """Whether runs may share a device, for specs that do not set ``resource_policy.sharing``
+    (``[autodl] sharing`` / ``AUTODL_SHARING``): ``exclusive`` (the default: every lease holds its devices
+    alone) or ``packed`` (:mod:`autodl.policy.packing`, ``docs/reference/fractional-leases.md``).
+
+    :raises ConfigError: not one of those, naming where the value came from.
+    """
+    raw = setting("sharing")
+    if raw is None:
+        return "exclusive"
+    value = raw.strip().lower()
+    if value not in SHARING_MODES:
+        raise ConfigError(f"{_source('sharing')}: {raw!r} is not a sharing mode; use one of: {', '.join(SHARING_MODES)} "
+                          "(or unset it: exclusive).")
+    return value
 
 
 def host_queues() -> dict[str, str]:

@@ -18,7 +18,6 @@ import math
 import os
 import time
 import typing
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -621,8 +620,7 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
     """
     from autodl.admissions import Admissions
-    from autodl.queue import AdmissionQueue, decide, free_devices, queue_rules, running_run
-    from autodl.quota import NO_TEAM
+    from autodl.queue import AdmissionQueue, decide, free_devices, held_by_team, packed_grant, queue_rules, running_runs
 
     profile_out = ProfileResult.coerce(profile_out, what="the profile step's result")
     spec = run_spec(profile_out)
@@ -677,14 +675,16 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         decisions[free_now] = decision
         return decision.chosen.devices if decision.chosen is not None else None
 
-    running = [running_run(le, now) for le in leases]
+    running = running_runs(leases, now)
     reasons: dict[str, str] = {}
-    grant = decide(entry, entries, free, running, now, place_own, rules, reasons)
+    held_back: set = set()
+    grant = decide(entry, entries, free, running, now, place_own, rules, reasons, held_back)
+    terms = None
+    if spec.resource_policy.sharing == "packed":   # issue 24: beside one packed run when no device is free for it
+        grant, terms = packed_grant(grant, entry, profile, spec.resource_policy.memory_threshold, inventory,
+                                    ledger.shares, leases, rules, held_back, place_own, log)
     if grant is None:
-        team_held: Counter = Counter()
-        for le in leases:
-            team_held[le.owner.team or NO_TEAM] += len(le.device_ids)
-        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=team_held), leases, everywhere, log,
+        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=held_by_team(leases)), leases, everywhere, log,
                      reasons.get(ctx.run_key))
         return None
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
@@ -695,7 +695,7 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model,
                             owner=owner_of(ctx, entry.team), launcher=spec.launcher.type,
                             placement=chosen.to_json() if chosen else None,
-                            expected_runtime_s=_runtime_on(entry, first.model))
+                            expected_runtime_s=_runtime_on(entry, first.model), **(terms.booking() if terms else {}))
     except LeaseError as exc:
         log(f"lost a booking race ({exc}); still waiting")
         return None
@@ -711,7 +711,9 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         log("the pool is DECLARED (no driver answered): the booking is bookkeeping only and the training runs on CPU")
     waited = (now - entry.enqueued_at).total_seconds()
     log(f"booked lease {lease.lease_id}: {lease.model} {lease.device_ids} after waiting {waited:.0f} s "
-        f"({grant.reason}); TTL {lease.ttl_s:g} s")
+        f"({grant.reason}); TTL {lease.ttl_s:g} s"
+        + (f"; shared, {lease.reserved_bytes} bytes reserved (the launch caps the training's memory there)"
+           if lease.sharing == "shared" else ""))
     selection = _selection(lease, [by_id[i] for i in lease.device_ids], inventory,
                            decision.algorithm if decision else spec.scheduler.algorithm,
                            chosen.to_json() if chosen else None, lines)
@@ -865,7 +867,8 @@ def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],
     catalog = load_catalog()
     devices = list(selection.devices)
     vendor = catalog.vendor(devices[0].vendor if devices else "nvidia")
-    lease_id = selection.lease.lease_id
+    lease = selection.lease
+    lease_id = lease.lease_id
     options = spec.launcher.model_dump(exclude={"type"})
     env = {}
     if spec.task.batch_size_per_gpu:
@@ -893,6 +896,7 @@ def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],
         labels=ctx.labels(lease_id),
         options=options,
         log_dir=str(state_dir(ctx.run_key)),
+        device_memory_cap_bytes=lease.reserved_bytes,   # a shared lease's reservation; None: the whole device
     )
     return spec, request
 

@@ -39,6 +39,16 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         "example": "docker",
         "default": "",
     },
+    "sharing": {
+        "description": "Whether runs may share a device, for specs that do not set resource_policy.sharing: exclusive "
+                       "(each lease holds its devices alone) or packed (a 1-device run with a known estimate may "
+                       "share a >= 24 GB NVIDIA device with one other packed run when both fit: "
+                       "docs/reference/fractional-leases.md). Empty: exclusive. AUTODL_SHARING wins.",
+        "version_added": "0.1.0",
+        "type": "string",
+        "example": "packed",
+        "default": "",
+    },
     "pool": {
         "description": "Inventory source when a task's gpu_pool is empty: auto (NVML, else the declared demo pool), nvml, "
                        "prometheus+http://HOST:PORT (dcgm-exporter through Prometheus), or a pool file. Empty: auto. "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import JSON, BigInteger, DateTime, Float, Integer, String, delete, select
@@ -23,13 +23,23 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.config import gang_wait_bound_s
-from autodl.policy.admission import WAIT_MARGIN, Admission, Grant, QueuedRun, RunningRun, gang_first, queue_key
+from autodl.policy.admission import (
+    WAIT_MARGIN,
+    Admission,
+    Grant,
+    QueuedRun,
+    Reservation,
+    RunningRun,
+    gang_first,
+    queue_key,
+)
 from autodl.policy.admission import decide as admission_decide
 from autodl.policy.fairshare import TeamShares, fair_order
+from autodl.policy.packing import DeviceShare, capacity_bytes, fits_beside, reservation_bytes, shareable
 from autodl.queue_hold import WHOLE_QUEUE, QueueHold, QueueHolds, hold_of
-from autodl.quota import TeamQueues
+from autodl.quota import NO_TEAM, TeamQueues
 from autodl.store import Base, session_factory
-from autodl.types import Device, Inventory, Lease, QueueEntry, utcnow
+from autodl.types import Device, Inventory, Lease, QueueEntry, ResourceProfile, utcnow
 
 
 class QueueRow(Base):
@@ -260,7 +270,26 @@ def running_run(lease: Lease, now: datetime | None = None) -> RunningRun:
     if end is not None and now is not None and end <= now.timestamp():
         end = None
     return RunningRun(run_key=lease.run_key, devices=tuple(lease.device_ids), expected_end=end,
-                      owner=lease.owner.user, team=lease.owner.team)
+                      owner=lease.owner.user, team=lease.owner.team, device_share=device_share(lease))
+
+
+def running_runs(leases: Sequence[Lease], now: datetime | None = None) -> list[RunningRun]:
+    """:func:`running_run` of each lease, the tenants of one shared device expected to free it together, when
+    the last of them ends (unknown when one end is): a gang's reservation never counts on a device half freed
+    (``docs/reference/fractional-leases.md``)."""
+    runs = [running_run(le, now) for le in leases]
+    tenants: dict[str, list[int]] = {}
+    for i, le in enumerate(leases):
+        if le.sharing == "shared":
+            for dev in le.device_ids:
+                tenants.setdefault(dev, []).append(i)
+    for mine in tenants.values():
+        if len(mine) > 1:
+            ends = [runs[i].expected_end for i in mine]
+            last = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+            for i in mine:
+                runs[i] = replace(runs[i], expected_end=last)
+    return runs
 
 
 def free_devices(inventory: Inventory, leased: frozenset[str]) -> frozenset[str]:
@@ -280,7 +309,8 @@ def place_from_candidates(entry: QueueEntry, free: frozenset) -> tuple[str, ...]
 
 def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str], running: Sequence[RunningRun],
            now: datetime, place_own: Callable[[frozenset], Sequence[str] | None],
-           rules: QueueRules | None = None, reasons: dict[str, str] | None = None) -> Grant | None:
+           rules: QueueRules | None = None, reasons: dict[str, str] | None = None,
+           held_back: set | None = None) -> Grant | None:
     """The queue's grant for ``own`` now, or None (keep waiting).
 
     Every live entry (and ``own``, which is polling now) goes to :func:`admission`;
@@ -288,6 +318,8 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
     other waiters are placed by :func:`place_from_candidates`.
 
     :param reasons: when given, filled with why each run not granted waits (for the waiter's log).
+    :param held_back: when given, filled with the devices held back for the head of the queue (:func:`_held_back`),
+        which no packed run may join.
     """
     live = {e.run_key: e for e in entries if not e.stale(now)}
     live[own.run_key] = own
@@ -301,7 +333,30 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
                        explain=reasons is not None)
     if reasons is not None:
         reasons.update(result.waiting_reasons)
+    if held_back is not None:
+        held_back.update(_held_back(own, list(live.values()), running, now.timestamp(), rules or QueueRules(),
+                                    result.reservation))
     return next((g for g in result.grants if g.run_key == own.run_key), None)
+
+
+def _held_back(own: QueueEntry, live: Sequence[QueueEntry], running: Sequence[RunningRun], at: float,
+                rules: QueueRules, reservation: Reservation | None) -> frozenset:
+    """The devices a packed run may not join (``docs/reference/fractional-leases.md``, rule 3: EASY backfill must
+    not delay the head): the reservation of another run, when the decision made one; else, when a gang heads
+    the queue (another run's), every device of its candidate groups. The decision reserves nothing while no
+    device is free, which is when packing matters, so where the gang would be reserved is not known, and all
+    it could use is held back (the conservative side)."""
+    if reservation is not None:
+        return reservation.devices if reservation.run_key != own.run_key else frozenset()
+    held: Counter = Counter()
+    for r in running:
+        held[r.team or NO_TEAM] += len(r.devices) * r.device_share  # type: ignore[assignment] # half devices
+    active = [queued_run(e) for e in live if hold_of(e.team, list(rules.holds)) is None]
+    order = product_order(active, at, rules.queues, held)
+    if not order or order[0].run_key == own.run_key or order[0].num_gpus < 2:
+        return frozenset()
+    head = next(e for e in live if e.run_key == order[0].run_key)
+    return frozenset(d for group in head.candidates for d in group)
 
 
 def product_order(runs: Sequence[QueuedRun], at: float, queues: TeamQueues, held: Counter) -> list[QueuedRun]:
@@ -394,6 +449,152 @@ def candidate_groups(inventory: Inventory, devices_fit: Callable[[Device], bool]
     return [[d.device_id for d in sorted(groups[k], key=lambda d: d.index)] for k in keys]
 
 
+# ------------------------------------------------------------------------------------------------ packing
+SHARED_DEVICE_SHARE = 0.5
+"""What one device of a shared lease counts against its team's quota: two packed runs use one device of quota
+(``docs/reference/fractional-leases.md``)."""
+
+GB = 10**9
+
+
+def device_share(lease: Lease) -> float:
+    """The part of each of its devices ``lease`` counts as holding: :data:`SHARED_DEVICE_SHARE` when shared, else 1."""
+    return SHARED_DEVICE_SHARE if lease.sharing == "shared" else 1.0
+
+
+def held_by_team(leases: Sequence[Lease]) -> Counter:
+    """Devices each team holds now (a shared lease's device as :data:`SHARED_DEVICE_SHARE`), for fair sharing."""
+    held: Counter = Counter()
+    for le in leases:
+        held[le.owner.team or NO_TEAM] += len(le.device_ids) * device_share(le)  # type: ignore[assignment] # half devices
+    return held
+
+
+def known_estimate(profile: ResourceProfile) -> int | None:
+    """The per-device peak, bytes, a packed run reserves; None when it is unknown (no estimate, or a cold start
+    that did not find the model: ``params`` None), and then the run never shares."""
+    if profile.peak_memory_bytes <= 0 or profile.params is None:
+        return None
+    return profile.peak_memory_bytes
+
+
+@dataclass(frozen=True)
+class ShareTerms:
+    """How a packed run books its device: the ledger's ``reserved_bytes`` and ``capacity_bytes``
+    (:meth:`autodl.ledger.Ledger.book` with ``sharing="shared"``)."""
+
+    reserved_bytes: int
+    capacity_bytes: int
+
+    def booking(self) -> dict:
+        """Keyword arguments of :meth:`autodl.ledger.Ledger.book`."""
+        return {"sharing": "shared", "reserved_bytes": self.reserved_bytes, "capacity_bytes": self.capacity_bytes}
+
+
+def share_terms(device: Device, estimate: int | None, threshold: float,
+                share: DeviceShare | None = None) -> ShareTerms | None:
+    """The terms a packed run of ``estimate`` bytes books ``device`` on, beside ``share`` (None: the device is
+    free), or None when it may not share it: not a shareable device (:func:`autodl.policy.packing.shareable`),
+    an unknown estimate, or no room (:func:`autodl.policy.packing.fits_beside`).
+
+    :param threshold: the spec's memory threshold (0-1).
+    """
+    if not shareable(device) or estimate is None:
+        return None
+    capacity = capacity_bytes(device, threshold)
+    if not fits_beside(share, estimate, capacity):
+        return None
+    need = reservation_bytes(estimate, joining=share is not None and share.leases > 0)
+    return ShareTerms(need, capacity) if need is not None else None
+
+
+def why_exclusive(profile: ResourceProfile, device: Device, threshold: float) -> str | None:
+    """Why a ``packed`` run books ``device`` exclusively, for its log; None when it books it shared."""
+    if profile.num_gpus != 1:
+        return f"sharing: packed, but a run of {profile.num_gpus} devices never shares: it books them exclusively"
+    estimate = known_estimate(profile)
+    if estimate is None:
+        return ("sharing: packed, but the run's memory estimate is unknown: it books its device exclusively (an "
+                "unknown estimate never shares)")
+    if share_terms(device, estimate, threshold) is None:
+        return (f"sharing: packed, but {device.model} {device.device_id} is not shareable for it (a healthy whole "
+                "NVIDIA device of >= 24 GB with room for the estimate): it books it exclusively")
+    return None
+
+
+def _within_quota(entry: QueueEntry, device_id: str, leases: Sequence[Lease], rules: QueueRules) -> bool:
+    """Whether ``entry``'s team stays within its nominal quota of the device's type with half a device more (a
+    packed run joining a device never borrows)."""
+    queues = rules.queues
+    if not queues.teams:
+        return True
+    dtype = rules.device_type or (lambda _dev: "device")
+    team = entry.team or NO_TEAM
+    kind = dtype(device_id)
+    held = sum(device_share(le) for le in leases if (le.owner.team or NO_TEAM) == team
+               for dev in le.device_ids if dtype(dev) == kind)
+    return held + SHARED_DEVICE_SHARE <= queues.quota(team).nominal(kind)
+
+
+def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inventory: Inventory,
+                shares: dict[str, DeviceShare], leases: Sequence[Lease], rules: QueueRules,
+                held_back: set) -> tuple[Grant, ShareTerms] | None:
+    """A device for a packed 1-device run that the queue granted no free device now: the first device of its
+    candidate groups (its policy's order) that holds one packed lease and has room beside it
+    (:func:`share_terms`), outside ``held_back`` (the head gang's reservation: packing there would delay the
+    gang), while its team's queue is not held and the team stays within its nominal quota; else None.
+
+    :param estimate: the run's per-device peak, bytes (:func:`known_estimate`); None: it never shares.
+    :param shares: the ledger's share rows (:meth:`autodl.ledger.Ledger.shares`).
+    """
+    if entry.num_gpus != 1 or estimate is None or hold_of(entry.team, list(rules.holds)) is not None:
+        return None
+    by_id = {d.device_id: d for d in inventory.devices}
+    for dev_id in (d for group in entry.candidates for d in group):
+        share, device = shares.get(dev_id), by_id.get(dev_id)
+        if device is None or share is None or share.exclusive or share.leases != 1 or dev_id in held_back:
+            continue
+        terms = share_terms(device, estimate, threshold, share)
+        if terms is None or not _within_quota(entry, dev_id, leases, rules):
+            continue
+        beside = ", ".join(le.run_key for le in leases if dev_id in le.device_ids) or "a packed run"
+        reason = (f"packed beside {beside} on {dev_id}: {share.reserved_bytes / GB:.1f} + {terms.reserved_bytes / GB:.1f}"
+                  f" GB of {terms.capacity_bytes / GB:.1f} GB under the memory threshold")
+        return Grant(entry.run_key, (dev_id,), reason), terms
+    return None
+
+
+def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfile, threshold: float,
+                 inventory: Inventory, shares: Callable[[], dict[str, DeviceShare]], leases: Sequence[Lease],
+                 rules: QueueRules, held_back: set, place_own: Callable[[frozenset], object],
+                 log: Callable[[str], None]) -> tuple[Grant | None, ShareTerms | None]:
+    """The wait step's grant and booking terms for a ``packed`` run (terms None: it books exclusively).
+
+    The queue's ``grant`` of free devices stands: a 1-device run whose device is shareable becomes its first
+    tenant, any other books exclusively and the log says why (:func:`why_exclusive`). With no grant, the run
+    may join a device holding one packed run (:func:`pack_beside`); ``place_own`` then places it there, so the
+    lease keeps the policy's placement.
+
+    :param shares: reads the ledger's share rows (only when needed).
+    """
+    if grant is not None:
+        first = next(d for d in inventory.devices if d.device_id == grant.devices[0])
+        why = why_exclusive(profile, first, threshold)
+        if why:
+            log(why)
+            return grant, None
+        return grant, share_terms(first, known_estimate(profile), threshold)
+    packed = pack_beside(entry, known_estimate(profile), threshold, inventory, shares(), leases, rules, held_back)
+    if packed is None:
+        if known_estimate(profile) is None:
+            log("sharing: packed, but the run's memory estimate is unknown: it never shares a device, and waits for "
+                "one to itself")
+        return None, None
+    place_own(frozenset(packed[0].devices))
+    return packed
+
+
 __all__ = ["AdmissionQueue", "QueueRow", "QueueRules", "admission", "admit_entries", "candidate_groups", "decide",
-           "free_devices", "place_from_candidates", "product_order", "queue_rules", "queued_run", "running_run",
-           "stale_after", "waiting_runs"]
+           "device_share", "free_devices", "held_by_team", "known_estimate", "pack_beside", "packed_grant", "place_from_candidates",
+           "product_order", "queue_rules", "queued_run", "running_run", "running_runs", "share_terms", "stale_after",
+           "waiting_runs", "why_exclusive", "ShareTerms"]

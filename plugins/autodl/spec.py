@@ -75,6 +75,14 @@ def _configured_threshold() -> float:
     return DEFAULT_MEMORY_THRESHOLD if configured is None else configured
 
 
+def _configured_sharing() -> Literal["exclusive", "packed"]:
+    """The default sharing mode: ``[autodl] sharing`` / ``AUTODL_SHARING`` (:func:`autodl.config.default_sharing`),
+    ``exclusive`` when unset."""
+    from autodl.config import default_sharing
+
+    return "packed" if default_sharing() == "packed" else "exclusive"
+
+
 def _configured_launcher() -> str:
     """The default launcher: ``[autodl] default_launcher`` / ``AUTODL_LAUNCHER`` when set, else ``local``."""
     from autodl.config import default_launcher
@@ -191,6 +199,11 @@ class ResourcePolicySection(_Section):
         default_factory=dict, description="Extra score per catalog tag, e.g. {domestic: 1.0}."
     )
     allowed_vendors: list[str] | None = None
+    sharing: Literal["exclusive", "packed"] = Field(
+        default_factory=lambda: _configured_sharing(),
+        description="exclusive: the run's devices are its own; packed: a 1-device run whose estimate is known may share "
+                    "a >= 24 GB NVIDIA device with one other packed run when both estimates fit "
+                    "(autodl.policy.packing). Default [autodl] sharing, itself exclusive.")
 
     @field_validator("tag_priorities")
     @classmethod

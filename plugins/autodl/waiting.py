@@ -54,10 +54,9 @@ class WaitingRun(BaseModel):
 
 
 def _held(leases: Sequence[Lease]) -> Counter:
-    held: Counter = Counter()
-    for le in leases:
-        held[le.owner.team or NO_TEAM] += len(le.device_ids)
-    return held
+    from autodl.queue import held_by_team
+
+    return held_by_team(leases)
 
 
 def _runtime(entry: QueueEntry, devices: Sequence[str], rules) -> float | None:
@@ -105,7 +104,7 @@ def why_waiting(entries: Sequence[QueueEntry], inventory: Inventory | None, leas
     :param inventory: the pool (None: it could not be read; the reasons and starts then say so).
     :param rules: :class:`autodl.queue.QueueRules` (default: from configuration and the store).
     """
-    from autodl.queue import admission, free_devices, place_from_candidates, product_order, queued_run, running_run
+    from autodl.queue import admission, free_devices, place_from_candidates, product_order, queued_run, running_runs
 
     now = now or utcnow()
     if rules is None:
@@ -124,7 +123,7 @@ def why_waiting(entries: Sequence[QueueEntry], inventory: Inventory | None, leas
     else:
         leased = frozenset(d for le in leases for d in le.device_ids)
         free = free_devices(inventory, leased)
-        running = [running_run(le, now) for le in leases]
+        running = running_runs(leases, now)
         decision = admission(live, free, running, now.timestamp(),
                              lambda run, f: place_from_candidates(by_key[run.run_key], f), rules, explain=True)
         granted = {g.run_key: g for g in decision.grants}

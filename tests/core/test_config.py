@@ -58,6 +58,23 @@ def test_variables_give_the_spec_defaults_but_the_spec_wins(monkeypatch):
     assert spec.resource_policy.memory_threshold == 0.5 and spec.launcher.type == "kubernetes"
 
 
+def test_sharing_is_exclusive_unless_configured_and_the_spec_wins(monkeypatch):
+    from autodl.policy import packing
+
+    assert config.SHARING_MODES == packing.SHARING_MODES
+    assert config.default_sharing() == "exclusive" and TaskSpec().resource_policy.sharing == "exclusive"
+    monkeypatch.setenv("AUTODL_SHARING", "packed")
+    assert TaskSpec().resource_policy.sharing == "packed"
+    assert parse_spec({"resource_policy": {"sharing": "exclusive"}}).resource_policy.sharing == "exclusive"
+
+
+def test_a_bad_sharing_in_the_spec_names_the_field_and_the_modes():
+    from autodl.errors import SpecError
+
+    with pytest.raises(SpecError, match="field 'resource_policy.sharing': Input should be 'exclusive' or 'packed'"):
+        parse_spec({"resource_policy": {"sharing": "shared"}})
+
+
 @pytest.mark.parametrize("name,value,fragment", [
     ("AUTODL_MEMORY_THRESHOLD", "1.5", "not a fraction"),
     ("AUTODL_MEMORY_THRESHOLD", "lots", "not a fraction"),
@@ -65,11 +82,13 @@ def test_variables_give_the_spec_defaults_but_the_spec_wins(monkeypatch):
     ("AUTODL_HOST_QUEUES", "gpu-a", "is not host=queue"),
     ("AUTODL_HOST_QUEUES", "{\"gpu-a\": 3}", "map host names to queue names"),
     ("AUTODL_PROMETHEUS_URL", "prometheus:9090", "is not an http\\(s\\) URL of a Prometheus server"),
+    ("AUTODL_SHARING", "shared", "'shared' is not a sharing mode; use one of: exclusive, packed"),
 ])
 def test_bad_settings_name_their_source(monkeypatch, name, value, fragment):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=fragment) as err:
-        config.default_memory_threshold(), config.default_launcher(), config.host_queues(), config.prometheus_url()
+        (config.default_memory_threshold(), config.default_launcher(), config.host_queues(), config.prometheus_url(),
+         config.default_sharing())
     assert f"environment variable {name}" in str(err.value)
 
 

@@ -195,3 +195,16 @@ def test_a_team_waiting_within_its_quota_is_told_who_borrowed_it():
     assert out.grants == ()
     assert "team 'vision''s nominal quota of A100-SXM4-80GB is lent to 'nlp'" in out.waiting_reasons["v0"]
     assert out.waiting_reasons["v0"].startswith("no device is free now; ") and "no preemption" in out.waiting_reasons["v0"]
+
+
+def test_two_shared_leases_on_one_device_count_as_one_device_of_quota():
+    """Fractional leases (docs/reference/fractional-leases.md): vision's two packed runs share A0, so vision holds one
+    A100 of its nominal two and may take one more; the same two runs held exclusively on A0 and A1 use its quota up
+    (and the two free devices are owed to nlp's two waiting runs, so vision may not borrow)."""
+    waiting = [entry("v9", "vision"), entry("n0", "nlp", runtime=5000), entry("n1", "nlp", runtime=5000)]
+    shared = [RunningRun("p1", ("A0",), team="vision", device_share=0.5),
+              RunningRun("p2", ("A0",), team="vision", device_share=0.5)]
+    whole = [RunningRun("x1", ("A0",), team="vision"), RunningRun("x2", ("A1",), team="vision")]
+    free = ["A2", "A3"]
+    assert "v9" in grants(waiting, free, shared, rules(TWO_TEAMS))
+    assert "v9" not in grants(waiting, free, whole, rules(TWO_TEAMS))

@@ -150,6 +150,8 @@ class RunningRun:
         None when unknown (then it is assumed to hold them indefinitely when reserving).
     :ivar owner: who submitted it (counts against its quota), or None.
     :ivar team: the team queue whose quota it uses, or None.
+    :ivar device_share: the part of each device it counts as holding against its team's quota: 1, or 0.5 for
+        a shared lease (two packed runs on one device use one device of quota).
     """
 
     run_key: str
@@ -157,6 +159,7 @@ class RunningRun:
     expected_end: float | None = None
     owner: str | None = None
     team: str | None = None
+    device_share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ class TeamShares:
     """One admission call's accounting of the teams: devices held and asked for, per team and device type.
 
     :param queues: the configured team queues (no ``teams``: nothing is restricted).
-    :param running: the runs holding devices (their ``team`` counts them).
+    :param running: the runs holding devices (their ``team`` counts them; a shared lease's device as half of one).
     :param waiting: the runs that wait (their asks make other teams' nominal quota not idle).
     :param device_type: device id -> device type (model name).
     :param usable_types: the device types a waiting run could ever use.
@@ -79,7 +79,7 @@ class TeamShares:
         for holder in running:
             c = self.held.setdefault(_team(holder.team), Counter())
             for dev in holder.devices:
-                c[device_type(dev)] += 1
+                c[device_type(dev)] += holder.device_share  # type: ignore[assignment] # a shared lease: half a device
         for run in waiting:
             c = self.asked.setdefault(_team(run.team), Counter())
             for t in self.usable[run.run_key]:

@@ -1,0 +1,129 @@
+"""Packed runs through the real wait step (pipeline.step_wait) and the real store, SQLite and PostgreSQL
+(docs/reference/fractional-leases.md): two small packed runs share one 80 GB device of a declared pool while a
+third waits; an exclusive run never joins a shared device; an unknown estimate books exclusively; a device the
+head gang's reservation holds back is not packed; the launch request carries the reservation as its memory cap."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from autodl import pipeline
+from autodl.ledger import Ledger
+from autodl.queue import AdmissionQueue, running_runs
+from autodl.types import Lease, MemoryBreakdown, ResourceProfile, utcnow
+from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the schema-per-test fixture
+
+GB = 10**9
+PACKED = "resource_policy: {sharing: packed}\n"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, monkeypatch, autodl_home):
+    if request.param == "postgresql":
+        monkeypatch.setenv("AUTODL_STORE_URL", request.getfixturevalue("pg_url"))
+    return request.param
+
+
+def pool_file(tmp_path, n: int = 1) -> str:
+    path = tmp_path / "big.yaml"
+    path.write_text("host: box\ndevices:\n" + "".join(
+        f"  - {{index: {i}, model: A100-SXM4-80GB, uuid: GPU-big-{i}}}\n" for i in range(n)))
+    return str(path)
+
+
+def profile_out(tmp_path, name: str, spec_text: str | None, *, peak: int = 10 * GB, params: int | None = 250) -> dict:
+    b = MemoryBreakdown(weights_bytes=peak // 2, activations_bytes=peak - peak // 2)
+    p = ResourceProfile(script=str(tmp_path / "train.py"), params=params, peak_memory_bytes=b.total_bytes, breakdown=b,
+                        flops_per_step=1e9, batch_size=8)
+    spec = None
+    if spec_text is not None:
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(spec_text)
+    return {"profile": p.to_json(), "spec_path": str(spec) if spec else None, "script": str(tmp_path / "train.py")}
+
+
+def poll(key: str, out: dict, pool: str, logs: list[str] | None = None):
+    ctx = pipeline.RunContext(run_key=key, dag_id="dag", run_id=key, user="ann")
+    return pipeline.step_wait(ctx, out, pool=pool, log=(logs.append if logs is not None else lambda _l: None),
+                              poke_interval_s=0.01)
+
+
+def test_two_small_packed_runs_share_one_80gb_device_while_a_third_waits(store, tmp_path):
+    pool = pool_file(tmp_path)
+    out = profile_out(tmp_path, "packed", PACKED, peak=20 * GB)
+    first, second = poll("p1", out, pool), poll("p2", out, pool)
+    logs: list[str] = []
+    assert first is not None and second is not None and poll("p3", out, pool, logs) is None
+    ledger = Ledger()
+    a, b = ledger.get("p1"), ledger.get("p2")
+    assert a.device_ids == b.device_ids == ["GPU-big-0"] and a.sharing == b.sharing == "shared"
+    assert a.reserved_bytes == 20 * GB and b.reserved_bytes > 20 * GB   # the joiner adds one more CUDA context
+    assert a.co_tenants == ["p2"] and b.co_tenants == ["p1"] and ledger.get("p3") is None
+    share = ledger.shares()["GPU-big-0"]
+    assert share.leases == 2 and share.reserved_bytes == a.reserved_bytes + b.reserved_bytes <= share.capacity_bytes
+    assert any("waiting: #1 of 1" in line for line in logs), logs
+    _, request = pipeline.build_request(pipeline.RunContext(run_key="p2", dag_id="dag", run_id="p2", user="ann"),
+                                        out, second)
+    assert request.device_memory_cap_bytes == b.reserved_bytes
+    ledger.release("p1")
+    assert poll("p3", out, pool) is not None and ledger.get("p3").co_tenants == ["p2"]
+
+
+def test_packed_runs_that_do_not_fit_together_do_not_share(store, tmp_path):
+    pool = pool_file(tmp_path)
+    out = profile_out(tmp_path, "packed", PACKED, peak=40 * GB)   # 40 + 40 + a context > 0.85 x 80 GB
+    assert poll("p1", out, pool) is not None and poll("p2", out, pool) is None
+    assert Ledger().shares()["GPU-big-0"].leases == 1
+
+
+def test_an_exclusive_run_never_joins_a_shared_device_nor_a_packed_run_an_exclusive_one(store, tmp_path):
+    pool = pool_file(tmp_path)
+    packed, exclusive = profile_out(tmp_path, "packed", PACKED), profile_out(tmp_path, "whole", None)
+    assert poll("p1", packed, pool) is not None
+    assert poll("x1", exclusive, pool) is None and Ledger().get("x1") is None
+    Ledger().release("p1")
+    assert poll("x1", exclusive, pool) is not None and Ledger().get("x1").sharing == "exclusive"
+    assert poll("p2", packed, pool) is None and Ledger().get("p2") is None
+    assert Ledger().shares()["GPU-big-0"].exclusive
+
+
+def test_a_packed_run_with_an_unknown_estimate_books_exclusively_and_says_so(store, tmp_path):
+    pool = pool_file(tmp_path)
+    logs: list[str] = []
+    unknown = profile_out(tmp_path, "unknown", PACKED, params=None)   # a cold start that did not find the model
+    assert poll("u1", unknown, pool, logs) is not None
+    lease = Ledger().get("u1")
+    assert lease.sharing == "exclusive" and lease.reserved_bytes is None
+    assert any("estimate is unknown: it books its device exclusively" in line for line in logs), logs
+    assert poll("p1", profile_out(tmp_path, "packed", PACKED), pool) is None   # nothing joins it
+
+
+def test_a_device_the_head_gangs_reservation_holds_back_is_not_packed(store, tmp_path):
+    """Two 80 GB devices: one holds a packed run, the other an exclusive one. A gang of 2 that has waited an hour
+    heads the queue and holds both back, so a packed run does not join the shared device; without the gang it does."""
+    pool = pool_file(tmp_path, 2)
+    packed = profile_out(tmp_path, "packed", PACKED)
+    ledger = Ledger()
+    ledger.book("p1", ["GPU-big-0"], host="box", model="A100-SXM4-80GB", sharing="shared", reserved_bytes=10 * GB,
+                capacity_bytes=68 * GB, expected_runtime_s=600)
+    ledger.book("x1", ["GPU-big-1"], host="box", model="A100-SXM4-80GB", expected_runtime_s=600)
+    AdmissionQueue().join("gang", num_gpus=2, needed_bytes=10 * GB, candidates=[["GPU-big-0", "GPU-big-1"]],
+                          stale_after_s=10**6, owner_user="bob", now=utcnow() - timedelta(hours=1))
+    assert poll("p2", packed, pool) is None and ledger.get("p2") is None
+    AdmissionQueue().leave("gang")
+    assert poll("p2", packed, pool) is not None and ledger.get("p2").device_ids == ["GPU-big-0"]
+
+
+def test_two_tenants_free_their_device_together_for_the_reservation_search():
+    now = utcnow()
+    leases = [Lease(lease_id="a", run_key="a", device_ids=["G0"], sharing="shared", reserved_bytes=GB,
+                    created_at=now, expected_runtime_s=100),
+              Lease(lease_id="b", run_key="b", device_ids=["G0"], sharing="shared", reserved_bytes=GB,
+                    created_at=now, expected_runtime_s=900),
+              Lease(lease_id="c", run_key="c", device_ids=["G1"], created_at=now, expected_runtime_s=100)]
+    runs = {r.run_key: r for r in running_runs(leases)}
+    assert runs["a"].expected_end == runs["b"].expected_end == now.timestamp() + 900
+    assert runs["c"].expected_end == now.timestamp() + 100
+    assert (runs["a"].device_share, runs["c"].device_share) == (0.5, 1.0)
