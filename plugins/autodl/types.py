@@ -292,10 +292,10 @@ class Lease(_Frozen):
     placement: dict[str, Any] | None = Field(None, description="The chosen candidate (devices, model, score, reasons).")
     expected_runtime_s: float | None = None
     sharing: Literal["exclusive", "shared"] = Field(
-        "exclusive", description="exclusive: the devices are this lease's alone; shared: a packed 1-device lease "
+        default="exclusive", description="exclusive: the devices are this lease's alone; shared: a packed 1-device lease "
                                  "that may hold its device with one other (autodl.policy.packing).")
     reserved_bytes: int | None = Field(
-        None, description="Device memory a shared lease reserves on its device, bytes (its estimate, plus one more "
+        default=None, description="Device memory a shared lease reserves on its device, bytes (its estimate, plus one more "
                           "CUDA context when it joined a device in use); None for an exclusive lease (the whole device).")
     co_tenants: list[str] = Field(
         default_factory=list, description="Run keys of the leases that shared this lease's device while it lived.")
