@@ -10,12 +10,12 @@ import pytest
 
 from autodl.catalog import load_catalog
 from autodl.launch import LaunchRequest
-from autodl.launch.base import CAP_NOT_VERIFIED, memory_cap
+from autodl.launch.base import memory_cap
 from autodl.launch.docker import DockerLauncher
 from autodl.launch.kubernetes import KubernetesLauncher, shared_resource
 from autodl.launch.local import LocalLauncher
 from autodl.errors import LaunchError
-from autodl.policy.packing import memory_cap_env
+from autodl.policy.packing import CAP_NOT_VERIFIED, memory_cap_env
 from autodl.types import Device
 
 GIB = 1 << 30

@@ -389,9 +389,6 @@ class LogStream:
 
 
 # ------------------------------------------------------------------ a packed run's device-memory cap (every launcher)
-CAP_NOT_VERIFIED = "memory cap not verified under auto_growth"
-"""What the log and the record say of a packed run's cap until a GPU check measures whether Paddle's default
-``auto_growth`` allocator honours ``FLAGS_gpu_memory_limit_mb`` (``docs/gpu-check.md``, step 9)."""
 
 
 def _cap_value(text: str) -> float | None:
@@ -410,9 +407,9 @@ def memory_cap(request: LaunchRequest, user_env: dict[str, str]) -> tuple[dict[s
     No cap (None), a CPU run or no device: no flags, nothing to say.
 
     :returns: ``(variables to set after the user's, lines for the log)``; the last line says
-        :data:`CAP_NOT_VERIFIED`.
+        :data:`autodl.policy.packing.CAP_NOT_VERIFIED`.
     """
-    from autodl.policy.packing import memory_cap_env
+    from autodl.policy.packing import CAP_NOT_VERIFIED, memory_cap_env
     from autodl.profile.memory import MIB
 
     cap = request.device_memory_cap_bytes
