@@ -10,7 +10,7 @@ import pytest
 
 from autodl.catalog import load_catalog
 from autodl.launch import LaunchRequest
-from autodl.launch.base import memory_cap
+from autodl.launch.packed import memory_cap
 from autodl.launch.docker import DockerLauncher
 from autodl.launch.kubernetes import KubernetesLauncher, shared_resource
 from autodl.launch.local import LocalLauncher

@@ -39,13 +39,13 @@ from autodl.launch.base import (
     LogStream,
     container_script,
     launcher_options,
-    memory_cap,
     pinning_env,
     rfc3339_ts,
     run_labels,
     training_command,
     visible_devices_value,
 )
+from autodl.launch.packed import memory_cap
 from autodl.redact import redact_env, redact_text
 from autodl.types import LaunchHandle
 
@@ -226,7 +226,7 @@ class DockerPlan:
     output_dir: str | None = None
     user: str = "1000:1000"
     notes: list[str] = field(default_factory=list, repr=False)
-    """What the launch logs about the plan (a packed run's memory cap: :func:`~autodl.launch.base.memory_cap`)."""
+    """What the launch logs about the plan (a packed run's memory cap: :func:`~autodl.launch.packed.memory_cap`)."""
 
     @property
     def shell(self) -> str:

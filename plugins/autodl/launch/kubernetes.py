@@ -27,9 +27,9 @@ import yaml
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
-from autodl.launch.base import (LaunchRequest, LogStream, container_script, launcher_options, memory_cap, run_labels,
-                               training_command)
+from autodl.launch.base import LaunchRequest, LogStream, container_script, launcher_options, run_labels, training_command
 from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, LOG_DRAIN_S
+from autodl.launch.packed import memory_cap
 from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
 

@@ -58,8 +58,9 @@ import psutil
 from autodl.config import autodl_home
 from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
-from autodl.launch.base import LaunchRequest, memory_cap, pinning_env, shell_line, training_command
+from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
 from autodl.launch.isolation import python_dirs, training_isolation
+from autodl.launch.packed import memory_cap
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
 from autodl.untrusted import LOG_CHUNK_BYTES, atomic_write_text, read_bytes
