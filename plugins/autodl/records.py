@@ -137,7 +137,7 @@ class RecordStore:
             return [RunRecord.model_validate(r.document) for r in s.execute(q).scalars()]
 
 
-def with_sharing(record: RunRecord, lease: Lease | dict | None) -> RunRecord:
+def with_sharing(record: RunRecord, lease: Lease | dict | None, *, previous: RunRecord | None = None) -> RunRecord:
     """``record`` with whom its run shared its device, from its lease (``Lease.sharing``, ``co_tenants``, and the
     memory cap a shared lease's ``reserved_bytes`` set).
 
@@ -145,15 +145,21 @@ def with_sharing(record: RunRecord, lease: Lease | dict | None) -> RunRecord:
     allocator (:data:`autodl.policy.packing.CAP_NOT_VERIFIED`, until ``docs/gpu-check.md`` step 9 measures it).
     Its step time is already in ``metrics.step_time_s``; :mod:`autodl.interference` reads the two together.
 
-    :param lease: the run's :class:`~autodl.types.Lease` (the one released, or the booking's as JSON); None: the
-        record as it is (no booking: nothing was shared).
+    :param lease: the run's :class:`~autodl.types.Lease` (the one released, which knows every neighbour that
+        joined, else the booking's, as JSON); None: what ``previous`` said, else the record as it is.
+    :param previous: the record a first writer stored for the same attempt (a reaper before the run's own
+        release): its sharing is kept when this writer has no lease to read it from.
     :returns: a copy of ``record``; calling it twice adds the note once.
     """
     from autodl.policy.packing import CAP_NOT_VERIFIED
     from autodl.profile.memory import MIB
 
     if lease is None:
-        return record
+        if previous is None or previous.sharing == "exclusive":
+            return record
+        notes = [*record.notes, *(n for n in previous.notes if CAP_NOT_VERIFIED in n and n not in record.notes)]
+        return record.model_copy(update={"sharing": previous.sharing, "co_tenants": list(previous.co_tenants),
+                                         "device_memory_cap_bytes": previous.device_memory_cap_bytes, "notes": notes})
     lease = lease if isinstance(lease, Lease) else Lease.model_validate(lease)
     update: dict = {"sharing": lease.sharing, "co_tenants": list(lease.co_tenants)}
     if lease.sharing == "shared":

@@ -56,3 +56,12 @@ def test_a_record_written_before_packing_reads_as_exclusive():
     old = {"run_key": "old", "script": "/x.py", "outcome": "succeeded", "declared_pool": False}
     back = RunRecord.model_validate(old)
     assert back.sharing == "exclusive" and back.co_tenants == [] and back.device_memory_cap_bytes is None
+
+
+def test_a_second_writer_without_the_lease_keeps_what_the_first_recorded():
+    """A reaper recorded the shared run first; the run's own release finds no lease any more: the sharing stays."""
+    first = with_sharing(record(), shared_lease())
+    second = with_sharing(record(), None, previous=first)
+    assert (second.sharing, second.co_tenants, second.device_memory_cap_bytes) == ("shared", ["r2"], 30 * GIB)
+    assert second.notes == first.notes
+    assert with_sharing(record(), None, previous=record()).sharing == "exclusive"
