@@ -173,6 +173,83 @@ def child(mode: str) -> int:
     return 0
 
 
+CAP_CHECK_BYTES = 1 * GiB
+"""The cap step 9 puts on its Paddle child (``autodl.policy.packing.memory_cap_env`` of 1 GiB); the child then asks
+for a quarter of it (must succeed) and for twice it in one allocation (must raise, if the cap holds)."""
+
+
+def paddle_cap_child() -> int:
+    """Step 9's child (``--child paddle-cap``): under the cap flags in its environment and Paddle's default allocator,
+    allocate within the cap, then past it; print one JSON line saying what Paddle did. Exit 0 either way."""
+    report: dict[str, Any] = {"pid": os.getpid()}
+    try:
+        import paddle
+
+        report["paddle"] = paddle.__version__
+        report["flags"] = paddle.get_flags(["FLAGS_allocator_strategy", "FLAGS_gpu_memory_limit_mb",
+                                            "FLAGS_fraction_of_gpu_memory_to_use"])
+        paddle.set_device("gpu")
+        cap = int(os.environ["FLAGS_gpu_memory_limit_mb"]) * MiB
+        within = paddle.zeros([cap // 4], dtype="uint8")
+        report["within_cap_ok"] = int(within.shape[0]) == cap // 4
+        try:
+            past = paddle.zeros([2 * cap], dtype="uint8")
+            report["past_cap_raised"] = False
+            report["past_cap_bytes"] = int(past.shape[0])
+        except Exception as exc:  # noqa: BLE001 - what Paddle raised is the measurement
+            report["past_cap_raised"] = True
+            report["past_cap_error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
+        report["max_memory_reserved_bytes"] = int(paddle.device.cuda.max_memory_reserved())
+    except Exception as exc:  # noqa: BLE001 - said in the report
+        report["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+def probe_paddle(python: str) -> dict[str, Any]:
+    """Paddle's version and whether it is built with CUDA and sees a GPU, asked in a subprocess."""
+    code = ("import json\ntry:\n    import paddle\n"
+            "except ImportError as e:\n    print(json.dumps({'why': f'paddle is not installed ({e})'}))\n"
+            "else:\n    ok = paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0\n"
+            "    print(json.dumps({'paddle': paddle.__version__, 'cuda': bool(ok), 'why': None if ok else\n"
+            "                      'Paddle is not built with CUDA or sees no GPU (a CPU build)'}))\n")
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except Exception as exc:  # noqa: BLE001
+        return {"why": f"could not ask paddle: {type(exc).__name__}: {exc}"}
+
+
+def check_paddle_cap(python: str, device: dict[str, Any]) -> Step:
+    """9: a packed run's cap (``autodl.launch.base.memory_cap``) under Paddle's default ``auto_growth`` allocator: an
+    allocation past ``FLAGS_gpu_memory_limit_mb`` raises in the process that made it (the design's rule 4)."""
+    from autodl.policy.packing import memory_cap_env
+
+    step = Step("9 Paddle memory cap under auto_growth")
+    info = probe_paddle(python)
+    step.figures["paddle"] = info.get("paddle") or "-"
+    if not info.get("cuda"):
+        return step.skip(f"not run: {info.get('why')}; the launchers keep saying 'memory cap not verified under "
+                         "auto_growth'")
+    env = {**os.environ, **memory_cap_env(CAP_CHECK_BYTES, int(device["memory_total_bytes"])),
+           "FLAGS_allocator_strategy": "auto_growth", "CUDA_VISIBLE_DEVICES": device["uuid"]}
+    done = subprocess.run([python, __file__, "--child", "paddle-cap"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    report = json.loads(lines[-1]) if lines else {"error": f"exit {done.returncode}: {done.stderr[-600:]}"}
+    step.figures.update(cap_bytes=CAP_CHECK_BYTES, child=report,
+                        max_memory_reserved_bytes=report.get("max_memory_reserved_bytes", "-"))
+    if report.get("error"):
+        step.check("the Paddle child ran", False, report["error"])
+        return step
+    step.check("an allocation of a quarter of the cap succeeds", report.get("within_cap_ok") is True,
+               str(report.get("within_cap_ok")))
+    step.check("an allocation of twice the cap raises in the process", report.get("past_cap_raised") is True,
+               report.get("past_cap_error") or f"allocated {report.get('past_cap_bytes')} bytes past a "
+                                               f"{CAP_CHECK_BYTES}-byte cap: auto_growth ignores the cap")
+    return step
+
+
 # ------------------------------------------------------------------------------------------------ helpers
 def probe_torch(python: str) -> dict[str, Any]:
     """torch's version and whether CUDA works, asked in a subprocess (this process never creates a CUDA context)."""
@@ -566,6 +643,7 @@ def run_check(out: Path) -> dict[str, Any]:
         steps += [*oom_done, safe("6 CUDA out-of-memory", check_oom, oom_run, torch_info)]
     else:
         steps.append(check_oom(None, torch_info))
+    steps.append(safe("9 Paddle memory cap under auto_growth", check_paddle_cap, sys.executable, device))
     after = safe("8 card settings unchanged", settings_snapshot, [device["uuid"]])
     unread = next((s for s in (before, after) if isinstance(s, Step)), None)  # NVML could not be read for it
     steps.append(unread or check_settings(before, after))
@@ -614,8 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_check_out",
                         help="report folder (default $OUT or ./gpu_check_out)")
-    parser.add_argument("--child", choices=("train", "oom"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("train", "oom", "paddle-cap"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child == "paddle-cap":
+        return paddle_cap_child()
     if args.child:
         return child(args.child)
     out = Path(args.out).resolve()

@@ -76,6 +76,9 @@ class VendorInfo(BaseModel):
     k8s_product_values: dict[str, str] = Field(default_factory=dict)
     k8s_taint_key: str
     k8s_mig_strategy: Literal["single", "mixed"] | None = None
+    k8s_shared_resource: str | None = Field(
+        None, description="Extended resource a packed (shared) 1-device pod asks for: the device plugin's time-sliced "
+                          "replicas; None: the vendor has none (a packed run asks for its whole-device resource).")
     docker_capabilities: list[list[str]] = Field(default_factory=list)
     docker_runtime: str | None = None
     docker_device_nodes: list[str] = Field(default_factory=list, description="Per booked device; '{index}' = host index.")

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.redact import redact_obj, sanitize_report
 from autodl.store import Base, session_factory
-from autodl.types import RunRecord
+from autodl.types import Lease, RunRecord
 
 
 class RunResult(BaseModel):
@@ -135,6 +135,41 @@ class RecordStore:
             if dag_id:
                 q = q.where(RunRow.dag_id == dag_id)
             return [RunRecord.model_validate(r.document) for r in s.execute(q).scalars()]
+
+
+def with_sharing(record: RunRecord, lease: Lease | dict | None, *, previous: RunRecord | None = None) -> RunRecord:
+    """``record`` with whom its run shared its device, from its lease (``Lease.sharing``, ``co_tenants``, and the
+    memory cap a shared lease's ``reserved_bytes`` set).
+
+    A shared run's record also carries, in ``notes``, that its cap was not verified under Paddle's default
+    allocator (:data:`autodl.policy.packing.CAP_NOT_VERIFIED`, until ``docs/gpu-check.md`` step 9 measures it).
+    Its step time is already in ``metrics.step_time_s``; :mod:`autodl.interference` reads the two together.
+
+    :param lease: the run's :class:`~autodl.types.Lease` (the one released, which knows every neighbour that
+        joined, else the booking's, as JSON); None: what ``previous`` said, else the record as it is.
+    :param previous: the record a first writer stored for the same attempt (a reaper before the run's own
+        release): its sharing is kept when this writer has no lease to read it from.
+    :returns: a copy of ``record``; calling it twice adds the note once.
+    """
+    from autodl.policy.packing import CAP_NOT_VERIFIED
+    from autodl.profile.memory import MIB
+
+    if lease is None:
+        if previous is None or previous.sharing == "exclusive":
+            return record
+        notes = [*record.notes, *(n for n in previous.notes if CAP_NOT_VERIFIED in n and n not in record.notes)]
+        return record.model_copy(update={"sharing": previous.sharing, "co_tenants": list(previous.co_tenants),
+                                         "device_memory_cap_bytes": previous.device_memory_cap_bytes, "notes": notes})
+    lease = lease if isinstance(lease, Lease) else Lease.model_validate(lease)
+    update: dict = {"sharing": lease.sharing, "co_tenants": list(lease.co_tenants)}
+    if lease.sharing == "shared":
+        update["device_memory_cap_bytes"] = lease.reserved_bytes
+        beside = ", ".join(lease.co_tenants) or "no other run"
+        cap = f"capped at {lease.reserved_bytes // MIB} MiB" if lease.reserved_bytes else "not capped (no reservation)"
+        note = f"packed: shared its device with {beside}; device memory {cap}; {CAP_NOT_VERIFIED}"
+        if note not in record.notes:
+            update["notes"] = [*record.notes, note]
+    return record.model_copy(update=update)
 
 
 def same_attempt(record: RunRecord, stored: dict) -> bool:

@@ -457,6 +457,15 @@ class RunRecord(_Frozen):
     notes: list[str] = Field(
         default_factory=list, description="What autodl did on the way that the run should know, oldest first (a "
                                           "booking released and re-queued because no worker launched it in time).")
+    sharing: Literal["exclusive", "shared"] = Field(
+        default="exclusive", description="Its lease's sharing: exclusive (the devices were its own) or shared (a "
+                                         "packed run that may have held its device with one other).")
+    co_tenants: list[str] = Field(
+        default_factory=list, description="Run keys of the runs that shared its device while its lease lived "
+                                          "(the lease's co_tenants); empty: it ran alone.")
+    device_memory_cap_bytes: int | None = Field(
+        default=None, description="The device memory a shared run was capped at (its lease's reserved_bytes, set as "
+                                  "Paddle's FLAGS_gpu_memory_limit_mb), bytes; None: no cap (the whole device).")
     attempts: list[dict[str, Any]] = Field(
         default_factory=list, description="The run's earlier attempts (a clear and re-run in Airflow books and "
                                           "trains again), oldest first, each the record it had then; the record "

@@ -161,6 +161,9 @@ def test_without_torch_or_nvidia_smi_every_step_that_can_runs_and_the_others_say
     assert release["by_check"]["no process of the run on the device"]["ok"] is True
     assert steps["8"]["status"] == "ok"
     assert "NOT RUN  5 CUDA context" in text and "OK       7 release (train)" in text
+    cap = steps["9"]  # .venv's Paddle is a CPU build: the cap cannot be measured here, and the check says so
+    assert cap["status"] == "not run" and "memory cap not verified under auto_growth" in cap["why"]
+    assert "not built with CUDA" in cap["why"] or "not installed" in cap["why"]
 
 
 @pytest.mark.parametrize("offset_mib, agrees", [(0, True), (1024, False)])
@@ -244,3 +247,50 @@ def test_the_gpu_branch_driven_by_a_stand_in_torch_reaches_every_gpu_check(tmp_p
     oom = steps["6"]
     assert oom["figures"]["requested_bytes"] == int(H200["total"] * 1.25) and oom["by_check"]["the child failed"]["ok"]
     assert oom["by_check"]["explained as an OOM"]["ok"] is True
+
+
+STAND_IN_PADDLE = '''"""A stand-in for the Paddle surface step 9's child uses (no GPU here): its allocator honours the cap when
+$STAND_IN_HONOURS_CAP is 1, else allocates past it (what auto_growth would do if it ignored the flag)."""
+import os
+__version__ = "0.0+stand-in"
+class _Cuda:
+    reserved = 0
+    @staticmethod
+    def device_count(): return 1
+    @classmethod
+    def max_memory_reserved(cls): return cls.reserved
+class device:
+    cuda = _Cuda
+def is_compiled_with_cuda(): return True
+def get_flags(names): return {n: os.environ.get(n) for n in names}
+def set_device(name): assert name == "gpu"
+class _T:
+    def __init__(self, n): self.shape = [n]
+def zeros(shape, dtype):
+    n = shape[0]
+    if os.environ.get("STAND_IN_HONOURS_CAP") == "1" and _Cuda.reserved + n > int(os.environ["FLAGS_gpu_memory_limit_mb"]) * 2**20:
+        raise MemoryError(f"Out of memory error on GPU 0. Cannot allocate {n} bytes: the limit is reached")
+    _Cuda.reserved += n
+    return _T(n)
+'''
+
+
+@pytest.mark.parametrize("honours, status", [("1", "ok"), ("0", "failed")])
+def test_step_9_passes_only_when_an_allocation_past_the_cap_raises(tmp_path, monkeypatch, honours, status):
+    """The GPU branch of step 9, driven by a stand-in Paddle: an allocator that honours FLAGS_gpu_memory_limit_mb
+    passes; one that allocates twice the cap fails the step, saying the cap was ignored."""
+    (tmp_path / "paddle").mkdir()
+    (tmp_path / "paddle" / "__init__.py").write_text(STAND_IN_PADDLE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO / "plugins")]))
+    monkeypatch.setenv("STAND_IN_HONOURS_CAP", honours)
+    check = load_check()
+    step = check.check_paddle_cap(sys.executable, {"uuid": UUID, "memory_total_bytes": 143771 * MiB})
+    assert step.status == status, step
+    child = step.figures["child"]
+    assert child["flags"]["FLAGS_gpu_memory_limit_mb"] == "1024"
+    assert child["flags"]["FLAGS_allocator_strategy"] == "auto_growth"
+    assert child["within_cap_ok"] is True
+    if status == "failed":
+        assert "auto_growth ignores the cap" in step.why
+    else:
+        assert "Cannot allocate" in child["past_cap_error"]

@@ -168,6 +168,22 @@ def test_gpu_request_recorded_then_clear_error_without_nvidia_runtime(launcher, 
     assert launcher.containers_of(run_key) == [], "a container that could not start is removed"
 
 
+def test_a_packed_containers_env_on_the_engine_carries_the_memory_cap_the_lower_wins(launcher, busybox_image, code,
+                                                                                      run_key, caplog):
+    """The engine's own record of the container (``Config.Env``) holds Paddle's cap flags of the run's share:
+    10 GiB of a 40 GiB device; the user's higher ``FLAGS_gpu_memory_limit_mb`` does not raise it."""
+    req = make_request(code, run_key, busybox_image, "true", devices=_gpus(1), device_memory_cap_bytes=10 << 30,
+                       options={"env": {"FLAGS_gpu_memory_limit_mb": "40960"}})
+    with caplog.at_level("INFO", logger="autodl.launch.docker"):
+        container = launcher.create(req)
+    env = dict(item.split("=", 1) for item in container.attrs["Config"]["Env"])
+    assert env["FLAGS_gpu_memory_limit_mb"] == "10240"
+    assert env["FLAGS_fraction_of_gpu_memory_to_use"] == "0.2500"
+    assert "memory cap not verified under auto_growth" in caplog.text
+    assert "FLAGS_gpu_memory_limit_mb=40960 from launcher.env would not keep" in caplog.text
+    container.remove(force=True)
+
+
 def test_missing_image_with_pull_never(launcher, code, run_key):
     req = make_request(code, run_key, "autodl-no-such-image:0", "true")
     with pytest.raises(LaunchError, match="docker pull autodl-no-such-image:0"):

@@ -161,3 +161,28 @@ def test_attempts_and_calibration_clear_on_postgres(pg_url):
     assert clear_calibration("/x.py", url=pg_url) == ["k"]
     assert find_calibration("/x.py", 32, url=pg_url) is None
     assert RecordStore(pg_url).get("k").oom["calibration"]["cleared_at"]
+
+
+def test_a_shared_runs_record_and_the_interference_read_on_postgres(pg_url):
+    """Issue 24: the sharing a record carries survives PostgreSQL's JSON column, and may_pack reads it there."""
+    from autodl.interference import may_pack
+    from autodl.records import with_sharing
+    from autodl.types import Lease
+
+    store = RecordStore(pg_url)
+
+    def run(key, model, step_s, co=None):
+        record = RunRecord(run_key=key, script=f"/{model}.py", outcome="succeeded", declared_pool=False,
+                           device_model="H100-SXM5-80GB", profile={"model_name": model},
+                           metrics={"step_time_s": step_s})
+        lease = Lease(lease_id=f"L-{key}", run_key=key, device_ids=["GPU-0"],
+                      **({"sharing": "shared", "reserved_bytes": 30 << 30, "co_tenants": [co]} if co else {}))
+        store.write(with_sharing(record, lease))
+
+    run("bert-solo", "bert", 0.10)
+    run("gpt2-solo", "gpt2", 0.20)
+    run("bert-packed", "bert", 0.10 / 0.7, co="gpt2-packed")
+    run("gpt2-packed", "gpt2", 0.20 / 0.7, co="bert-packed")
+    back = store.get("bert-packed")
+    assert back.sharing == "shared" and back.co_tenants == ["gpt2-packed"] and back.device_memory_cap_bytes == 30 << 30
+    assert not may_pack("bert", "gpt2", "H100-SXM5-80GB", url=pg_url), "measured 0.7 of solo: barred"

@@ -386,3 +386,4 @@ class LogStream:
                 closer()
             except Exception:  # noqa: BLE001 - closing a finished stream
                 pass
+

@@ -45,6 +45,7 @@ from autodl.launch.base import (
     training_command,
     visible_devices_value,
 )
+from autodl.launch.packed import memory_cap
 from autodl.redact import redact_env, redact_text
 from autodl.types import LaunchHandle
 
@@ -224,6 +225,8 @@ class DockerPlan:
     output_volume: str | None = None
     output_dir: str | None = None
     user: str = "1000:1000"
+    notes: list[str] = field(default_factory=list, repr=False)
+    """What the launch logs about the plan (a packed run's memory cap: :func:`~autodl.launch.packed.memory_cap`)."""
 
     @property
     def shell(self) -> str:
@@ -371,6 +374,8 @@ class DockerLauncher:
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
         env.update(request.env)
         env.update(opts.env)
+        cap_env, cap_notes = memory_cap(request, {**request.env, **opts.env})  # a packed run's share, the lower wins
+        env.update(cap_env)
         env.update(device_env)
         env.update(measurement_env(request, vendor, env))
         if not on_cpu and request.devices:  # the hook attributes Paddle's place gpu:N to the Nth booked device
@@ -442,7 +447,7 @@ class DockerLauncher:
         return DockerPlan(
             image=image, name=name, argv=argv, env=env, labels=labels, create_kwargs=kwargs, cli=cli,
             device_ids=device_ids, visible_devices=visible, pull_policy=opts.image_pull_policy,
-            output_volume=output_volume, output_dir=request.env.get(OUTPUT_DIR_ENV), user=opts.user,
+            output_volume=output_volume, output_dir=request.env.get(OUTPUT_DIR_ENV), user=opts.user, notes=cap_notes,
         )
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
@@ -524,6 +529,8 @@ class DockerLauncher:
                 old.remove(force=True)
         self._ensure_image(plan)
         self._ensure_output_volume(plan)
+        for note in plan.notes:
+            log.info("%s", note)
         log.info("docker equivalent: %s", plan.shell)
         try:
             container = self.client.containers.create(**plan.create_kwargs)

@@ -29,6 +29,7 @@ from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
 from autodl.launch.base import LaunchRequest, LogStream, container_script, launcher_options, run_labels, training_command
 from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, LOG_DRAIN_S
+from autodl.launch.packed import memory_cap
 from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
 
@@ -146,6 +147,41 @@ def mig_strategy(vendor: VendorInfo) -> str:
         raise LaunchError(f"AUTODL_MIG_STRATEGY={value!r}: use 'single' or 'mixed', as the cluster's NVIDIA device "
                           "plugin is configured (migStrategy).")
     return value
+
+
+def shared_resource(vendor: VendorInfo) -> str | None:
+    """The extended resource a packed 1-device pod asks for: ``$AUTODL_K8S_SHARED_RESOURCE``, else the vendor
+    table's ``k8s_shared_resource`` (NVIDIA: ``nvidia.com/gpu``, which the device plugin hands out as time-sliced
+    replicas once the node's plugin is configured with ``replicas: 2``; ``nvidia.com/gpu.shared`` with
+    ``renameByDefault: true``: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html).
+    None: the vendor has no shared resource.
+
+    :raises LaunchError: for a value that is not an extended resource name (``<domain>/<name>``).
+    """
+    import os
+
+    value = os.environ.get("AUTODL_K8S_SHARED_RESOURCE") or vendor.k8s_shared_resource
+    if value is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value):
+        raise LaunchError(f"AUTODL_K8S_SHARED_RESOURCE={value!r} is not an extended resource name: use the one the "
+                          "node's device plugin advertises for time-sliced replicas, e.g. nvidia.com/gpu or "
+                          "nvidia.com/gpu.shared.")
+    return value
+
+
+def packed_resource(request: LaunchRequest, vendor: VendorInfo, resource: str) -> str:
+    """``resource``, or the vendor's :func:`shared_resource` when ``request`` is a packed 1-device run on a whole
+    device (its ``device_memory_cap_bytes`` is set); a MIG instance keeps its own resource."""
+    device = request.devices[0] if len(request.devices) == 1 else None
+    if request.device_memory_cap_bytes is None or device is None or (device.labels or {}).get("mig_profile"):
+        return resource
+    shared = shared_resource(vendor)
+    if shared is None:
+        log.warning("run %s is packed, but the vendor of %s has no shared Kubernetes resource: asking for %s",
+                    request.run_key, device.model, resource)
+        return resource
+    log.info("run %s is packed: asking for %s (the node's device plugin must hand it out as time-sliced replicas, "
+             "replicas: 2)", request.run_key, shared)
+    return shared
 
 
 def device_resource(device: Any, vendor: VendorInfo, catalog: Catalog) -> tuple[str, dict[str, str]]:
@@ -403,6 +439,10 @@ class KubernetesLauncher:
         uid, gid = pod_uid_gid(opts.user, request.run_key)
 
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **request.env, **opts.env}
+        cap_env, cap_notes = memory_cap(request, {**request.env, **opts.env})  # time-slicing isolates no memory
+        env.update(cap_env)
+        for note in cap_notes:
+            log.info("%s", note)
         visibility = {v.visible_devices_env for v in self.catalog.vendors.values()} | {
             v.container_visible_env for v in self.catalog.vendors.values()
         }
@@ -421,7 +461,7 @@ class KubernetesLauncher:
         tolerations: list[Any] = []
         if not on_cpu:
             resource, selector = device_resource(request.devices[0], vendor, self.catalog)
-            limits[resource] = str(len(request.devices))
+            limits[packed_resource(request, vendor, resource)] = str(len(request.devices))
             node_selector.update(selector)
             tolerations.append(k8s.V1Toleration(key=vendor.k8s_taint_key, operator="Exists", effect="NoSchedule"))
         node_selector.update(opts.node_selector)

@@ -44,6 +44,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import signal
@@ -59,9 +60,12 @@ from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
 from autodl.launch.isolation import python_dirs, training_isolation
+from autodl.launch.packed import memory_cap
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
 from autodl.untrusted import LOG_CHUNK_BYTES, atomic_write_text, read_bytes
+
+logger = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
@@ -189,13 +193,18 @@ class LocalLauncher:
         """The run's folder (created, holding its run key); see :func:`run_folder`."""
         return run_folder(self.base_dir, run_key)
 
+    @staticmethod
+    def _user_env(request: LaunchRequest) -> dict[str, str]:
+        """What the run itself asked for: the spec's ``launcher.env`` and ``request.env``."""
+        user_env = request.options.get("env") if isinstance(request.options, dict) else None
+        return {**{str(k): str(v) for k, v in (user_env or {}).items()}, **request.env}
+
     def environment(self, request: LaunchRequest) -> dict[str, str]:
         """Variables added to the training's environment: the spec's ``launcher.env``, pinning, Paddle device,
         run identity. The rest of its environment is the allow-listed part of this process's (see
         :func:`training_environment`)."""
-        user_env = request.options.get("env") if isinstance(request.options, dict) else None
-        env = {str(k): str(v) for k, v in (user_env or {}).items()}
-        env.update(request.env)
+        env = self._user_env(request)
+        env.update(memory_cap(request, env)[0])  # a packed run's share of its device; the lower of it and the user's
         env.update(pinning_env(request))
         if request.on_cpu or not request.devices:
             env["AUTODL_PADDLE_DEVICE"] = "cpu"
@@ -287,9 +296,11 @@ class LocalLauncher:
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
             try:
                 with open(log_path, "ab") as log:
-                    if iso.note:
-                        log.write(f"autodl: {iso.note}\n".encode())
-                        log.flush()
+                    for note in [iso.note, *memory_cap(request, self._user_env(request))[1]]:
+                        if note:
+                            log.write(f"autodl: {note}\n".encode())
+                            logger.info("%s", note)
+                    log.flush()
                     proc = psutil.Popen(wrapper, cwd=workdir, env=env, stdout=log, stderr=log,
                                         stdin=open(os.devnull), start_new_session=True)
             except OSError as exc:

@@ -98,6 +98,11 @@ def memory_cap_env(reserved_bytes: int, device_total_bytes: int) -> dict[str, st
             "FLAGS_gpu_memory_limit_mb": str(max(1, reserved_bytes // MIB))}
 
 
+CAP_NOT_VERIFIED = "memory cap not verified under auto_growth"
+"""What the log and the record say of a packed run's cap until a GPU check measures whether Paddle's default
+``auto_growth`` allocator honours ``FLAGS_gpu_memory_limit_mb`` (``docs/gpu-check.md``, step 9)."""
+
+
 def pair_type(model_a: str | None, model_b: str | None, device_model: str) -> str:
     """The key interference is measured under: the two runs' model names (sorted) on one device model."""
     a, b = sorted((model_a or "?", model_b or "?"))
