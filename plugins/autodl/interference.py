@@ -4,8 +4,9 @@ A pair type (:func:`autodl.policy.packing.pair_type`: the two runs' model names 
 packed when its runs' co-located/solo speed ratio falls below :data:`autodl.policy.packing.SLOWDOWN_BAR` (issue 24,
 rule 5 of ``docs/reference/fractional-leases.md``). The ratios come from this pool's own records: a shared run's
 ``metrics.step_time_s`` against the median step time of the solo (exclusive) runs of the same model on the same
-device model. A pair type never measured here falls to published pair measurements
-(``include/data/colocation-pairs.csv``, sources in ``include/data/README.md``).
+device model. A pair type never measured here falls to the published measurement of the same two models
+(``include/data/colocation-pairs.csv``, sources in ``include/data/README.md``); one neither measured nor published is
+packed until its records measure it.
 """
 
 from __future__ import annotations
@@ -124,9 +125,9 @@ def published_prior(model_a: str | None,
     """The prior for a pair type never measured here: ``(ratios, source, detail)``.
 
     The published pair of the same two models when there is one (on whatever GPU it was measured: the device
-    model differs, the prior says so); else the median of the published pairs' mean ratios, as one ratio. With the
-    shipped figures that median is below the bar: a pair nothing is known of is not packed (an unknown is acted on
-    conservatively), and a pair only becomes packable by being measured or published.
+    model differs, the prior says so); else the median of the published pairs' mean ratios, as one ratio: what to
+    expect of a pair nothing is known of (0.62 with the shipped figures). Such a pair is still packed, since rule 5
+    bars only what was measured (:func:`pair_speed`), and its records then measure it.
     """
     pairs = published_pairs()
     a, b = sorted((model_key(model_a), model_key(model_b)))
@@ -151,6 +152,11 @@ def pair_speed(model_a: str | None, model_b: str | None, device_model: str,
                   f"{statistics.fmean(measured):.2f} of solo")
         return PairSpeed(pair_type=key, ratios=measured, source="measured", barred=pair_barred(measured), detail=detail)
     ratios, source, detail = published_prior(model_a, model_b)
+    if source == "published-median":
+        # rule 5 bars what was *measured* below the bar: a pair nobody measured is packed (the run asked for packed),
+        # measured by its records, and barred from then on if it is slow; the median says what to expect meanwhile
+        return PairSpeed(pair_type=key, ratios=ratios, source=source, barred=False,
+                         detail=f"{key}: {detail}; packed until this pool measures it (barred below {SLOWDOWN_BAR})")
     return PairSpeed(pair_type=key, ratios=ratios, source=source,
                      barred=pair_barred(ratios), detail=f"{key}: {detail}")
 

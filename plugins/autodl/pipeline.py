@@ -682,7 +682,8 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     terms = None
     if spec.resource_policy.sharing == "packed":   # issue 24: beside one packed run when no device is free for it
         grant, terms = packed_grant(grant, entry, profile, spec.resource_policy.memory_threshold, inventory,
-                                    ledger.shares, leases, rules, held_back, place_own, log)
+                                    ledger.shares, leases, rules, held_back, place_own, log,
+                                    model_name=spec.task.model_name or profile.model_name)
     if grant is None:
         _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=held_by_team(leases)), leases, everywhere, log,
                      reasons.get(ctx.run_key))
@@ -694,7 +695,7 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     try:
         lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model,
                             owner=owner_of(ctx, entry.team), launcher=spec.launcher.type,
-                            placement=chosen.to_json() if chosen else None,
+                            placement=_placement_of(chosen, (spec.task.model_name or profile.model_name) if terms else None),
                             expected_runtime_s=_runtime_on(entry, first.model), **(terms.booking() if terms else {}))
     except LeaseError as exc:
         log(f"lost a booking race ({exc}); still waiting")
@@ -749,6 +750,17 @@ def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: Tas
         expected_runtime_s=est.expected_runtime_s if est else None,
         speed_by_type=est.speed_by_type if est else None, runtime_source=est.runtime_source if est else None,
     )
+
+
+def _placement_of(chosen, packed_model: str | None) -> dict[str, Any] | None:
+    """The lease's placement: the chosen candidate; a packed lease also names its run's model (the pair type a run
+    that joins it is judged by: :func:`autodl.queue.pair_check`)."""
+    from autodl.queue import RUN_MODEL_KEY
+
+    placement = chosen.to_json() if chosen else None
+    if packed_model is None:
+        return placement
+    return {**(placement or {}), RUN_MODEL_KEY: packed_model}
 
 
 def _runtime_on(entry: QueueEntry, model: str | None) -> float | None:

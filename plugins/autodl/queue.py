@@ -35,7 +35,7 @@ from autodl.policy.admission import (
 )
 from autodl.policy.admission import decide as admission_decide
 from autodl.policy.fairshare import TeamShares, fair_order
-from autodl.policy.packing import DeviceShare, capacity_bytes, fits_beside, reservation_bytes, shareable
+from autodl.policy.packing import SLOWDOWN_BAR, DeviceShare, capacity_bytes, fits_beside, reservation_bytes, shareable
 from autodl.queue_hold import WHOLE_QUEUE, QueueHold, QueueHolds, hold_of
 from autodl.quota import NO_TEAM, TeamQueues
 from autodl.store import Base, session_factory
@@ -538,7 +538,8 @@ def _within_quota(entry: QueueEntry, device_id: str, leases: Sequence[Lease], ru
 
 def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inventory: Inventory,
                 shares: dict[str, DeviceShare], leases: Sequence[Lease], rules: QueueRules,
-                held_back: set) -> tuple[Grant, ShareTerms] | None:
+                held_back: set, pair_barred_why: Callable[[list[Lease], Device], str | None] | None = None,
+                log: Callable[[str], None] | None = None) -> tuple[Grant, ShareTerms] | None:
     """A device for a packed 1-device run that the queue granted no free device now: the first device of its
     candidate groups (its policy's order) that holds one packed lease and has room beside it
     (:func:`share_terms`), outside ``held_back`` (the head gang's reservation: packing there would delay the
@@ -546,6 +547,8 @@ def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inven
 
     :param estimate: the run's per-device peak, bytes (:func:`known_estimate`); None: it never shares.
     :param shares: the ledger's share rows (:meth:`autodl.ledger.Ledger.shares`).
+    :param pair_barred_why: why the run may not go beside these leases on this device (its pair type measured
+        below the bar, :func:`pair_check`), or None when it may; None: no interference check.
     """
     if entry.num_gpus != 1 or estimate is None or hold_of(entry.team, list(rules.holds)) is not None:
         return None
@@ -557,17 +560,51 @@ def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inven
         terms = share_terms(device, estimate, threshold, share)
         if terms is None or not _within_quota(entry, dev_id, leases, rules):
             continue
-        beside = ", ".join(le.run_key for le in leases if dev_id in le.device_ids) or "a packed run"
+        neighbours = [le for le in leases if dev_id in le.device_ids]
+        barred = pair_barred_why(neighbours, device) if pair_barred_why is not None else None
+        if barred:
+            if log is not None:
+                log(f"sharing: not packed on {dev_id}: {barred}")
+            continue
+        beside = ", ".join(le.run_key for le in neighbours) or "a packed run"
         reason = (f"packed beside {beside} on {dev_id}: {share.reserved_bytes / GB:.1f} + {terms.reserved_bytes / GB:.1f}"
                   f" GB of {terms.capacity_bytes / GB:.1f} GB under the memory threshold")
         return Grant(entry.run_key, (dev_id,), reason), terms
     return None
 
 
+RUN_MODEL_KEY = "run_model"
+"""Key of a packed lease's ``placement`` holding its run's model name (the profile's), so a run that would join it
+knows the pair type (:func:`pair_check`)."""
+
+
+def pair_check(model_name: str | None, records: Callable[[], list] | None = None
+               ) -> Callable[[list[Lease], Device], str | None]:
+    """Rule 5 for a run of ``model_name``: why it may not join these leases on this device (a pair type this pool
+    measured, or that was published, below :data:`autodl.policy.packing.SLOWDOWN_BAR`), else None. The run records
+    are read once, at the first device asked about (``records``: default the store's newest,
+    :func:`autodl.interference.recent_records`)."""
+    from autodl import interference
+
+    seen: list[list] = []
+
+    def why(neighbours: list[Lease], device: Device) -> str | None:
+        if not seen:
+            seen.append((records or interference.recent_records)())
+        for lease in neighbours:
+            other = (lease.placement or {}).get(RUN_MODEL_KEY)
+            speed = interference.pair_speed(model_name, other, device.model, seen[0])
+            if speed.barred:
+                return f"beside {lease.run_key}, {speed.detail}: below {SLOWDOWN_BAR} of solo speed"
+        return None
+
+    return why
+
+
 def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfile, threshold: float,
                  inventory: Inventory, shares: Callable[[], dict[str, DeviceShare]], leases: Sequence[Lease],
                  rules: QueueRules, held_back: set, place_own: Callable[[frozenset], object],
-                 log: Callable[[str], None]) -> tuple[Grant | None, ShareTerms | None]:
+                 log: Callable[[str], None], model_name: str | None = None) -> tuple[Grant | None, ShareTerms | None]:
     """The wait step's grant and booking terms for a ``packed`` run (terms None: it books exclusively).
 
     The queue's ``grant`` of free devices stands: a 1-device run whose device is shareable becomes its first
@@ -576,6 +613,7 @@ def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfil
     lease keeps the policy's placement.
 
     :param shares: reads the ledger's share rows (only when needed).
+    :param model_name: the run's model (the spec's ``task.model_name``, else the profile's): its pair type.
     """
     if grant is not None:
         first = next(d for d in inventory.devices if d.device_id == grant.devices[0])
@@ -584,7 +622,8 @@ def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfil
             log(why)
             return grant, None
         return grant, share_terms(first, known_estimate(profile), threshold)
-    packed = pack_beside(entry, known_estimate(profile), threshold, inventory, shares(), leases, rules, held_back)
+    packed = pack_beside(entry, known_estimate(profile), threshold, inventory, shares(), leases, rules, held_back,
+                         pair_check(model_name or profile.model_name), log)
     if packed is None:
         if known_estimate(profile) is None:
             log("sharing: packed, but the run's memory estimate is unknown: it never shares a device, and waits for "
@@ -595,6 +634,6 @@ def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfil
 
 
 __all__ = ["AdmissionQueue", "QueueRow", "QueueRules", "admission", "admit_entries", "candidate_groups", "decide",
-           "device_share", "free_devices", "held_by_team", "known_estimate", "pack_beside", "packed_grant", "place_from_candidates",
+           "device_share", "free_devices", "held_by_team", "known_estimate", "pack_beside", "packed_grant", "pair_check", "place_from_candidates",
            "product_order", "queue_rules", "queued_run", "running_run", "running_runs", "share_terms", "stale_after",
            "waiting_runs", "why_exclusive", "ShareTerms"]

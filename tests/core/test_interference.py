@@ -57,12 +57,19 @@ def test_a_pair_none_measured_falls_to_the_published_prior():
     assert resnets.barred
 
 
-def test_a_pair_neither_measured_nor_published_takes_the_median_published_pair_and_is_not_packed():
-    """An unknown is acted on conservatively: the median of the six published pairs' means (0.62) is below 0.8."""
+def test_a_pair_neither_measured_nor_published_is_packed_until_measured_and_says_what_to_expect():
+    """Rule 5 bars what was measured below 0.8; a pair nobody measured is packed (the run asked for packed) and the
+    detail gives the median of the six published pairs' means (0.62) as what to expect meanwhile."""
     ratios, source, detail = published_prior("unet", "vit")
     assert source == "published-median" and ratios[0] == pytest.approx(0.618, abs=0.001) and ratios[0] < SLOWDOWN_BAR
     assert "never measured" in detail
-    assert not may_pack("unet", "vit", DEVICE, records=[])
+    speed = pair_speed("unet", "vit", DEVICE, [])
+    assert not speed.barred and "packed until this pool measures it" in speed.detail
+    assert may_pack("unet", "vit", DEVICE, records=[])
+    slow = [run("u-solo", "unet", 0.10), run("v-solo", "vit", 0.10),
+            run("u", "unet", 0.10 / 0.6, sharing="shared", co=["v"]), run("v", "vit", 0.10 / 0.6, sharing="shared",
+                                                                            co=["u"])]
+    assert not may_pack("unet", "vit", DEVICE, records=slow), "once measured at 0.6, the pair stops being packed"
 
 
 def test_a_measurement_here_overrides_the_prior():

@@ -71,6 +71,30 @@ def test_two_small_packed_runs_share_one_80gb_device_while_a_third_waits(store, 
     assert poll("p3", out, pool) is not None and ledger.get("p3").co_tenants == ["p2"]
 
 
+def test_a_pair_type_measured_below_the_bar_is_not_packed_again(store, tmp_path):
+    """Rule 5 end to end: the store's records measured this model beside itself on an A100-80GB at 0.6 of solo
+    speed, so a second run of it waits for a device of its own; another model still joins."""
+    from autodl.records import RecordStore
+    from autodl.types import RunRecord
+
+    def record(key, model, step_s, sharing="exclusive", co=()):
+        return RunRecord(run_key=key, script="/t.py", outcome="succeeded", declared_pool=False,
+                         device_model="A100-SXM4-80GB", profile={"model_name": model},
+                         metrics={"step_time_s": step_s}, sharing=sharing, co_tenants=list(co))
+    for r in (record("solo", "slowpair", 0.10), record("a", "slowpair", 0.10 / 0.6, "shared", ["b"]),
+              record("b", "slowpair", 0.10 / 0.6, "shared", ["a"])):
+        RecordStore().write(r)
+    pool = pool_file(tmp_path)
+    slow = profile_out(tmp_path, "slow", PACKED + "task: {model_name: slowpair}\n", peak=20 * GB)
+    other = profile_out(tmp_path, "other", PACKED + "task: {model_name: quickpair}\n", peak=20 * GB)
+    logs: list[str] = []
+    assert poll("s1", slow, pool) is not None
+    assert Ledger().get("s1").placement["run_model"] == "slowpair"
+    assert poll("s2", slow, pool, logs) is None and Ledger().get("s2") is None
+    assert any("not packed on GPU-big-0" in line and "below 0.8" in line for line in logs), logs
+    assert poll("q1", other, pool) is not None and Ledger().get("q1").device_ids == ["GPU-big-0"]
+
+
 def test_packed_runs_that_do_not_fit_together_do_not_share(store, tmp_path):
     pool = pool_file(tmp_path)
     out = profile_out(tmp_path, "packed", PACKED, peak=40 * GB)   # 40 + 40 + a context > 0.85 x 80 GB
