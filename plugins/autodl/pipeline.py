@@ -1803,6 +1803,11 @@ def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: s
             record = record.model_copy(update={"outcome": "stopped", "stopped": previous.stopped,
                                                "error": previous.error, "oom": None})
             outcome = "stopped"
+    from autodl.records import with_sharing
+
+    # whom the run shared its device with: the released lease lists every neighbour that joined, the booking's copy
+    # may not
+    record = with_sharing(record, released or (selection or {}).get("lease"), previous=previous)
     store.write(record)
     if previous is None:  # a retried release must not teach the policy the same run twice (a new attempt teaches)
         try:

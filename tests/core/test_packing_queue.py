@@ -95,6 +95,26 @@ def test_a_pair_type_measured_below_the_bar_is_not_packed_again(store, tmp_path)
     assert poll("q1", other, pool) is not None and Ledger().get("q1").device_ids == ["GPU-big-0"]
 
 
+def test_the_record_of_a_packed_run_names_its_neighbour_and_its_cap(store, tmp_path):
+    """Step 6 of a packed run: the record says it shared, with whom, and at what cap (not verified under auto_growth)."""
+    from autodl.records import RecordStore
+
+    pool = pool_file(tmp_path)
+    out = profile_out(tmp_path, "packed", PACKED, peak=20 * GB)
+    first, second = poll("p1", out, pool), poll("p2", out, pool)
+    reserved = Ledger().get("p2").reserved_bytes
+    for key, selection in (("p1", first), ("p2", second)):
+        ctx = pipeline.RunContext(run_key=key, dag_id="dag", run_id=key, user="ann")
+        pipeline.step_release_and_record(ctx, script=None, spec_path=None, profile_out=out, selection=selection,
+                                         handle_json=None, metrics_json=None, log=lambda _l: None)
+    records = {r.run_key: r for r in RecordStore().list(limit=10)}
+    assert records["p1"].sharing == records["p2"].sharing == "shared"
+    assert records["p1"].co_tenants == ["p2"] and records["p2"].co_tenants == ["p1"]
+    assert records["p2"].device_memory_cap_bytes == reserved
+    assert any("not verified under auto_growth" in n for n in records["p2"].notes)
+    assert Ledger().shares() == {}
+
+
 def test_packed_runs_that_do_not_fit_together_do_not_share(store, tmp_path):
     pool = pool_file(tmp_path)
     out = profile_out(tmp_path, "packed", PACKED, peak=40 * GB)   # 40 + 40 + a context > 0.85 x 80 GB
