@@ -292,10 +292,10 @@ class Lease(_Frozen):
     placement: dict[str, Any] | None = Field(None, description="The chosen candidate (devices, model, score, reasons).")
     expected_runtime_s: float | None = None
     sharing: Literal["exclusive", "shared"] = Field(
-        "exclusive", description="exclusive: the devices are this lease's alone; shared: a packed 1-device lease "
+        default="exclusive", description="exclusive: the devices are this lease's alone; shared: a packed 1-device lease "
                                  "that may hold its device with one other (autodl.policy.packing).")
     reserved_bytes: int | None = Field(
-        None, description="Device memory a shared lease reserves on its device, bytes (its estimate, plus one more "
+        default=None, description="Device memory a shared lease reserves on its device, bytes (its estimate, plus one more "
                           "CUDA context when it joined a device in use); None for an exclusive lease (the whole device).")
     co_tenants: list[str] = Field(
         default_factory=list, description="Run keys of the leases that shared this lease's device while it lived.")
@@ -550,14 +550,14 @@ class PoolEvent(_StepValue):
 
 
 StopStatus = Literal["lease_lost", "timed_out", "unschedulable", "stopped"]
-"""Why the collect stopped a training before it ended by itself (:class:`autodl.pipeline.CollectStopped`)."""
+"""Why the collect stopped a training before it ended by itself (:class:`autodl.steps.collect.CollectStopped`)."""
 
 
 class CollectEvent(_StepValue):
     """The event :class:`autodl.triggers.collect.CollectTrigger` fires once.
 
     ``ended``: the training ended by itself (``exit_code``); ``lease_lost``, ``timed_out``, ``unschedulable``,
-    ``stopped`` (by hand): the trigger stopped it early (:class:`autodl.pipeline.CollectStopped`), ``message``
+    ``stopped`` (by hand): the trigger stopped it early (:class:`autodl.steps.collect.CollectStopped`), ``message``
     says why. ``metrics`` is what was measured up to then, in every case.
     """
 

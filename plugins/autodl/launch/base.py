@@ -39,7 +39,7 @@ class LaunchRequest(BaseModel):
     shm_bytes: int | None = Field(None, description="Shared memory the run needs (/dev/shm), bytes.")
     memory_limit_bytes: int | None = None
     device_memory_cap_bytes: int | None = Field(
-        None, description="A packed run's share of its device, bytes (the lease's reserved_bytes): the launcher caps "
+        default=None, description="A packed run's share of its device, bytes (the lease's reserved_bytes): the launcher caps "
                           "Paddle there (autodl.policy.packing.memory_cap_env); None: the whole device.")
     memory_request_bytes: int | None = Field(
         None, description="Host memory the run is estimated to need, bytes (:func:`host_requests`); a pod's request.")

@@ -1,0 +1,195 @@
+"""Step 6, release and record: gather what the run's steps kept (facts), decide its outcome (pure), free its lease and write its run record."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autodl.catalog import load_catalog
+from autodl.ledger import Ledger
+from autodl.records import RecordStore
+from autodl.steps.collect import distinct_failures
+from autodl.steps.context import RunContext, note_failure, read_failures, state_dir
+from autodl.steps.training import exit_status, stop_training
+from autodl.store import RunState
+from autodl.types import (
+    LaunchHandle,
+    ProfileResult,
+    RunRecord,
+    Selection,
+    StopMark,
+)
+from autodl.untrusted import read_json_object
+
+
+def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when absent, or (said in the log) when it is not a JSON object."""
+    try:
+        data = read_json_object(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:   # a link, a FIFO, too big, not JSON (issue 23): read as untrusted
+        log(f"{what} in {path} could not be read ({exc}); the record goes without it")
+        return None
+    return data
+
+
+
+def step_release_and_record(ctx: RunContext, *, script: str | None, spec_path: str | None,
+                            profile_out: ProfileResult | dict[str, Any] | None,
+                            selection: Selection | dict[str, Any] | None, handle_json: dict[str, Any] | None, metrics_json: dict[str, Any] | None,
+                            launcher_kwargs: dict[str, Any] | None = None,
+                            log: Callable[[str], None] = print, lease_id: str | None = None,
+                            force_release: bool = False, stopped: StopMark | None = None) -> dict[str, Any]:
+    """Step 6: stop a training still running, free the lease (idempotent), leave the queue, write the run record.
+
+    Runs whatever happened upstream; any input may be None: then what the earlier steps kept in the run
+    state (:class:`autodl.store.RunState`) is used, whichever host they ran on. A training that ended by itself before it was
+    stopped is recorded with its own exit code. Where NVML is present, the lease is freed only once the
+    booked devices hold none of the run's processes (``force_release``: free it anyway).
+
+    :param lease_id: free only this lease (a reaper or a manual release), not a newer one of the run.
+    :param stopped: the manual stop of this run (``autodl leases --release``); default: the one the store
+        holds for the run's lease, if any. A training stopped by hand that did not end by itself with exit 0
+        is recorded with outcome ``stopped`` and who stopped it (``stopped``), never as a failure.
+    :returns: the run's :class:`autodl.records.RunResult` as JSON (outcome, record key, peaks, duration).
+    """
+    from autodl.queue import AdmissionQueue
+
+    folder = state_dir(ctx.run_key)
+    state = RunState()
+    if handle_json is None:
+        handle_json = state.get(ctx.run_key, RunState.HANDLE)
+    if handle_json and handle_json.get("run_key") not in (None, ctx.run_key):
+        log(f"ignoring a launch handle of another run ({str(handle_json.get('run_key'))[:200]!r}) found for "
+            f"{ctx.run_key}: its training is not this run's to stop")
+        handle_json = None
+    if metrics_json is None:
+        metrics_json = state.get(ctx.run_key, RunState.METRICS)
+    profile_out = profile_out if profile_out is not None else state.get(ctx.run_key, RunState.PROFILE)
+    selection = selection if selection is not None else state.get(ctx.run_key, RunState.SELECTION)
+    profile_out = profile_out.model_dump(mode="json") if isinstance(profile_out, ProfileResult) else profile_out
+    selection = selection.model_dump(mode="json") if isinstance(selection, Selection) else selection
+    report = state.get(ctx.run_key, RunState.REPORT)
+    decision = state.get(ctx.run_key, RunState.DECISION)
+    handle = LaunchHandle.model_validate(handle_json) if handle_json else None
+    clear = True
+    launcher_exit = None
+    if handle is not None:
+        stop_training(handle_json, launcher_kwargs=launcher_kwargs, log=log,
+                      why="still running after collect ended: stopping it before releasing its devices")
+        launcher_exit = exit_status(handle_json, launcher_kwargs=launcher_kwargs)
+        if not handle.on_cpu:  # where NVML is present: the devices hold none of the run's processes any more
+            from autodl.metrics import wait_devices_clear
+
+            clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder, log=log)
+    AdmissionQueue().leave(ctx.run_key)
+    if stopped is None:
+        stopped = Ledger().stop_mark(lease_id or ((selection or {}).get("lease") or {}).get("lease_id")
+                                     or (handle.lease_id if handle is not None else None))
+    if clear or force_release:
+        released = Ledger().release(ctx.run_key, lease_id)
+        if released:
+            log(f"released lease {released.lease_id} of run {ctx.run_key} on {', '.join(released.device_ids)}")
+        else:
+            log(f"run {ctx.run_key} held no lease any more (already released"
+                + (f": {stopped.describe()})" if stopped else ")") + "; nothing to free")
+    else:
+        released = None
+        note_failure(ctx.run_key, "release", "lease kept: the run's processes still hold its devices after the stop; "
+                                             f"free it with `autodl leases --release {ctx.run_key}` once they are gone")
+        log(f"lease of {ctx.run_key} KEPT: its devices are not empty")
+
+    failures = read_failures(ctx.run_key)
+    exit_code = metrics_json.get("exit_code") if metrics_json else None
+    if exit_code is None and launcher_exit is not None:
+        # collect never saw the end (its Airflow process was lost): the launcher's exit status is the outcome
+        exit_code = launcher_exit
+        metrics_json = {**(metrics_json or {}), "exit_code": launcher_exit}
+        log(f"training {ctx.run_key} exit status from the launcher: {launcher_exit}")
+    if handle is None:
+        outcome = "not_started"
+    elif exit_code == 0:
+        outcome = "succeeded"
+    elif stopped is not None:
+        outcome = "stopped"
+    else:
+        outcome = "failed"
+    if outcome != "stopped":
+        stopped = None
+    profile = profile_out.get("profile") if profile_out else None
+    placement = selection.get("placement") if selection else (released.placement if released else None)
+    declared = bool(selection.get("declared_pool")) if selection else bool(profile_out and profile_out.get("declared_pool"))
+    if stopped is not None:  # what the collect step said of the same stop is not said twice
+        failures = {k: v for k, v in failures.items() if stopped.describe() not in v}
+        failures = {"stopped": stopped.describe() + (f" (the training exited with {exit_code} on the stop signal)"
+                                                     if exit_code is not None else ""), **failures}
+    error = "; ".join(f"{k}: {v}" for k, v in distinct_failures(failures).items()) or None
+    oom = (metrics_json or {}).get("oom") if outcome == "failed" else None
+    if outcome == "failed" and oom:
+        error = "; ".join(filter(None, [error, f"out of memory: {oom.get('explanation')}"]))
+        from autodl.oom import calibration_tag  # what this OOM calibrates: script content, configuration, memory
+
+        oom = calibration_tag(oom, script=(profile_out or {}).get("script") or script, profile=profile,
+                              device_kind="cpu" if declared else ((placement or {}).get("model") or "gpu"))
+    requeued = state.get(ctx.run_key, RunState.REQUEUED)
+    if outcome == "not_started" and not error and requeued:  # its booking's host never had a worker to launch it
+        error = f"launch: never started: {requeued.get('message')}"
+    if outcome == "not_started" and not error:  # Airflow itself ended a step (a lost worker, an API timeout)
+        step = "profile" if profile_out is None else "select_device" if selection is None else "launch"
+        error = (f"{step}: never started, and no step recorded why: the {step} task ended without a result and "
+                 "without an autodl error (Airflow failed it: a lost worker, the execution API timing out, a task "
+                 "marked failed); its log in Airflow says more, and a retry of it is safe")
+    if outcome == "failed" and not error and exit_code is not None:
+        error = f"training failed with exit code {exit_code}"
+    record = RunRecord(
+        run_key=ctx.run_key, dag_id=ctx.dag_id, run_id=ctx.run_id,
+        script=(profile_out or {}).get("script") or str(script or ""),
+        spec_path=(profile_out or {}).get("spec_path") or (str(spec_path) if spec_path else None),
+        outcome=outcome, declared_pool=declared, profile=profile, placement=placement,
+        lease_id=(selection or {}).get("lease", {}).get("lease_id") or (released.lease_id if released else None),
+        launch=handle.to_json() if handle else None, metrics=metrics_json,
+        estimated_peak_bytes=profile.get("peak_memory_bytes") if profile else None,
+        actual_peak_bytes=metrics_json.get("peak_memory_bytes") if metrics_json else None,
+        allocated_peak_bytes=(metrics_json or {}).get("allocated_peak_bytes"),
+        reserved_peak_bytes=(metrics_json or {}).get("reserved_peak_bytes"), oom=oom,
+        device_model=(placement or {}).get("model"), error=error, report=report, decision=decision, stopped=stopped,
+        notes=[str(requeued.get("message"))] if requeued else [],
+    )
+    store = RecordStore()
+    previous = store.get(ctx.run_key)
+    from autodl.records import same_attempt
+
+    if previous is not None and not same_attempt(record, json.loads(previous.model_dump_json())):
+        log(f"a new attempt of {ctx.run_key} (lease {record.lease_id}, was {previous.lease_id}): the record is this "
+            f"attempt's; the earlier one is kept in its attempts")
+        previous = None  # nothing of another attempt is carried over (its error, its training)
+    if previous is not None:  # a second writer (the run's own release after a reaper) keeps what the first knew
+        record = record.model_copy(update={
+            k: getattr(previous, k) for k in ("dag_id", "run_id", "profile", "placement", "lease_id", "launch", "metrics",
+                                              "estimated_peak_bytes", "actual_peak_bytes", "device_model")
+            if getattr(record, k) is None and getattr(previous, k) is not None
+        })
+        if (previous.stopped is not None and record.outcome == "failed" and record.lease_id
+                and previous.stopped.lease_id == record.lease_id):  # the stop of this very lease, recorded first
+            record = record.model_copy(update={"outcome": "stopped", "stopped": previous.stopped,
+                                               "error": previous.error, "oom": None})
+            outcome = "stopped"
+    store.write(record)
+    if previous is None:  # a retried release must not teach the policy the same run twice (a new attempt teaches)
+        try:
+            from autodl.policy import observe
+
+            observe(record, catalog=load_catalog())
+        except Exception as exc:  # noqa: BLE001 - learning must never lose the record or keep the lease
+            log(f"the learning policy could not learn from this run: {exc}")
+    from autodl.config import store_url
+    from autodl.store import redact_url
+
+    log(f"run record written: {ctx.run_key} outcome={outcome} store={redact_url(store_url())}")
+    from autodl.records import RunResult
+
+    return RunResult.of(record, record_store=redact_url(store_url()), lease_released=bool(released),
+                        lease_kept=not (clear or force_release)).model_dump(mode="json")
