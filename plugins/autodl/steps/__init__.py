@@ -87,7 +87,14 @@ from autodl.steps.reaper import (
     stop_left_behind,
 )
 from autodl.steps.record import (
+    Outcome,
+    ReleaseFacts,
+    RunOutcome,
+    decide_outcome,
+    gather_facts,
+    run_record,
     step_release_and_record,
+    write_record,
 )
 from autodl.steps.select import (
     step_select,
@@ -119,8 +126,11 @@ __all__ = [
     "MiB",
     "OUTPUT_DIR_ENV",
     "OVERRIDES",
+    "Outcome",
     "REPORT_FILE_ENV",
+    "ReleaseFacts",
     "RunContext",
+    "RunOutcome",
     "TRIGGERER_RESUME_MARGIN_S",
     "apply_overrides",
     "begin_attempt",
@@ -129,6 +139,7 @@ __all__ = [
     "check_overrides",
     "check_spec_against_catalog",
     "collect_sinks",
+    "decide_outcome",
     "deferred_lease_ttl_s",
     "distinct_failures",
     "exit_status",
@@ -136,6 +147,7 @@ __all__ = [
     "fits_ever",
     "format_candidates",
     "format_profile",
+    "gather_facts",
     "keep_decision",
     "keep_lease_for_deferral",
     "keep_metrics",
@@ -162,6 +174,7 @@ __all__ = [
     "requeue_unlaunched",
     "require_booked_worker",
     "resolve_pool_source",
+    "run_record",
     "run_spec",
     "selection_of",
     "source_of",
@@ -178,4 +191,5 @@ __all__ = [
     "stop_training",
     "summarise_end",
     "try_stop",
+    "write_record",
 ]

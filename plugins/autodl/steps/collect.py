@@ -72,12 +72,10 @@ class CollectLimits:
                    max_pending_s=sched.max_pending_time, heartbeat_every_s=min(30.0, lease_ttl_s() / 5.0))
 
 
-
 TRIGGERER_RESUME_MARGIN_S = 20.0
 """Seconds allowed for a restarted triggerer to take up a trigger it was handed and for the trigger's first lease
 heartbeat: the triggerer's loop picks up newly assigned triggers every second or so, then the trigger imports
 autodl and opens the store in a thread (seen at 2-8 s on a loaded CI machine); the rest is slack."""
-
 
 
 def deferred_lease_ttl_s(ttl_s: float, *, failover_s: float, interval_s: float) -> float:
@@ -98,7 +96,6 @@ def deferred_lease_ttl_s(ttl_s: float, *, failover_s: float, interval_s: float) 
     need = float(failover_s) + float(interval_s) + TRIGGERER_RESUME_MARGIN_S
     bound = need * 5.0 / 4.0 if need * 5.0 / 4.0 <= 150.0 else need + 30.0
     return max(float(ttl_s), float(math.ceil(bound)))
-
 
 
 def keep_lease_for_deferral(ctx: RunContext, lease_id: str | None, limits: CollectLimits, *, failover_s: float,
@@ -128,7 +125,6 @@ def keep_lease_for_deferral(ctx: RunContext, lease_id: str | None, limits: Colle
     return deferred
 
 
-
 class CollectStopped(TrainingFailed):
     """The training was stopped before it ended by itself: ``status`` says why (``lease_lost``,
     ``timed_out``, ``unschedulable``, ``stopped``: by hand, ``autodl leases --release``)."""
@@ -136,7 +132,6 @@ class CollectStopped(TrainingFailed):
     def __init__(self, status: StopStatus, message: str):
         super().__init__(message)
         self.status: StopStatus = status
-
 
 
 class CollectGuard:
@@ -216,7 +211,6 @@ class CollectGuard:
         return None
 
 
-
 def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, launcher_kwargs: dict[str, Any] | None):
     """(launcher, sampler, samples path, keep(metrics), notes) for following ``handle``: keep writes
     metrics.json; notes say what could not be measured (e.g. no NVML)."""
@@ -243,7 +237,6 @@ def collect_sinks(ctx: RunContext, handle: LaunchHandle, launcher_type: str, lau
     return launcher, sampler, folder / "samples.jsonl", keep, notes
 
 
-
 def known_end(run_key: str, handle: LaunchHandle) -> float | None:
     """When this attempt's training ended (epoch seconds), as an earlier collect of it saw it: the kept metrics'
     ``duration_s`` from the handle's start, when they have an exit code; None when no collect saw the end. A new
@@ -252,7 +245,6 @@ def known_end(run_key: str, handle: LaunchHandle) -> float | None:
     if not kept or kept.get("exit_code") is None or kept.get("duration_s") is None:
         return None
     return handle.started_at.timestamp() + float(kept["duration_s"])
-
 
 
 def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, log: Callable[[str], None]) -> dict[str, Any]:
@@ -282,7 +274,6 @@ def summarise_end(ctx: RunContext, handle: LaunchHandle, metrics: RunMetrics, lo
     return metrics.to_json()
 
 
-
 def distinct_failures(failures: dict[str, Any]) -> dict[str, Any]:
     """The steps' failure reasons without those that only repeat another's (Airflow's "marked ... failed: <the
     collect's own error>" after the collect said it)."""
@@ -292,10 +283,8 @@ def distinct_failures(failures: dict[str, Any]) -> dict[str, Any]:
                        for o in texts)}
 
 
-
 LAST_LINE_CHARS = 300
 """Longest last log line quoted in a failed run's error (characters; the whole log is linked beside it)."""
-
 
 
 def last_log_line(log_path: str | None) -> str | None:
@@ -312,7 +301,6 @@ def last_log_line(log_path: str | None) -> str | None:
     return redact_text(lines[-1])[:LAST_LINE_CHARS] if lines else None
 
 
-
 def keep_metrics(folder: Path, metrics: RunMetrics, log: Callable[[str], None]) -> bool:
     """Write ``metrics.json`` atomically (a reader sees the previous file or this one, never a torn one); a
     full or failing disk is said in the log and the collect goes on (issue 23: ENOSPC crashed the collect
@@ -326,7 +314,6 @@ def keep_metrics(folder: Path, metrics: RunMetrics, log: Callable[[str], None]) 
         return False
 
 
-
 def stop_early(ctx: RunContext, handle: LaunchHandle, launcher: Any, stopped: CollectStopped,
                log: Callable[[str], None]) -> None:
     """Stop the training for ``stopped``'s reason and remember it for the record (never raises)."""
@@ -337,7 +324,6 @@ def stop_early(ctx: RunContext, handle: LaunchHandle, launcher: Any, stopped: Co
             launcher.stop(handle)
     except AutoDLError as exc:
         log(f"could not stop the training {ctx.run_key}: {exc}")
-
 
 
 def step_collect(ctx: RunContext, handle_json: dict[str, Any], *, launcher_type: str = "local",

@@ -18,9 +18,7 @@ from autodl.store import RunState
 GiB = 1 << 30
 
 
-
 MiB = 1 << 20
-
 
 
 OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
@@ -28,18 +26,15 @@ OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
 :func:`autodl.spec.output_dir_path`); a nightly job resumes from what the last night left there."""
 
 
-
 REPORT_FILE_ENV = "AUTODL_REPORT_FILE"
 """A JSON file the training may write about itself (checkpoint resumed from, epoch, accuracy); the run
 record keeps it as ``report``."""
-
 
 
 DEFAULT_SHM_BYTES = 8 * GiB
 """/dev/shm given to a run whose DataLoader uses worker processes: 8 GiB, the design card's
 ``docker run --shm-size=8g`` (Docker's own default of 64 MiB makes Paddle's DataLoader workers fail
 with 'bus error' / 'DataLoader worker exited unexpectedly')."""
-
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,6 @@ class RunContext:
         return out
 
 
-
 def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
     """The run key of one AutoDLTrainOperator group in one DAG run: ``dag_id.group_id.run_id``.
 
@@ -79,7 +73,6 @@ def make_run_key(dag_id: str, group_id: str, run_id: str) -> str:
     return f"{key[:MAX_RUN_KEY_CHARS - 17]}~{digest}"
 
 
-
 def state_dir(run_key: str) -> Path:
     """Per-run state folder (shared with the local launcher's run folder): named by a hash of the full run key
     and holding that key, so two runs never share one (see :func:`autodl.launch.local.run_folder`).
@@ -89,18 +82,15 @@ def state_dir(run_key: str) -> Path:
     return run_folder(autodl_home() / "runs", run_key)
 
 
-
 def note_failure(run_key: str, step: str, message: str) -> None:
     """Remember why ``step`` failed (in the run state, whichever host the step ran on) so that the
     release-and-record step can record it."""
     RunState().note_failure(run_key, step, message)
 
 
-
 ATTEMPT_FILES = ("failure.json", "metrics.json", "samples.jsonl", "timeline.png", "collect.taken-over")
 """What a run's state folder holds of one training: a new training (a clear and re-run in Airflow) starts
 without them (:func:`begin_attempt`)."""
-
 
 
 def begin_attempt(run_key: str, log: Callable[[str], None] = print) -> Path | None:
@@ -128,11 +118,9 @@ def begin_attempt(run_key: str, log: Callable[[str], None] = print) -> Path | No
     return dest
 
 
-
 def read_failures(run_key: str) -> dict[str, str]:
     """``{step: why it failed}`` of the run's failed steps, from the run state."""
     return RunState().failures(run_key)
-
 
 
 def keep_report(run_key: str, report: dict[str, Any] | None = None, *, log: Callable[[str], None] = print) -> dict[str, Any] | None:

@@ -25,7 +25,6 @@ def pool_names() -> dict[str, Path]:
     return {p.stem: p for p in sorted((include_dir() / "pools").glob("*.yaml"))}
 
 
-
 def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | None = None,
                         strict: bool = True) -> str | None:
     """The pool source a user named, as :func:`autodl.inventory.read_inventory` takes it.
@@ -84,7 +83,6 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
                     f"to autodl's include folder {clip(str(include_dir()), 160)} (e.g. pools/demo.yaml).")
 
 
-
 # ------------------------------------------------------------------------------------ overrides
 OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "launcher": ("launcher", "type", typing.get_args(LauncherSection.model_fields["type"].annotation)),
@@ -95,10 +93,8 @@ OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 The allowed values are the spec's own (``launcher.type``, ``scheduler.algorithm``)."""
 
 
-
 KEEP_SPEC = ("", "spec", "None", None)
 """Override values that mean "as the spec says"."""
-
 
 
 def check_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -130,7 +126,6 @@ def check_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-
 def apply_overrides(spec: TaskSpec, overrides: dict[str, Any] | None) -> TaskSpec:
     """``spec`` with the (already checked) overrides applied."""
     for name, value in (overrides or {}).items():
@@ -138,7 +133,6 @@ def apply_overrides(spec: TaskSpec, overrides: dict[str, Any] | None) -> TaskSpe
         part = getattr(spec, section)
         spec = spec.model_copy(update={section: part.model_copy(update={key: value})})
     return spec
-
 
 
 def run_spec(profile_out: ProfileResult | dict[str, Any]) -> TaskSpec:
@@ -152,12 +146,10 @@ def run_spec(profile_out: ProfileResult | dict[str, Any]) -> TaskSpec:
     return apply_overrides(spec, overrides)
 
 
-
 def keep_decision(run_key: str, decision: PlacementDecision) -> None:
     """Keep the placement decision a booking was made on (every candidate, kept or dropped, with its
     reasons) in the run state; the run record takes it as ``decision``."""
     RunState().put(run_key, RunState.DECISION, decision)
-
 
 
 # --------------------------------------------------------------------------------------- inputs
@@ -168,7 +160,6 @@ def load_inputs(script: str | Path | None, spec_path: str | Path | None) -> tupl
     """
     spec = load_spec(spec_path) if spec_path else TaskSpec()
     return spec, spec.script_path(script if script else None)
-
 
 
 def source_of(profile_out: ProfileResult) -> str | None:

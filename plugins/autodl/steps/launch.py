@@ -81,7 +81,6 @@ def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],
     return spec, request
 
 
-
 def require_booked_worker(host: str | None, run_key: str, launcher_type: str) -> None:
     """Routed to a GPU host's Celery queue (``[autodl] host_queues``), a local training starts only on a worker
     that knows it is that host: ``AUTODL_HOST`` set, and equal to the booked host. (Seen: a worker without
@@ -104,7 +103,6 @@ def require_booked_worker(host: str | None, run_key: str, launcher_type: str) ->
         raise ConfigError(f"run {run_key}: not started: it is booked on host {host}, but this worker is AUTODL_HOST="
                           f"{mine}. The queue of {host} in [autodl] host_queues is served by a worker of another host: "
                           "fix host_queues or the worker's --queues, then clear the launch task.")
-
 
 
 def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection | dict[str, Any], *,
@@ -164,7 +162,6 @@ def step_launch(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], se
     return handle.to_json()
 
 
-
 def _start(launcher: Any, request: LaunchRequest, host: str | None, sample_interval_s: float | None, folder: Path):
     """Start the training (or reattach) and, for a new local one, the launch's sampler (:mod:`autodl.sampling`),
     which starts first so that its imports cost the timeline no samples. :returns: (handle, sampler or None)."""
@@ -183,7 +180,6 @@ def _start(launcher: Any, request: LaunchRequest, host: str | None, sample_inter
         sampler.cancel()
         sampler = None
     return handle, sampler
-
 
 
 def renew_booking(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection,
@@ -207,7 +203,6 @@ def renew_booking(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], 
             if requeued is None or requeued.get("lease_id") != selection.lease.lease_id:
                 raise
     return book_again(ctx, profile_out, selection, requeued, log), requeued
-
 
 
 def book_again(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], selection: Selection,

@@ -34,12 +34,10 @@ def _profile_fn():
     return cached(profile_script)
 
 
-
 def _place_fn():
     from autodl.policy import place
 
     return place
-
 
 
 def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
@@ -56,7 +54,6 @@ def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
         if vendor not in catalog.vendors:
             raise SpecError(f"{where}: resource_policy.allowed_vendors[{i}]: unknown vendor {vendor!r}; "
                             f"use one of: {', '.join(sorted(catalog.vendors))}.")
-
 
 
 def profile_run(script: str | Path | None, spec_path: str | Path | None, *, probe: bool | None = None,
@@ -90,7 +87,6 @@ def profile_run(script: str | Path | None, spec_path: str | Path | None, *, prob
     return spec, profile
 
 
-
 def plan(profile: ResourceProfile, spec: TaskSpec, *, inventory: Inventory | None = None, pool: str | None = None,
          catalog: Catalog | None = None, leased: frozenset[str] | None = None, store_url: str | None = None) -> PlacementDecision:
     """Ask the spec's policy where ``profile`` would go now (no booking)."""
@@ -101,7 +97,6 @@ def plan(profile: ResourceProfile, spec: TaskSpec, *, inventory: Inventory | Non
     return _place_fn()(profile, inventory, catalog=catalog, policy=spec.resource_policy,
                        algorithm=spec.scheduler.algorithm, leased=leased, num_gpus=profile.num_gpus,
                        store_url=store_url)
-
 
 
 def no_fit_error(profile: ResourceProfile, decision: PlacementDecision, inventory: Inventory,
@@ -133,7 +128,6 @@ def no_fit_error(profile: ResourceProfile, decision: PlacementDecision, inventor
     return NoFitError(msg, decision.suggestions)
 
 
-
 def format_candidates(decision: PlacementDecision) -> list[str]:
     """The ranked candidates, one line each, kept first (with score) then dropped (with reason)."""
     lines = [f"placement ({decision.algorithm}): needs {decision.needed_bytes / GiB:.2f} GiB per device"]
@@ -148,7 +142,6 @@ def format_candidates(decision: PlacementDecision) -> list[str]:
         else:
             lines.append(f"     DROPPED {c.model:<18} [{where}] :: {'; '.join(c.reasons)}")
     return lines
-
 
 
 def format_profile(profile: ResourceProfile, threshold: float | None = None) -> list[str]:
@@ -187,7 +180,6 @@ def format_profile(profile: ResourceProfile, threshold: float | None = None) -> 
         for model, n in sorted(profile.max_batch_size_by_device.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {model:<18} {n if n else 'does not fit'}")
     return lines
-
 
 
 def step_profile(script: str | None, spec_path: str | None, *, pool: str | None = None, probe: bool | None = None,
@@ -239,7 +231,6 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
     return out
 
 
-
 def profile_venue_line(profile: ResourceProfile) -> str:
     """Where the script ran for the estimate, in words: this worker's sandbox, a container or pod of the launcher's
     image, or nowhere (the static bound) with why."""
@@ -250,7 +241,6 @@ def profile_venue_line(profile: ResourceProfile) -> str:
     why = [r for r in (profile.method_reason or "").split("; ") if r.startswith(("the script was not run",
                                                                                  "dry run not usable"))]
     return "the estimate is the static bound" + (f": {why[0]}" if why else "")
-
 
 
 def fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], bool]:

@@ -70,12 +70,10 @@ def requeue_unlaunched(lease: Lease, *, why: str, log: Callable[[str], None] = p
     return True
 
 
-
 # ------------------------------------------------------------------------------- leases left behind
 def reaper_id() -> str:
     """Who reaps: ``host:pid``."""
     return f"{this_host()}:{os.getpid()}"
-
 
 
 def _left_behind_handle(lease: Lease) -> dict[str, Any] | None:
@@ -98,7 +96,6 @@ def _left_behind_handle(lease: Lease) -> dict[str, Any] | None:
     return None
 
 
-
 def stop_left_behind(lease: Lease, *, launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None,
                      log: Callable[[str], None] = print) -> bool:
     """Stop whatever the run of ``lease`` left running (process tree, container or pod, through the
@@ -119,7 +116,6 @@ def stop_left_behind(lease: Lease, *, launcher_kwargs_for: Callable[..., dict[st
     return not result.startswith("unknown")
 
 
-
 def release_lease(lease: Lease, *, reason: str, step: str = "lease", log: Callable[[str], None] = print,
                   launcher_kwargs_for: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """Stop what ``lease``'s run left, free the lease and record the run with ``reason``.
@@ -135,7 +131,6 @@ def release_lease(lease: Lease, *, reason: str, step: str = "lease", log: Callab
                                    handle_json=_left_behind_handle(lease), metrics_json=None, log=log,
                                    lease_id=lease.lease_id,
                                    launcher_kwargs=launcher_kwargs_for(lease.launcher or "local") if launcher_kwargs_for else None)
-
 
 
 def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = None,
@@ -169,7 +164,6 @@ def reap_expired(*, log: Callable[[str], None] = print, now: datetime | None = N
         if release_lease(lease, reason=reason, log=log, launcher_kwargs_for=launcher_kwargs_for) is not None:
             freed.append(lease.run_key)
     return freed
-
 
 
 def release_by_hand(run_key: str, *, user: str | None = None, force: bool = False,
@@ -227,7 +221,6 @@ def release_by_hand(run_key: str, *, user: str | None = None, force: bool = Fals
     return {**result, "lease_id": lease.lease_id, "device_ids": list(lease.device_ids), "owner": lease.owner.to_json(),
             "released_by": user, "forced": not mine, "training": training,
             "stopped": mark.to_json() if mark else None}
-
 
 
 def release_failed_run(dag_id: str, run_id: str, *, reason: str, run_key: str | None = None,

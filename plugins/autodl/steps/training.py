@@ -24,7 +24,6 @@ def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any
     return try_stop(handle_json, launcher_kwargs=launcher_kwargs, log=log, why=why) == "stopped"
 
 
-
 def try_stop(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None,
           log: Callable[[str], None] = print, why: str = "stopping it") -> str:
     """``"stopped"``, ``"not running"`` or ``"unknown: <why>"`` (the launcher could not be asked)."""
@@ -43,7 +42,6 @@ def try_stop(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | N
         return f"unknown: {exc}"
 
 
-
 def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None) -> int | None:
     """The training's exit code as its launcher reports it, or None while it runs or when it cannot be read."""
     handle = LaunchHandle.model_validate(handle_json)
@@ -51,7 +49,6 @@ def exit_status(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] 
         return get_launcher(handle.launcher, **(launcher_kwargs or {})).poll(handle)
     except AutoDLError:
         return None
-
 
 
 def still_running(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None) -> bool | None:

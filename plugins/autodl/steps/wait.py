@@ -41,7 +41,6 @@ def owner_of(ctx: RunContext, team: str | None = None) -> LeaseOwner:
     return LeaseOwner(dag_id=ctx.dag_id, run_id=ctx.run_id, user=ctx.user, team=team)
 
 
-
 def recorded_runtime(ctx: RunContext, *, limit: int = 20) -> tuple[float, str | None] | None:
     """(median duration s, device model it ran on) of this run's earlier successful runs (same DAG and task
     group), from the run records; None when there are none."""
@@ -63,13 +62,11 @@ def recorded_runtime(ctx: RunContext, *, limit: int = 20) -> tuple[float, str | 
     return duration, model or None
 
 
-
 def expected_runtime_s(ctx: RunContext, *, limit: int = 20) -> float | None:
     """Median duration (seconds) of this run's earlier successful runs (same DAG and task group), from
     the run records; None when there are none."""
     seen = recorded_runtime(ctx, limit=limit)
     return seen[0] if seen else None
-
 
 
 def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,
@@ -194,7 +191,6 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     return selection
 
 
-
 def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory,
                 everywhere: PlacementDecision, catalog: Catalog, rules: Any, *, poke: float, timeout: float,
                 pool: str | None) -> QueueEntry:
@@ -225,7 +221,6 @@ def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: Tas
     )
 
 
-
 def _runtime_on(entry: QueueEntry, model: str | None) -> float | None:
     """The entry's expected runtime on device ``model`` (its speed there), for the lease's expected end;
     None when unknown (no runtime, or no speed known for that model while speeds are known)."""
@@ -234,7 +229,6 @@ def _runtime_on(entry: QueueEntry, model: str | None) -> float | None:
         return rt
     speed = entry.speed_by_type.get(model or "")
     return rt / speed if speed and speed > 0 else None
-
 
 
 def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory, ledger: Ledger,
@@ -270,7 +264,6 @@ def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, i
     return selection
 
 
-
 def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: PlacementDecision,
                  log: Callable[[str], None], why: str | None = None) -> None:
     keys = [e.run_key for e in order]
@@ -286,11 +279,9 @@ def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: 
         + "; autodl queue shows the expected start")
 
 
-
 def selection_of(lease: Lease, inventory: Inventory, algorithm: str) -> Selection:
     by_id = {d.device_id: d for d in inventory.devices}
     return _selection(lease, [by_id[i] for i in lease.device_ids if i in by_id], inventory, algorithm, lease.placement)
-
 
 
 def _selection(lease, devices: list[Device], inventory: Inventory, algorithm: str, chosen: dict | None,
