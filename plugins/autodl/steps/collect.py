@@ -10,12 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autodl.errors import (
-    AutoDLError,
-    LeaseLost,
-    StoreUnavailable,
-    TrainingFailed,
-)
+from autodl.errors import AutoDLError, LeaseLost, StoreUnavailable, TrainingFailed
 from autodl.hosts import require_here
 from autodl.launch import get_launcher
 from autodl.ledger import Ledger
@@ -23,12 +18,7 @@ from autodl.spec import TaskSpec
 from autodl.steps.context import GiB, RunContext, keep_report, note_failure, state_dir
 from autodl.steps.inputs import run_spec
 from autodl.store import RunState
-from autodl.types import (
-    LaunchHandle,
-    ProfileResult,
-    RunMetrics,
-    StopStatus,
-)
+from autodl.types import LaunchHandle, ProfileResult, RunMetrics, StopStatus
 from autodl.untrusted import atomic_write_text
 
 

@@ -6,15 +6,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from autodl.errors import (
-    SpecError,
-)
+from autodl.errors import SpecError
 from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec
 from autodl.store import RunState
-from autodl.types import (
-    PlacementDecision,
-    ProfileResult,
-)
+from autodl.types import PlacementDecision, ProfileResult
 
 
 # ------------------------------------------------------------------------------------ pool source

@@ -10,11 +10,7 @@ from typing import Any
 
 from autodl.catalog import load_catalog
 from autodl.config import autodl_home
-from autodl.errors import (
-    ConfigError,
-    LeaseLost,
-    PoolBusy,
-)
+from autodl.errors import ConfigError, LeaseLost, PoolBusy
 from autodl.hosts import booked_host, require_here, this_host
 from autodl.launch import LaunchRequest, get_launcher
 from autodl.launch.base import host_requests
@@ -33,10 +29,7 @@ from autodl.steps.inputs import run_spec, source_of
 from autodl.steps.reaper import reap_expired
 from autodl.steps.wait import step_wait
 from autodl.store import RunState
-from autodl.types import (
-    ProfileResult,
-    Selection,
-)
+from autodl.types import ProfileResult, Selection
 
 
 def build_request(ctx: RunContext, profile_out: ProfileResult | dict[str, Any],

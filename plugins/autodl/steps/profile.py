@@ -7,24 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
-from autodl.errors import (
-    NoFitError,
-    ProfileError,
-    SpecError,
-)
+from autodl.errors import NoFitError, ProfileError, SpecError
 from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
 from autodl.spec import TaskSpec
 from autodl.steps.context import GiB, MiB, begin_attempt, state_dir
 from autodl.steps.inputs import OVERRIDES, apply_overrides, check_overrides, load_inputs
 from autodl.store import RunState
-from autodl.types import (
-    Device,
-    Inventory,
-    PlacementDecision,
-    ProfileResult,
-    ResourceProfile,
-)
+from autodl.types import Device, Inventory, PlacementDecision, ProfileResult, ResourceProfile
 
 
 def _profile_fn():
@@ -244,6 +234,7 @@ def profile_venue_line(profile: ResourceProfile) -> str:
 
 
 def fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], bool]:
+    """Whether a device could ever hold the run, busy or not: an allowed vendor, the peak within the threshold."""
     from autodl.policy import DEFAULT_ALLOWED_VENDORS
 
     policy = spec.resource_policy

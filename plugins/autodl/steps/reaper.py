@@ -9,11 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from autodl.catalog import load_catalog
-from autodl.errors import (
-    AutoDLError,
-    LeaseError,
-    NotOwner,
-)
+from autodl.errors import AutoDLError, LeaseError, NotOwner
 from autodl.hosts import this_host
 from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
@@ -23,12 +19,7 @@ from autodl.steps.profile import fits_ever, plan
 from autodl.steps.record import step_release_and_record
 from autodl.steps.training import still_running, try_stop
 from autodl.store import RunState
-from autodl.types import (
-    LaunchHandle,
-    Lease,
-    ProfileResult,
-    utcnow,
-)
+from autodl.types import LaunchHandle, Lease, ProfileResult, utcnow
 
 
 def requeue_unlaunched(lease: Lease, *, why: str, log: Callable[[str], None] = print) -> bool:

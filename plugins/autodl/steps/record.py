@@ -16,14 +16,7 @@ from autodl.steps.collect import distinct_failures
 from autodl.steps.context import RunContext, note_failure, read_failures, state_dir
 from autodl.steps.training import exit_status, stop_training
 from autodl.store import RunState
-from autodl.types import (
-    LaunchHandle,
-    Lease,
-    ProfileResult,
-    RunRecord,
-    Selection,
-    StopMark,
-)
+from autodl.types import LaunchHandle, Lease, ProfileResult, RunRecord, Selection, StopMark
 from autodl.untrusted import read_json_object
 
 

@@ -6,19 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 from autodl.catalog import load_catalog
-from autodl.errors import (
-    PoolBusy,
-)
+from autodl.errors import PoolBusy
 from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
 from autodl.steps.context import RunContext
 from autodl.steps.inputs import run_spec
 from autodl.steps.wait import selection_of, step_wait
 from autodl.store import RunState
-from autodl.types import (
-    ProfileResult,
-    Selection,
-)
+from autodl.types import ProfileResult, Selection
 
 
 def step_select(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, pool: str | None = None,

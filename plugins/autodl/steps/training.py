@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autodl.errors import (
-    AutoDLError,
-)
+from autodl.errors import AutoDLError
 from autodl.hosts import require_here
 from autodl.launch import get_launcher
-from autodl.types import (
-    LaunchHandle,
-)
+from autodl.types import LaunchHandle
 
 
 def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None,
@@ -25,7 +21,7 @@ def stop_training(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any
 
 
 def try_stop(handle_json: dict[str, Any], *, launcher_kwargs: dict[str, Any] | None = None,
-          log: Callable[[str], None] = print, why: str = "stopping it") -> str:
+             log: Callable[[str], None] = print, why: str = "stopping it") -> str:
     """``"stopped"``, ``"not running"`` or ``"unknown: <why>"`` (the launcher could not be asked)."""
     handle = LaunchHandle.model_validate(handle_json)
     try:

@@ -7,12 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
-from autodl.errors import (
-    AutoDLError,
-    LeaseError,
-    LeaseLost,
-    WaitTimeout,
-)
+from autodl.errors import AutoDLError, LeaseError, LeaseLost, WaitTimeout
 from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
@@ -280,6 +275,7 @@ def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: 
 
 
 def selection_of(lease: Lease, inventory: Inventory, algorithm: str) -> Selection:
+    """The :class:`autodl.types.Selection` of a lease already held: its devices as the pool lists them."""
     by_id = {d.device_id: d for d in inventory.devices}
     return _selection(lease, [by_id[i] for i in lease.device_ids if i in by_id], inventory, algorithm, lease.placement)
 
