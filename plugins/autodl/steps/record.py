@@ -181,6 +181,7 @@ def gather_facts(ctx: RunContext, *, profile_out: ProfileResult | dict[str, Any]
     processes), and gather what is then known of the run (see :func:`step_release_and_record` for the inputs)."""
     from autodl.queue import AdmissionQueue
 
+    folder = state_dir(ctx.run_key)  # made first, as ever; raises for a folder of another run key
     kept = _kept(ctx, profile_out=profile_out, selection=selection, handle_json=handle_json,
                  metrics_json=metrics_json, log=log)
     handle_json, metrics_json = kept.pop("handle_json"), kept["metrics"]
@@ -194,8 +195,8 @@ def gather_facts(ctx: RunContext, *, profile_out: ProfileResult | dict[str, Any]
         if not handle.on_cpu:  # where NVML is present: the devices hold none of the run's processes any more
             from autodl.metrics import wait_devices_clear
 
-            clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))],
-                                       state_dir(ctx.run_key), log=log)
+            clear = wait_devices_clear([d for d in handle.device_ids if d.startswith(("GPU-", "MIG-"))], folder,
+                                       log=log)
     AdmissionQueue().leave(ctx.run_key)
     if stopped is None:
         stopped = Ledger().stop_mark(lease_id or ((kept["selection"] or {}).get("lease") or {}).get("lease_id")
