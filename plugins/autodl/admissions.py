@@ -1,6 +1,6 @@
 """Admissions recorded: which run was admitted when, for which team, after how long a wait (``autodl exporter``'s histogram).
 
-One row per booking the admission queue made (:func:`autodl.pipeline.step_wait`), kept like the run
+One row per booking the admission queue made (:func:`autodl.steps.wait.step_wait`), kept like the run
 records: the exporter reads them at scrape time, so the histogram is the store's, not one process's.
 """
 

@@ -112,22 +112,25 @@ def _print_findings(con, findings, *, title: str = "findings") -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from autodl import pipeline
     from autodl.catalog import load_catalog
     from autodl.inventory import read_inventory
     from autodl.inventory.effective import effective_max_batch
     from autodl.launch import get_launcher
+    from autodl.steps.context import RunContext
+    from autodl.steps.inputs import resolve_pool_source
+    from autodl.steps.launch import build_request
+    from autodl.steps.profile import plan, profile_run
     from autodl.types import Device, Lease, ProfileResult, Selection
 
     catalog = load_catalog()
-    spec, profile = pipeline.profile_run(args.script, args.spec, probe=args.probe, catalog=catalog)
-    inventory = read_inventory(pipeline.resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False), catalog=catalog)
-    decision = pipeline.plan(profile, spec, inventory=inventory, catalog=catalog)
+    spec, profile = profile_run(args.script, args.spec, probe=args.probe, catalog=catalog)
+    inventory = read_inventory(resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False), catalog=catalog)
+    decision = plan(profile, spec, inventory=inventory, catalog=catalog)
     launch = launch_here = None
     if decision.chosen is not None:
         by_id = {d.device_id: d for d in inventory.devices}
         devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
-        ctx = pipeline.RunContext(run_key="plan")
+        ctx = RunContext(run_key="plan")
         profile_out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
                                     pool_source=inventory.source, declared_pool=inventory.declared,
                                     profiled_in=profile.dry_run_in or "not-run")
@@ -136,7 +139,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             lease = Lease(lease_id="plan", run_key=ctx.run_key, device_ids=[d.device_id for d in devices])
             selection = Selection(lease=lease, placement=decision.chosen.to_json(), devices=devices,
                                   declared_pool=on_cpu, pool_source=inventory.source, algorithm=decision.algorithm)
-            _spec, request = pipeline.build_request(ctx, profile_out, selection)
+            _spec, request = build_request(ctx, profile_out, selection)
             try:
                 return get_launcher(spec.launcher.type).render(request)
             except AutoDLError as exc:
@@ -203,7 +206,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_inventory(args: argparse.Namespace) -> int:
     from autodl.inventory import read_inventory
     from autodl.ledger import Ledger
-    from autodl.pipeline import resolve_pool_source
+    from autodl.steps.inputs import resolve_pool_source
 
     inv = read_inventory(resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False))
     holders = Ledger().holders()
@@ -238,7 +241,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
     if args.release is not None:
         return _release_by_hand(args.release, force=args.force, as_json=args.json)
     if args.reap:
-        from autodl.pipeline import reap_expired
+        from autodl.steps.reaper import reap_expired
 
         lines: list[str] = []
         freed = reap_expired(log=lines.append if args.json else print)
@@ -329,7 +332,7 @@ def _release_by_hand(run_key: str, *, force: bool = False, as_json: bool = False
     R: nothing released`` (exit 6); ``--json`` prints the same as one JSON object (log lines go to stderr)."""
     from autodl.errors import LeaseError
     from autodl.inputs import clip, short
-    from autodl.pipeline import release_by_hand
+    from autodl.steps.reaper import release_by_hand
 
     log = (lambda line: print(line, file=sys.stderr)) if as_json else print
     try:

@@ -71,7 +71,7 @@ def Float(ge: float | None = None, le: float | None = None, gt: float | None = N
 MAX_RUN_KEY_CHARS = 512
 """Longest run key the store holds (``autodl_leases.run_key``, ``autodl_runs.run_key`` and the queue's are
 ``VARCHAR(512)``); Airflow allows a DAG id, a task group id and a run id of 250 characters each, so
-:func:`autodl.pipeline.make_run_key` shortens longer keys."""
+:func:`autodl.steps.context.make_run_key` shortens longer keys."""
 
 BatchSize = Int(gt=0, le=MAX_BATCH_PER_DEVICE)
 SequenceLength = Int(gt=0, le=MAX_SEQUENCE_LENGTH)

@@ -337,7 +337,7 @@ class Ledger:
 
         :param lease_id: when given, only that lease (not a newer one of the same run key) is kept.
         :param ttl_s: when given, the lease's TTL from now on (seconds; a collect followed from the triggerer
-            raises it to :func:`autodl.pipeline.deferred_lease_ttl_s`); else the lease keeps its own.
+            raises it to :func:`autodl.steps.collect.deferred_lease_ttl_s`); else the lease keeps its own.
         :returns: the lease after the heartbeat.
         :raises LeaseLost: when the lease is gone (released or reaped), has expired already (a dead lease
             stays dead) or a reaper has claimed it; the message says which.

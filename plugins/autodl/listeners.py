@@ -49,7 +49,8 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
         if found is None:
             return
         group, step = found
-        from autodl.pipeline import make_run_key, release_failed_run
+        from autodl.steps.context import make_run_key
+        from autodl.steps.reaper import release_failed_run
 
         dag_id, run_id = task_instance.dag_id, task_instance.run_id
         run_key = make_run_key(dag_id, group, run_id)
@@ -66,7 +67,7 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
 def on_dag_run_failed(dag_run: Any, msg: str) -> None:
     """A DAG run failed: release every lease it still holds and take its waiting runs out of the queue."""
     try:
-        from autodl.pipeline import release_failed_run
+        from autodl.steps.reaper import release_failed_run
 
         reason = f"the DAG run {dag_run.run_id} failed: {str(msg or 'no reason given')[:500]}"
         freed = release_failed_run(dag_run.dag_id, dag_run.run_id, reason=reason, log=log.info,

@@ -582,7 +582,7 @@ class Follower:
     :param offset: log byte offset to start from (a follower resumed after a triggerer restart).
     :param resume: reload the samples already in ``samples_path`` so the summary covers the whole run.
     :param ended_ts: when the training ended (epoch seconds), as an earlier follower of the same attempt saw it
-        (:func:`autodl.pipeline.known_end`); used when the launcher cannot tell and the training had ended before
+        (:func:`autodl.steps.collect.known_end`); used when the launcher cannot tell and the training had ended before
         this follower's first poll (a collect cleared and run again).
     """
 

@@ -48,8 +48,8 @@ def routing_enabled() -> bool:
 
 def run_keys_for(dag_id: str, task_id: str, run_id: str) -> list[str]:
     """Run keys the step ``task_id`` may belong to: its group's full id (``outer.train``) and, for a
-    group nested in another, its own id (``train``), as :func:`autodl.pipeline.make_run_key` builds them."""
-    from autodl.pipeline import make_run_key
+    group nested in another, its own id (``train``), as :func:`autodl.steps.context.make_run_key` builds them."""
+    from autodl.steps.context import make_run_key
 
     if "." not in task_id:
         return []

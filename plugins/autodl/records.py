@@ -110,7 +110,7 @@ class RecordStore:
 
     def set_samples_path(self, run_key: str, old: str, new: str) -> None:
         """Point the stored record (and its attempts) at samples moved from ``old`` to ``new`` (a new attempt's
-        training gets a fresh samples file; :func:`autodl.pipeline.begin_attempt`)."""
+        training gets a fresh samples file; :func:`autodl.steps.context.begin_attempt`)."""
         with self._session() as s:
             row = s.get(RunRow, run_key)
             if row is None:

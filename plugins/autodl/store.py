@@ -250,7 +250,7 @@ class RunState:
     REPORT = "report"
     REQUEUED = "requeued"
     """A booking no worker launched within the lease's TTL: released and the run put back in the admission
-    queue (:func:`autodl.pipeline.requeue_unlaunched`); its ``message`` goes into the record's notes."""
+    queue (:func:`autodl.steps.reaper.requeue_unlaunched`); its ``message`` goes into the record's notes."""
     FAILURE_PREFIX = "failure:"
 
     def __init__(self, url: str | None = None):

@@ -559,14 +559,14 @@ class PoolEvent(_StepValue):
 
 
 StopStatus = Literal["lease_lost", "timed_out", "unschedulable", "stopped"]
-"""Why the collect stopped a training before it ended by itself (:class:`autodl.pipeline.CollectStopped`)."""
+"""Why the collect stopped a training before it ended by itself (:class:`autodl.steps.collect.CollectStopped`)."""
 
 
 class CollectEvent(_StepValue):
     """The event :class:`autodl.triggers.collect.CollectTrigger` fires once.
 
     ``ended``: the training ended by itself (``exit_code``); ``lease_lost``, ``timed_out``, ``unschedulable``,
-    ``stopped`` (by hand): the trigger stopped it early (:class:`autodl.pipeline.CollectStopped`), ``message``
+    ``stopped`` (by hand): the trigger stopped it early (:class:`autodl.steps.collect.CollectStopped`), ``message``
     says why. ``metrics`` is what was measured up to then, in every case.
     """
 

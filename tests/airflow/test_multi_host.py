@@ -31,6 +31,7 @@ import pytest
 
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
+from autodl.types import utcnow
 
 pytestmark = pytest.mark.airflow
 
@@ -462,7 +463,7 @@ def test_a_booking_whose_hosts_worker_is_down_waits_visibly_is_requeued_and_comp
         assert "not launched: waiting for a worker on gpu-a to start it" in _training_column()
         [row] = [r for r in lease_rows() if r.run_key == ctx.run_key]
         assert row.launched is False and row.host == "gpu-a"   # the page's "booked, not launched yet" line
-        while not Ledger().get(ctx.run_key).expired(pipeline.utcnow()):
+        while not Ledger().get(ctx.run_key).expired(utcnow()):
             time.sleep(0.2)
         reaped = json.loads(subprocess.run([sys.executable, "-m", "autodl", "leases", "--reap", "--json"],
                                            capture_output=True, text=True, check=True).stdout)

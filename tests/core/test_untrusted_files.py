@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from autodl.metrics import _rows
-from autodl.pipeline import _read_json_object
+from autodl.steps.record import _read_json_object
 from autodl.untrusted import (
     REPORT_LIMIT_BYTES,
     STEPS_LIMIT_BYTES,
@@ -80,15 +80,15 @@ def test_an_atomic_write_leaves_the_old_file_or_the_new_one(tmp_path):
 def test_a_full_disk_while_keeping_metrics_is_said_and_the_collect_goes_on(tmp_path, monkeypatch):
     import errno as _errno
 
-    import autodl.pipeline as pipeline
+    import autodl.steps.collect as collect
     from autodl.types import RunMetrics
 
     def full(*_a, **_k):
         raise OSError(_errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(pipeline, "atomic_write_text", full)
+    monkeypatch.setattr(collect, "atomic_write_text", full)
     said: list[str] = []
-    assert pipeline.keep_metrics(tmp_path, RunMetrics(source="process", duration_s=1.0, exit_code=0), said.append) is False
+    assert collect.keep_metrics(tmp_path, RunMetrics(source="process", duration_s=1.0, exit_code=0), said.append) is False
     assert "No space left" in said[0] and "released all the same" in said[0]
 
 

@@ -81,7 +81,7 @@ OUTPUT_DIR = "/autodl/output"
 
 OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
 REPORT_FILE_ENV = "AUTODL_REPORT_FILE"
-"""The pipeline's contract variables (:mod:`autodl.pipeline`): host paths there, container paths here."""
+"""The pipeline's contract variables (:mod:`autodl.steps`): host paths there, container paths here."""
 
 LOG_DRAIN_S = 10.0
 """Seconds the last read of an ended container waits for its log stream to deliver the last lines."""

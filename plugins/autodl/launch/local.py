@@ -75,7 +75,7 @@ CHILD_PATH = str(Path(__file__).resolve().parent / "child_path")
 """Folder put first on the training's ``PYTHONPATH``: its ``sitecustomize`` reports Paddle's memory peaks."""
 
 OUTPUT_DIR_ENV = "AUTODL_OUTPUT_DIR"
-"""The run's output folder (checkpoints), set by the pipeline (:data:`autodl.pipeline.OUTPUT_DIR_ENV`): kept
+"""The run's output folder (checkpoints), set by the pipeline (:data:`autodl.steps.context.OUTPUT_DIR_ENV`): kept
 writable in the training's namespaces though it lies in autodl's home."""
 
 ATTEMPT_ENV = "AUTODL_ATTEMPT_ID"

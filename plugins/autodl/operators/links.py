@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseOperatorLink
 
-from autodl.pipeline import make_run_key
+from autodl.steps.context import make_run_key
 from autodl.ui.urls import run_record_path
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ allow ``null`` is empty, so every Param here has a usable default or allows ``nu
 a fixed set (the launcher, the placement policy) the Param is an ``enum``, shown as a drop-down; the
 launcher's and the policy's values come from the spec's own fields. The pool is free text with proposals
 (``examples``: a text field with a list): ``auto``, ``nvml``, the shipped pool names, or any pool file path,
-resolved by :func:`autodl.pipeline.resolve_pool_source` when the tasks run.
+resolved by :func:`autodl.steps.inputs.resolve_pool_source` when the tasks run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from airflow.sdk import Param
 from autodl.config import include_dir
 from autodl.errors import SpecError
 from autodl.inputs import short
-from autodl.pipeline import KEEP_SPEC, OVERRIDES, pool_names
+from autodl.steps.inputs import KEEP_SPEC, OVERRIDES, pool_names
 
 MAX_KEYS_NAMED = 10
 """A trigger conf's unknown keys named in the error, at most (each cut to a line): the rest are counted."""

@@ -1,4 +1,4 @@
-"""The six step operators: each reads its inputs, calls one function of :mod:`autodl.pipeline`, pushes a small XCom."""
+"""The six step operators: each reads its inputs, calls one function of :mod:`autodl.steps`, pushes a small XCom."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
-from autodl import pipeline
 from autodl.errors import (
     AutoDLError,
     CatalogError,
@@ -32,6 +31,15 @@ from autodl.errors import (
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
 from autodl.operators.secrets import register_secrets
+from autodl.steps.collect import CollectLimits, keep_lease_for_deferral, step_collect, summarise_end
+from autodl.steps.context import RunContext, make_run_key, note_failure
+from autodl.steps.inputs import resolve_pool_source, run_spec
+from autodl.steps.launch import require_booked_worker, step_launch
+from autodl.steps.profile import step_profile
+from autodl.steps.record import step_release_and_record
+from autodl.steps.select import step_select
+from autodl.steps.training import stop_training
+from autodl.steps.wait import step_wait
 from autodl.store import RunState
 from autodl.types import PoolEvent, ProfileResult, Selection
 
@@ -40,10 +48,10 @@ HANDED = {"profile": (ProfileResult, RunState.PROFILE), "select": (Selection, Ru
 
 def _pool(value: str | None) -> str | None:
     """The operator's (rendered) gpu_pool as a source: ``pool`` names, relative paths resolved against the include
-    folder (:func:`autodl.pipeline.resolve_pool_source`); "", "None" and None: the default source."""
+    folder (:func:`autodl.steps.inputs.resolve_pool_source`); "", "None" and None: the default source."""
     if value in ("", "None", None):
         return None
-    return pipeline.resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's gpu_pool=)")
+    return resolve_pool_source(value, field="pool (the trigger form's pool, or the operator's gpu_pool=)")
 
 
 def default_deferrable() -> bool:
@@ -81,7 +89,7 @@ _WARNING_WORDS = ("could not ", "cannot ", "KEPT", "ignoring ", "lost a booking 
 
 
 def log_level(line: str) -> int:
-    """The ``logging`` level of one line of :mod:`autodl.pipeline`'s log: a finding's own severity
+    """The ``logging`` level of one line of :mod:`autodl.steps`'s log: a finding's own severity
     (``  error   [code] ...``, ``  warning [code] ...``), WARNING for a line saying something could not be
     done or was kept/ignored, INFO otherwise (the training's own output, ``[train] ...``, always INFO)."""
     if line.startswith("[train] "):
@@ -95,7 +103,7 @@ def log_level(line: str) -> int:
 
 
 def _leveled(logger: Any) -> Any:
-    """A one-argument log function for :mod:`autodl.pipeline` that logs each line at :func:`log_level`."""
+    """A one-argument log function for :mod:`autodl.steps` that logs each line at :func:`log_level`."""
     return lambda line: logger.log(log_level(str(line)), "%s", line)
 
 
@@ -136,7 +144,7 @@ def _selection_host(selection: Selection | dict[str, Any] | None) -> str | None:
 class _AutoDLStep(BaseOperator):
     """Common shell of the steps: run key, sibling XComs, errors as the task's last log line.
 
-    Each subclass defines ``run_step(ctx, context)``, which calls one function of :mod:`autodl.pipeline`.
+    Each subclass defines ``run_step(ctx, context)``, which calls one function of :mod:`autodl.steps`.
     """
 
     template_fields: Sequence[str] = ("script", "spec", "pool_source")
@@ -170,12 +178,12 @@ class _AutoDLStep(BaseOperator):
             value, where = self._pull(context, step), f"the {step} step's XCom ({self._sibling(step)})"
         return model.coerce(value, what=where) if value is not None else None
 
-    def _ctx(self, context) -> pipeline.RunContext:
+    def _ctx(self, context) -> RunContext:
         ti = context["ti"]
         dag_id = ti.dag_id
         run_id = context["run_id"]
-        return pipeline.RunContext(
-            run_key=pipeline.make_run_key(dag_id, self.group_id, run_id),
+        return RunContext(
+            run_key=make_run_key(dag_id, self.group_id, run_id),
             dag_id=dag_id, run_id=run_id, task_id=ti.task_id, try_number=getattr(ti, "try_number", None),
             user=_user(context, getattr(self, "owner", None)),
         )
@@ -189,7 +197,7 @@ class _AutoDLStep(BaseOperator):
         try:
             return self.run_step(ctx, context)
         except AutoDLError as exc:
-            pipeline.note_failure(ctx.run_key, self.step, str(exc))
+            note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
                 raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
@@ -197,7 +205,7 @@ class _AutoDLStep(BaseOperator):
         except TaskDeferred:  # waiting (in the triggerer) is not failing
             raise
         except BaseException as exc:  # killed, interrupted, or a bug: the record says so
-            pipeline.note_failure(ctx.run_key, self.step, f"{type(exc).__name__}: {exc}".rstrip(": "))
+            note_failure(ctx.run_key, self.step, f"{type(exc).__name__}: {exc}".rstrip(": "))
             raise
 
 
@@ -234,7 +242,7 @@ class AutoDLProfileOperator(_AutoDLStep):
         self._check_conf(context)
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy),
                      "args": self.args}
-        return pipeline.step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
+        return step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
                                      probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key,
                                      overrides=overrides, launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
 
@@ -245,7 +253,7 @@ def _user(context, default: str | None) -> str | None:
     return getattr(dag_run, "triggering_user_name", None) or default
 
 
-def _run_fields(ctx: pipeline.RunContext) -> dict[str, Any]:
+def _run_fields(ctx: RunContext) -> dict[str, Any]:
     return {"run_key": ctx.run_key, "dag_id": ctx.dag_id, "run_id": ctx.run_id, "task_id": ctx.task_id,
             "try_number": ctx.try_number, "user": ctx.user}
 
@@ -256,7 +264,7 @@ class _Waiting:
 
     def _scheduler(self, context) -> tuple[float, float]:
         """(timeout s, poke interval s): the spec's ``scheduler`` section as the profile step read it."""
-        sched = pipeline.run_spec(self._handed(context, "profile") or {}).scheduler
+        sched = run_spec(self._handed(context, "profile") or {}).scheduler
         timeout = float(self.wait_timeout_s or sched.timeout)
         return timeout, float(sched.poke_interval)
 
@@ -266,16 +274,16 @@ class _Waiting:
         ctx = self._ctx(context)
         timeout, poke = self._scheduler(context)
         try:
-            selection = pipeline.step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
+            selection = step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
                                            poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=launcher_connection_kwargs)
             return selection.model_dump(mode="json") if selection is not None else None
         except WaitTimeout as exc:
-            pipeline.note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
+            note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
                                                        "(scheduler.timeout)")
             self.log.error("%s", exc)
             raise AirflowSensorTimeout(str(exc)) from None
         except PERMANENT_ERRORS as exc:
-            pipeline.note_failure(ctx.run_key, "wait", str(exc))
+            note_failure(ctx.run_key, "wait", str(exc))
             self.log.error("%s", exc)
             raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
 
@@ -300,7 +308,7 @@ class _Waiting:
         try:
             typed = PoolEvent.coerce(event or {"status": "error"}, what="the admission queue trigger's event")
         except StateError as exc:  # a retry would read the same event: fail at once, saying which field
-            pipeline.note_failure(ctx.run_key, "wait", str(exc))
+            note_failure(ctx.run_key, "wait", str(exc))
             self.log.error("%s", exc)
             raise AirflowFailException(str(exc)) from None
         if typed.status == "booked" and typed.selection is not None:
@@ -309,7 +317,7 @@ class _Waiting:
                 self.log.info("%s", line)
             return typed.selection.model_dump(mode="json")
         message = typed.message or f"waiting in the admission queue ended without a booking: {event}"
-        pipeline.note_failure(ctx.run_key, "wait", message)
+        note_failure(ctx.run_key, "wait", message)
         self.log.error("%s", message)
         if typed.status == "timeout":
             raise AirflowSensorTimeout(message)
@@ -393,7 +401,7 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
 
     def run_step(self, ctx, context):
         try:
-            return pipeline.step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
+            return step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
                                         launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
         except PoolBusy as exc:
             self.log.info("%s", exc)
@@ -442,7 +450,7 @@ class AutoDLLaunchOperator(_AutoDLStep):
 
     :param booked_host: the host of the booked devices, when the step is mapped over the select step's
         ``autodl_hosts`` XCom (several GPU hosts on Celery): a local training starts only on a worker whose
-        ``AUTODL_HOST`` is that host (:func:`autodl.pipeline.require_booked_worker`).
+        ``AUTODL_HOST`` is that host (:func:`autodl.steps.launch.require_booked_worker`).
     :param sample_interval_s: the collect step's interval, seconds: a local training is sampled at it from its
         launch until the collect step takes over (:mod:`autodl.sampling`).
     """
@@ -457,12 +465,12 @@ class AutoDLLaunchOperator(_AutoDLStep):
     def run_step(self, ctx, context):
         profile_out = self._handed(context, "profile")
         selection = self._handed(context, "select")
-        launcher_type = pipeline.run_spec(profile_out).launcher.type  # the spec's, or the run's override
-        pipeline.require_booked_worker(self.booked_host, ctx.run_key, launcher_type)
-        poke = float(pipeline.run_spec(profile_out).scheduler.poke_interval)
+        launcher_type = run_spec(profile_out).launcher.type  # the spec's, or the run's override
+        require_booked_worker(self.booked_host, ctx.run_key, launcher_type)
+        poke = float(run_spec(profile_out).scheduler.poke_interval)
         while True:  # a booking released while no worker ran this launch: it waits for its turn again, here
             try:
-                return pipeline.step_launch(ctx, profile_out, selection,
+                return step_launch(ctx, profile_out, selection,
                                             launcher_kwargs=launcher_connection_kwargs(launcher_type, _selection_host(selection)),
                                             log=_leveled(self.log), sample_interval_s=self.sample_interval_s)
             except PoolBusy as exc:
@@ -492,13 +500,13 @@ class AutoDLCollectOperator(_AutoDLStep):
         self.deferrable = _deferrable(deferrable)
         self.booked_host = booked_host
 
-    def _limits(self, context) -> pipeline.CollectLimits:
+    def _limits(self, context) -> CollectLimits:
         deadline = None
         if self.execution_timeout:
             start = getattr(context["ti"], "start_date", None)
             begun = start.timestamp() if start else time.time()
             deadline = begun + self.execution_timeout.total_seconds()
-        return pipeline.CollectLimits.for_run(self._handed(context, "profile"), deadline_ts=deadline,
+        return CollectLimits.for_run(self._handed(context, "profile"), deadline_ts=deadline,
                                               deadline_why=f"execution_timeout ({self.execution_timeout})")
 
     def on_kill(self) -> None:
@@ -514,8 +522,8 @@ class AutoDLCollectOperator(_AutoDLStep):
                    "the training was stopped with it")
         else:
             why = "the collect task was stopped by Airflow (SIGTERM); the training was stopped with it"
-        pipeline.note_failure(ctx.run_key, self.step, why)
-        pipeline.stop_training(handle, launcher_kwargs=launcher_connection_kwargs(handle.get("launcher", "local"), handle.get("host")),
+        note_failure(ctx.run_key, self.step, why)
+        stop_training(handle, launcher_kwargs=launcher_connection_kwargs(handle.get("launcher", "local"), handle.get("host")),
                                log=self.log.warning)
 
     def run_step(self, ctx, context):
@@ -530,7 +538,7 @@ class AutoDLCollectOperator(_AutoDLStep):
             backstop = None
             if limits.deadline_ts is not None:
                 backstop = timedelta(seconds=max(0.0, limits.deadline_ts - time.time()) + 120)
-            limits = pipeline.keep_lease_for_deferral(ctx, handle.get("lease_id"), limits, failover_s=_triggerer_failover_s(),
+            limits = keep_lease_for_deferral(ctx, handle.get("lease_id"), limits, failover_s=_triggerer_failover_s(),
                                                       interval_s=float(self.sample_interval_s), log=self.log.info)
             # the configured interval, as in the worker (a 1 s floor here left short runs with a few samples)
             self.defer(trigger=CollectTrigger(run=_run_fields(ctx), handle=handle, limits=asdict(limits),
@@ -538,7 +546,7 @@ class AutoDLCollectOperator(_AutoDLStep):
                        method_name="execute_complete", timeout=backstop)
         self.log.info(NOT_DEFERRING_NOTE.format(what="the training runs"))
         self._following = (handle, ctx)
-        return pipeline.step_collect(ctx, handle, launcher_type=launcher_type,
+        return step_collect(ctx, handle, launcher_type=launcher_type,
                                      launcher_kwargs=launcher_connection_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
                                      interval_s=self.sample_interval_s, limits=limits)
 
@@ -549,21 +557,21 @@ class AutoDLCollectOperator(_AutoDLStep):
         try:
             typed = CollectEvent.coerce(event, what="the collect trigger's event")
         except StateError as exc:  # a retry would read the same event: fail at once, saying which field
-            pipeline.note_failure(ctx.run_key, self.step, str(exc))
+            note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             raise AirflowFailException(str(exc)) from None
         handle = LaunchHandle.model_validate(self._pull(context, "launch"))
         try:
             if typed.status == "ended":
-                return pipeline.summarise_end(ctx, handle, typed.metrics, self.log.info)
+                return summarise_end(ctx, handle, typed.metrics, self.log.info)
         except AutoDLError as exc:
-            pipeline.note_failure(ctx.run_key, self.step, str(exc))
+            note_failure(ctx.run_key, self.step, str(exc))
             self.log.error("%s", exc)
             if isinstance(exc, PERMANENT_ERRORS):
                 raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
             raise
         message = typed.message or f"following the training ended without its exit ({typed.status})"
-        pipeline.note_failure(ctx.run_key, self.step, message)
+        note_failure(ctx.run_key, self.step, message)
         self.log.error("%s", message)
         raise AirflowFailException(message)
 
@@ -598,7 +606,7 @@ class AutoDLReleaseOperator(_AutoDLStep):
     def run_step(self, ctx, context):
         handle = self._pull(context, "launch")
         launcher_type = (handle or {}).get("launcher", "local")
-        return pipeline.step_release_and_record(
+        return step_release_and_record(
             ctx, script=self._none(self.script), spec_path=self._none(self.spec),
             profile_out=self._handed(context, "profile"), selection=self._handed(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),

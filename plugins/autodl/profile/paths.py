@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from autodl.profile.dryrun import DryRun
 
 BATCH_SIZE_ENV = "AUTODL_BATCH_SIZE_PER_GPU"
-"""Where the launchers pass the spec's per-device batch (see :data:`autodl.pipeline.BATCH_SIZE_ENV`)."""
+"""Where the launchers pass the spec's per-device batch (set by :func:`autodl.steps.launch.build_request`)."""
 
 DEFAULT_BATCH_SIZE = 32
 """Batch size assumed when neither the spec nor the script gives one (a warning finding says so)."""

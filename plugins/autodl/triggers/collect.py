@@ -15,7 +15,7 @@ from autodl.triggers import MIN_DEFERRAL_S, hold_until
 class CollectTrigger(BaseTrigger):
     """Every ``interval_s`` seconds: polls the process, container or pod, streams the training's new log
     lines into the task log, samples metrics (:class:`autodl.metrics.Follower`), heartbeats the lease and
-    checks the limits (:class:`autodl.pipeline.CollectGuard`). Fires once, a :class:`autodl.types.CollectEvent`
+    checks the limits (:class:`autodl.steps.collect.CollectGuard`). Fires once, a :class:`autodl.types.CollectEvent`
     (dumped to JSON only as the event's payload):
 
     - ``ended`` with the ``exit_code`` when the training ended by itself;
@@ -28,9 +28,9 @@ class CollectTrigger(BaseTrigger):
     :class:`autodl.launch.base.LogStream`) is kept in the run's state folder and the samples file is re-read, so a
     triggerer restart neither repeats log lines nor loses samples.
 
-    :param run: the run's identity (``autodl.pipeline.RunContext`` fields).
+    :param run: the run's identity (``autodl.steps.context.RunContext`` fields).
     :param handle: the launch step's :class:`~autodl.types.LaunchHandle` as a dict.
-    :param limits: :class:`autodl.pipeline.CollectLimits` fields.
+    :param limits: :class:`autodl.steps.collect.CollectLimits` fields.
     :param interval_s: seconds between polls.
     :param min_deferral_s: the event is held until this long after the trigger started: see
         :data:`autodl.triggers.MIN_DEFERRAL_S`.
@@ -57,7 +57,8 @@ class CollectTrigger(BaseTrigger):
     def _setup(self):
         from autodl.metrics import Follower
         from autodl.operators.steps import launcher_connection_kwargs
-        from autodl.pipeline import CollectGuard, CollectLimits, RunContext, collect_sinks, known_end, state_dir
+        from autodl.steps.collect import CollectGuard, CollectLimits, collect_sinks, known_end
+        from autodl.steps.context import RunContext, state_dir
         from autodl.types import LaunchHandle
 
         ctx = RunContext(**self.run_ctx)
@@ -83,7 +84,7 @@ class CollectTrigger(BaseTrigger):
         return TriggerEvent(event.model_dump(mode="json"))
 
     async def _event(self):
-        from autodl.pipeline import stop_early
+        from autodl.steps.collect import stop_early
         from autodl.types import CollectEvent
 
         ctx, handle, launcher, follower, guard, keep, offset_file = await asyncio.to_thread(self._setup)

@@ -16,7 +16,7 @@ PERMANENT = ("SpecError", "ProfileError", "CatalogError", "InventoryError", "Sta
 
 
 class PoolTrigger(BaseTrigger):
-    """Polls the admission queue every ``poke_interval`` seconds (:func:`autodl.pipeline.step_wait`: reap
+    """Polls the admission queue every ``poke_interval`` seconds (:func:`autodl.steps.wait.step_wait`: reap
     expired leases, refresh the run's entry, book when the queue grants it devices) and fires once, a
     :class:`autodl.types.PoolEvent` (dumped to JSON only as the event's payload):
 
@@ -28,7 +28,7 @@ class PoolTrigger(BaseTrigger):
     Other errors (the store or the inventory unreachable for a moment) are logged and the next poll
     tries again: a waiting run does not fail because a poll did.
 
-    :param run: the run's identity (``autodl.pipeline.RunContext`` fields).
+    :param run: the run's identity (``autodl.steps.context.RunContext`` fields).
     :param profile_out: the profile step's :class:`autodl.types.ProfileResult`, as JSON (the trigger's kwargs).
     :param pool: inventory source (see :func:`autodl.inventory.read_inventory`).
     :param poke_interval: seconds between polls.
@@ -55,7 +55,8 @@ class PoolTrigger(BaseTrigger):
 
     def _poll(self):
         from autodl.operators.steps import launcher_connection_kwargs
-        from autodl.pipeline import RunContext, step_wait
+        from autodl.steps.context import RunContext
+        from autodl.steps.wait import step_wait
         from autodl.types import ProfileResult
 
         ctx = RunContext(**self.run_ctx)

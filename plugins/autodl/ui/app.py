@@ -188,7 +188,7 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         if not is_admin(user):
             raise HTTPException(status.HTTP_403_FORBIDDEN, "only admins may release another run's lease")
         from autodl.errors import LeaseError
-        from autodl.pipeline import release_by_hand
+        from autodl.steps.reaper import release_by_hand
 
         lines: list[str] = []
         try:

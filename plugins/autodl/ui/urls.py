@@ -46,7 +46,7 @@ is split at the last ``.<prefix>`` when the lease does not carry its DAG and run
 
 
 def split_run_key(run_key: str) -> tuple[str, str, str] | None:
-    """(dag_id, group_id, run_id) of a run key made by :func:`autodl.pipeline.make_run_key`, or None when
+    """(dag_id, group_id, run_id) of a run key made by :func:`autodl.steps.context.make_run_key`, or None when
     the run id is not one Airflow generates (then the key cannot be split safely: DAG ids may hold dots)."""
     best = -1
     for prefix in RUN_ID_PREFIXES:
