@@ -35,7 +35,15 @@ from autodl.policy.admission import (
 )
 from autodl.policy.admission import decide as admission_decide
 from autodl.policy.fairshare import TeamShares, fair_order
-from autodl.policy.packing import SLOWDOWN_BAR, DeviceShare, capacity_bytes, fits_beside, reservation_bytes, shareable
+from autodl.policy.packing import (
+    SHARED_CONTEXT_BYTES,
+    SLOWDOWN_BAR,
+    DeviceShare,
+    capacity_bytes,
+    fits_beside,
+    reservation_bytes,
+    shareable,
+)
 from autodl.queue_hold import WHOLE_QUEUE, QueueHold, QueueHolds, hold_of
 from autodl.quota import NO_TEAM, TeamQueues
 from autodl.store import Base, session_factory
@@ -341,22 +349,23 @@ def decide(own: QueueEntry, entries: Sequence[QueueEntry], free: frozenset[str],
 
 def _held_back(own: QueueEntry, live: Sequence[QueueEntry], running: Sequence[RunningRun], at: float,
                 rules: QueueRules, reservation: Reservation | None) -> frozenset:
-    """The devices a packed run may not join (``docs/reference/fractional-leases.md``, rule 3: EASY backfill must
-    not delay the head): the reservation of another run, when the decision made one; else, when a gang heads
-    the queue (another run's), every device of its candidate groups. The decision reserves nothing while no
-    device is free, which is when packing matters, so where the gang would be reserved is not known, and all
-    it could use is held back (the conservative side)."""
-    if reservation is not None:
-        return reservation.devices if reservation.run_key != own.run_key else frozenset()
+    """The devices a packed run may not join (``docs/reference/fractional-leases.md``, rule 3: packing must not delay
+    a run ahead of it): the reservation of another run, when the decision made one, and every device a run ahead of
+    it in the queue's order could use (its candidate groups). A run that waits for a device to itself is then not
+    overtaken by packed runs behind it: the device frees for it when its tenants end. The decision reserves nothing
+    while no device is free, which is when packing matters, so where the head would be reserved is not known, and
+    all it could use is held back (the conservative side)."""
+    held_back = reservation.devices if reservation is not None and reservation.run_key != own.run_key else frozenset()
     held: Counter = Counter()
     for r in running:
         held[r.team or NO_TEAM] += len(r.devices) * r.device_share  # type: ignore[assignment] # half devices
     active = [queued_run(e) for e in live if hold_of(e.team, list(rules.holds)) is None]
-    order = product_order(active, at, rules.queues, held)
-    if not order or order[0].run_key == own.run_key or order[0].num_gpus < 2:
-        return frozenset()
-    head = next(e for e in live if e.run_key == order[0].run_key)
-    return frozenset(d for group in head.candidates for d in group)
+    ahead: set[str] = set()
+    for run in product_order(active, at, rules.queues, held):
+        if run.run_key == own.run_key:
+            break
+        ahead.add(run.run_key)
+    return held_back | frozenset(d for e in live if e.run_key in ahead for group in e.candidates for d in group)
 
 
 def product_order(runs: Sequence[QueuedRun], at: float, queues: TeamQueues, held: Counter) -> list[QueuedRun]:
@@ -454,7 +463,7 @@ SHARED_DEVICE_SHARE = 0.5
 """What one device of a shared lease counts against its team's quota: two packed runs use one device of quota
 (``docs/reference/fractional-leases.md``)."""
 
-GB = 10**9
+GIB = 1 << 30
 
 
 def device_share(lease: Lease) -> float:
@@ -517,8 +526,9 @@ def why_exclusive(profile: ResourceProfile, device: Device, threshold: float) ->
         return ("sharing: packed, but the run's memory estimate is unknown: it books its device exclusively (an "
                 "unknown estimate never shares)")
     if share_terms(device, estimate, threshold) is None:
-        return (f"sharing: packed, but {device.model} {device.device_id} is not shareable for it (a healthy whole "
-                "NVIDIA device of >= 24 GB with room for the estimate): it books it exclusively")
+        return (f"sharing: packed, but {device.model} {device.device_id} ({device.memory_total_bytes / GIB:.1f} GiB) "
+                "is not shareable for it (a healthy whole NVIDIA device of >= 24 GB, i.e. 24 x 10^9 bytes, 22.4 GiB, "
+                "with room for the estimate): it books it exclusively")
     return None
 
 
@@ -567,8 +577,11 @@ def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inven
                 log(f"sharing: not packed on {dev_id}: {barred}")
             continue
         beside = ", ".join(le.run_key for le in neighbours) or "a packed run"
-        reason = (f"packed beside {beside} on {dev_id}: {share.reserved_bytes / GB:.1f} + {terms.reserved_bytes / GB:.1f}"
-                  f" GB of {terms.capacity_bytes / GB:.1f} GB under the memory threshold")
+        reason = (f"packed beside {beside} on {dev_id}: it reserves {share.reserved_bytes / GIB:.2f} GiB, this run "
+                  f"{terms.reserved_bytes / GIB:.2f} GiB (its estimate and one more CUDA context, "
+                  f"{SHARED_CONTEXT_BYTES / GIB:.2f} GiB, which the run that joins carries), of "
+                  f"{terms.capacity_bytes / GIB:.2f} GiB under the memory threshold ({threshold:g} x "
+                  f"{device.memory_total_bytes / GIB:.1f} GiB)")
         return Grant(entry.run_key, (dev_id,), reason), terms
     return None
 

@@ -163,10 +163,17 @@ def with_sharing(record: RunRecord, lease: Lease | dict | None, *, previous: Run
     lease = lease if isinstance(lease, Lease) else Lease.model_validate(lease)
     update: dict = {"sharing": lease.sharing, "co_tenants": list(lease.co_tenants)}
     if lease.sharing == "shared":
-        update["device_memory_cap_bytes"] = lease.reserved_bytes
-        beside = ", ".join(lease.co_tenants) or "no other run"
-        cap = f"capped at {lease.reserved_bytes // MIB} MiB" if lease.reserved_bytes else "not capped (no reservation)"
-        note = f"packed: shared its device with {beside}; device memory {cap}; {CAP_NOT_VERIFIED}"
+        beside = ", ".join(lease.co_tenants) or "no other run (a packed lease: another run could have joined)"
+        if record.declared_pool:  # no driver answered: the training ran on CPU and no launcher set a device cap
+            update["device_memory_cap_bytes"] = None
+            note = (f"packed: shared its device with {beside}; the pool is declared, so the training ran on CPU and no "
+                    f"device memory cap was set (a real device would have capped it at {(lease.reserved_bytes or 0) // MIB}"
+                    " MiB)")
+        else:
+            update["device_memory_cap_bytes"] = lease.reserved_bytes
+            cap = (f"capped at {lease.reserved_bytes // MIB} MiB" if lease.reserved_bytes
+                   else "not capped (no reservation)")
+            note = f"packed: shared its device with {beside}; device memory {cap}; {CAP_NOT_VERIFIED}"
         if note not in record.notes:
             update["notes"] = [*record.notes, note]
     return record.model_copy(update=update)

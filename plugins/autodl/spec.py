@@ -91,18 +91,25 @@ def _configured_launcher() -> str:
 
 
 def _kind_of(annotation: Any) -> str:
-    """What a field takes, in words (``a number``, ``a string``, ``a number or a string``), from its annotation."""
+    """What a field takes, in words (``a number``, ``a string``, ``one of 'exclusive', 'packed'``), from its
+    annotation."""
     import typing
 
     seen: set[type] = set()
+    choices: list[str] = []
 
     def walk(a: Any) -> None:
         if isinstance(a, type):
             seen.add(a)
+        if typing.get_origin(a) is typing.Literal:
+            choices.extend(repr(v) for v in typing.get_args(a))
+            return
         for arg in typing.get_args(a):
             walk(arg)
 
     walk(annotation)
+    if choices and not seen - {type(None)}:
+        return "one of " + ", ".join(choices)
     number, text = bool(seen & {int, float}), str in seen
     return "a number" if number and not text else "a string" if text and not number else "a number or a string"
 
@@ -204,6 +211,14 @@ class ResourcePolicySection(_Section):
         description="exclusive: the run's devices are its own; packed: a 1-device run whose estimate is known may share "
                     "a >= 24 GB NVIDIA device with one other packed run when both estimates fit "
                     "(autodl.policy.packing). Default [autodl] sharing, itself exclusive.")
+
+    @field_validator("sharing", mode="before")
+    @classmethod
+    def _sharing_as_configured(cls, value: Any) -> Any:
+        # as [autodl] sharing reads it (case and spaces do not matter there); null is the configured default
+        if value is None:
+            return _configured_sharing()
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("tag_priorities")
     @classmethod

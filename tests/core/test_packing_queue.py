@@ -92,11 +92,14 @@ def test_a_pair_type_measured_below_the_bar_is_not_packed_again(store, tmp_path)
     assert Ledger().get("s1").placement["run_model"] == "slowpair"
     assert poll("s2", slow, pool, logs) is None and Ledger().get("s2") is None
     assert any("not packed on GPU-big-0" in line and "below 0.8" in line for line in logs), logs
+    assert poll("q1", other, pool) is None, "s2 waits ahead of q1 for that device: q1 does not overtake it"
+    AdmissionQueue().leave("s2")
     assert poll("q1", other, pool) is not None and Ledger().get("q1").device_ids == ["GPU-big-0"]
 
 
 def test_the_record_of_a_packed_run_names_its_neighbour_and_its_cap(store, tmp_path):
-    """Step 6 of a packed run: the record says it shared, with whom, and at what cap (not verified under auto_growth)."""
+    """Step 6 of a packed run: the record says it shared and with whom; on this declared pool the training ran on CPU,
+    so the record says no cap was set rather than a cap nobody applied (a fresh user's report)."""
     from autodl.records import RecordStore
 
     pool = pool_file(tmp_path)
@@ -110,9 +113,24 @@ def test_the_record_of_a_packed_run_names_its_neighbour_and_its_cap(store, tmp_p
     records = {r.run_key: r for r in RecordStore().list(limit=10)}
     assert records["p1"].sharing == records["p2"].sharing == "shared"
     assert records["p1"].co_tenants == ["p2"] and records["p2"].co_tenants == ["p1"]
-    assert records["p2"].device_memory_cap_bytes == reserved
-    assert any("not verified under auto_growth" in n for n in records["p2"].notes)
+    assert records["p2"].device_memory_cap_bytes is None and records["p2"].declared_pool
+    assert any(f"no device memory cap was set (a real device would have capped it at {reserved // 2**20} MiB)" in n
+               for n in records["p2"].notes), records["p2"].notes
+    assert not any("not verified under auto_growth" in n for n in records["p2"].notes)
     assert Ledger().shares() == {}
+
+
+def test_an_exclusive_run_ahead_in_the_queue_is_not_overtaken_by_packed_runs(store, tmp_path):
+    """A fresh user's report: an exclusive run #1 in the queue watched packed runs behind it join the device it waits
+    for, again and again. A run ahead holds its devices back from packing, so the device frees for it."""
+    pool = pool_file(tmp_path)
+    packed, exclusive = profile_out(tmp_path, "packed", PACKED), profile_out(tmp_path, "whole", None)
+    assert poll("p1", packed, pool) is not None
+    assert poll("x1", exclusive, pool) is None                      # waits, first in the queue
+    assert poll("p2", packed, pool) is None and Ledger().get("p2") is None, "p2 overtook the waiting exclusive run"
+    Ledger().release("p1")
+    assert poll("x1", exclusive, pool) is not None and Ledger().get("x1").sharing == "exclusive"
+    assert poll("p2", packed, pool) is None
 
 
 def test_packed_runs_that_do_not_fit_together_do_not_share(store, tmp_path):

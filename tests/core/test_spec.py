@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autodl.errors import SpecError
@@ -132,7 +134,10 @@ def test_script_that_is_a_folder(tmp_path):
      "a mount is a mapping: {source: /data, target: /data, read_only: true}"),
     ({"launcher": {"type": "docker", "image": "x:1", "volumes": ["/data:/data"]}},
      "unknown key 'launcher.volumes' (did you mean 'mounts'?)"),
-], ids=["bool-for-batch", "bool-for-name", "quoted-batch", "number-in-env", "docker-style-mount", "volumes-key"])
+    ({"resource_policy": {"sharing": True}},
+     "field 'resource_policy.sharing': expected one of 'exclusive', 'packed', not true/false"),
+], ids=["bool-for-batch", "bool-for-name", "quoted-batch", "number-in-env", "docker-style-mount", "volumes-key",
+        "bool-for-sharing"])
 def test_a_value_of_the_wrong_type_says_how_to_write_it(data, said):
     """A fresh user: `true` for the batch said "a number or a string", then "64" was refused; a number in
     launcher.env said only "a valid string"."""
@@ -142,3 +147,15 @@ def test_a_value_of_the_wrong_type_says_how_to_write_it(data, said):
     with pytest.raises(SpecError) as exc:
         parse_spec(data)
     assert said in str(exc.value)
+
+
+def test_sharing_in_a_spec_reads_as_the_setting_does_and_null_is_the_default(monkeypatch):
+    """A fresh user: AUTODL_SHARING=PACKED worked but `sharing: Packed` in the spec was refused, and `sharing: null`
+    too, though an absent sharing falls back to [autodl] sharing."""
+    def sharing(value):
+        return parse_spec({"resource_policy": {"sharing": value}}, Path("s.yaml")).resource_policy.sharing
+    assert sharing("Packed") == sharing(" PACKED ") == "packed" and sharing("Exclusive") == "exclusive"
+    monkeypatch.setenv("AUTODL_SHARING", "packed")
+    assert sharing(None) == "packed"
+    monkeypatch.setenv("AUTODL_SHARING", "exclusive")
+    assert sharing(None) == "exclusive"

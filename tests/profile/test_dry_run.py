@@ -238,6 +238,17 @@ def test_large_batch_is_reduced_and_extrapolated(tmp_path, monkeypatch):
     assert p.params == truth["params"]
 
 
+def test_an_error_raised_inside_the_standard_library_is_placed_at_the_users_line(tmp_path):
+    """A fresh user's report: ``os.environ["MISSING"]`` on line 3 of a 4-line script was reported at line 679, the
+    line of ``<frozen os>`` that raises the KeyError: a pseudo-file made absolute landed in the script's folder."""
+    script = tmp_path / "reads_env.py"
+    script.write_text('import os\nimport paddle\nname = os.environ["AUTODL_TEST_MISSING_VARIABLE"]\nprint(name)\n')
+    p = profile_script(script, probe=True)
+    (err,) = p.errors
+    assert err.code == "script-error" and err.line == 3, err
+    assert err.message.startswith("line 3: ") and "AUTODL_TEST_MISSING_VARIABLE" in err.message
+
+
 @pytest.mark.slow
 def test_paddles_own_error_on_the_users_code_is_the_error_finding():
     """bad_linear.py feeds a 16384-wide flatten to Linear(4096, 10) in its own module-level code: Paddle raises

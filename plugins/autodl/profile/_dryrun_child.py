@@ -95,7 +95,13 @@ def _user_frame(depth=2):
         f = sys._getframe(depth)
     except ValueError:
         return False
-    return os.path.abspath(f.f_code.co_filename).startswith(USER_DIRS)
+    return _in_user_dirs(f.f_code.co_filename)
+
+
+def _in_user_dirs(filename: str) -> bool:
+    """Whether ``filename`` is the user's code: under one of :data:`USER_DIRS`. A pseudo-file (``<frozen os>``,
+    ``<string>``) is nobody's file: made absolute it would land in the working folder, the user's."""
+    return not filename.startswith("<") and os.path.abspath(filename).startswith(USER_DIRS)
 
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -1411,7 +1417,7 @@ def _replay():
 def _exc_info(exc):
     frames = [{"file": f.filename, "line": f.lineno, "func": f.name, "code": (f.line or "")[:200]}
               for f in traceback.extract_tb(exc.__traceback__)]
-    user = [f for f in frames if os.path.abspath(f["file"]).startswith(USER_DIRS)]
+    user = [f for f in frames if _in_user_dirs(f["file"])]
     msg = str(exc).strip()
     return {"type": type(exc).__name__, "module": type(exc).__module__, "message": msg[-2000:],
             "frames": frames[-12:], "user_frame": user[-1] if user else None,
