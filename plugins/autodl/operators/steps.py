@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import time
@@ -191,6 +192,26 @@ class _AutoDLStep(BaseOperator):
     def _none(self, value: Any) -> Any:
         return None if value in ("", "None", None) else value
 
+    def _input(self, value: Any, context) -> Any:
+        """A script or spec path as the DAG's author meant it: a relative path is read from this process's folder
+        when it is there, else from the DAG file's folder or the folder above it (a project's ``dags/`` beside
+        its ``include/``, as Airflow reads a template's relative path from the DAG's folder); else it is left
+        as given, and the error names the folder it was read from."""
+        value = self._none(value)
+        if not isinstance(value, str) or os.path.isabs(value) or os.path.exists(value):
+            return value
+        dag = context.get("dag") or getattr(self, "dag", None)
+        fileloc = getattr(dag, "fileloc", None)
+        if not fileloc:
+            return value
+        here = os.path.dirname(os.path.abspath(fileloc))
+        for base in (here, os.path.dirname(here)):
+            candidate = os.path.join(base, value)
+            if os.path.exists(candidate):
+                self.log.info("%s is not in %s: read from %s, beside the DAG file", value, os.getcwd(), candidate)
+                return candidate
+        return value
+
     def execute(self, context) -> Any:
         register_secrets([self.pool_source])
         ctx = self._ctx(context)
@@ -242,7 +263,7 @@ class AutoDLProfileOperator(_AutoDLStep):
         self._check_conf(context)
         overrides = {"launcher": override_value(self.launcher), "policy": override_value(self.policy),
                      "args": self.args}
-        return step_profile(self._none(self.script), self._none(self.spec), pool=_pool(self.pool_source),
+        return step_profile(self._input(self.script, context), self._input(self.spec, context), pool=_pool(self.pool_source),
                                      probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key,
                                      overrides=overrides, launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
 
@@ -607,7 +628,7 @@ class AutoDLReleaseOperator(_AutoDLStep):
         handle = self._pull(context, "launch")
         launcher_type = (handle or {}).get("launcher", "local")
         return step_release_and_record(
-            ctx, script=self._none(self.script), spec_path=self._none(self.spec),
+            ctx, script=self._input(self.script, context), spec_path=self._input(self.spec, context),
             profile_out=self._handed(context, "profile"), selection=self._handed(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
             launcher_kwargs=launcher_connection_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
