@@ -36,6 +36,15 @@ def _gib(n: int | float | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
 
 
+def sharing_cell(sharing: str, reserved_bytes: int | None, co_tenants: list[str]) -> str:
+    """A lease's (or a record's) sharing for a table: ``exclusive``, or ``shared 0.53 GiB with p2`` (its
+    reservation in GiB, 2^30 bytes; ``reservation unknown`` when it has none; ``with no other run`` alone)."""
+    if sharing != "shared":
+        return "exclusive"
+    size = f"{_gib(reserved_bytes)} GiB" if reserved_bytes else "reservation unknown"
+    return f"shared {size} with {', '.join(co_tenants) or 'no other run'}"
+
+
 def json_safe(data: Any, _depth: int = 0) -> Any:
     """``data`` with every float that is not finite (NaN, inf) as ``None``: JSON has no such numbers, and an
     unknown is null, never a made-up figure."""
@@ -258,7 +267,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
 
     now = utcnow()
     t = Table(title="live leases")
-    for col in ("lease", "run key", "owner", "model", "devices", "since", "expires", "training"):
+    for col in ("lease", "run key", "owner", "model", "devices", "sharing", "since", "expires", "training"):
         t.add_column(col, overflow="fold")
     for le in leases:
         if le.expires_at is None:
@@ -270,7 +279,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
         training = (f"launched on {le.launched_on or le.host}" if le.handle else
                     f"not launched: waiting for a worker on {le.host} to start it")
         t.add_row(le.lease_id, le.run_key, le.owner.user or "(unknown)", le.model or "", ",".join(le.device_ids),
-                  le.created_at.isoformat(timespec="seconds"), expires, training)
+                  sharing_cell(le.sharing, le.reserved_bytes, le.co_tenants), le.created_at.isoformat(timespec="seconds"), expires, training)
     t.caption = "autodl leases --reap frees expired ones now; --release RUN_KEY [--force] frees one by hand"
     _console().print(t)
     return 0
@@ -447,7 +456,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title="run records (newest first)")
-    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "est GiB", "own peak GiB",
+    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "sharing", "est GiB", "own peak GiB",
                 "alloc/resv GiB", "exit", "s", "why"):
         t.add_column(col, overflow="fold")
     for r in records:
@@ -459,7 +468,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         paddle = (f"{_gib(r.allocated_peak_bytes)}/{_gib(r.reserved_peak_bytes)}"
                   if r.allocated_peak_bytes is not None or r.reserved_peak_bytes is not None else "-")
         t.add_row(r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), r.script.rsplit("/", 1)[-1], r.outcome,
-                  r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes), actual, paddle,
+                  r.device_model or "-", str(r.declared_pool),
+                  sharing_cell(r.sharing, r.device_memory_cap_bytes, r.co_tenants), _gib(r.estimated_peak_bytes), actual, paddle,
                   str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), ("OOM: " if r.oom else "") + why)
     t.caption = "run keys and full records: autodl runs --json; a run's timeline: autodl runs --plot RUN_KEY"
     _console().print(t)
