@@ -136,8 +136,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     inventory = read_inventory(resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False), catalog=catalog)
     decision = plan(profile, spec, inventory=inventory, catalog=catalog)
     launch = launch_here = None
+    by_id = {d.device_id: d for d in inventory.devices}
+    sharing = plan_sharing(profile, spec, by_id.get(decision.chosen.devices[0]) if decision.chosen else None)
     if decision.chosen is not None:
-        by_id = {d.device_id: d for d in inventory.devices}
         devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
         ctx = RunContext(run_key="plan")
         profile_out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
@@ -168,6 +169,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "placements": [c.to_json() for c in kept],
         "dropped": [c.to_json() for c in decision.candidates if not c.kept],
         "suggestions": decision.suggestions,
+        "sharing": sharing,
         "max_batch_size_by_device": effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold),
         "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
@@ -196,6 +198,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
         _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
         con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
+        con.print(sharing_line(sharing), markup=False)
         for s in decision.suggestions:
             con.print(f"  suggestion: {s}")
         if launch and launch.get("shell"):
@@ -210,6 +213,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if launch_here and launch_here.get("shell"):
             con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
     return 0 if decision.fits else 4
+
+
+def plan_sharing(profile, spec, device) -> dict:
+    """``autodl plan``'s sharing: for a ``packed`` spec, whether the chosen ``device`` is shareable
+    (:func:`autodl.policy.packing.shareable`), what the run would reserve there (bytes: alone, and beside another
+    run, one CUDA context more: :func:`autodl.policy.packing.reservation_bytes`) of what the device's leases may
+    reserve together (:func:`autodl.policy.packing.capacity_bytes`), and why it would book exclusively
+    (:func:`autodl.queue.why_exclusive`); for an ``exclusive`` spec only the mode.
+
+    :param device: the chosen placement's first device; None when nothing was chosen.
+    """
+    from autodl.policy import packing
+    from autodl.queue import known_estimate, why_exclusive
+
+    mode = spec.resource_policy.sharing
+    if mode != "packed":
+        return {"mode": mode, "books": "exclusive"}
+    if device is None:
+        return {"mode": mode, "books": None, "device": None, "why_exclusive": "no device was chosen"}
+    threshold = spec.resource_policy.memory_threshold
+    estimate = known_estimate(profile)
+    why = why_exclusive(profile, device, threshold)
+    return {"mode": mode, "device": device.device_id, "shareable": packing.shareable(device),
+            "books": "exclusive" if why else "shared", "why_exclusive": why,
+            "reservation_bytes": packing.reservation_bytes(estimate, joining=False),
+            "reservation_beside_bytes": packing.reservation_bytes(estimate, joining=True),
+            "capacity_bytes": packing.capacity_bytes(device, threshold)}
+
+
+def sharing_line(sharing: dict) -> str:
+    """:func:`plan_sharing` as one line for people, sizes in GiB (2^30 bytes)."""
+    if sharing["mode"] != "packed":
+        return "sharing: exclusive (the spec's resource_policy.sharing): its devices would be its own"
+    if sharing["books"] != "shared":
+        why = sharing["why_exclusive"] or "it would book exclusively"
+        return why if why.startswith("sharing:") else f"sharing: packed, but it would book exclusively: {why}"
+    return (f"sharing: packed; {sharing['device']} is shareable: the run would reserve "
+            f"{_gib(sharing['reservation_bytes'])} GiB alone there ({_gib(sharing['reservation_beside_bytes'])} GiB "
+            f"beside another packed run) of {_gib(sharing['capacity_bytes'])} GiB its two runs may reserve together "
+            "(memory threshold x device memory)")
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:

@@ -57,3 +57,57 @@ def test_the_runs_table_says_whom_a_packed_run_shared_with(autodl_home, capsys):
     assert "shared 0.56 GiB with b" in rows["a"], table
     assert "shared reservation unknown with a" in rows["b"], table
     assert "exclusive" in rows["c"], table
+
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "include" / "scripts" / "simple_cnn.py"   # the example the profiler finds the model of
+
+
+def _plan(tmp_path, capsys, spec_text: str, pool: str, *, as_json: bool):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"task: {{script: {SCRIPT}, model_name: simple_cnn, batch_size_per_gpu: 64, "
+                    "input_shape: [3, 32, 32]}\n" + spec_text)
+    capsys.readouterr()
+    cli.main(["plan", str(spec), "--pool", pool, "--no-probe"] + (["--json"] if as_json else []))
+    text = capsys.readouterr().out
+    return json.loads(text) if as_json else text
+
+
+def test_plan_says_what_a_packed_run_would_reserve_on_a_shareable_device(autodl_home, tmp_path, capsys):
+    pool = pool_file(tmp_path)
+    got = _plan(tmp_path, capsys, PACKED, pool, as_json=True)
+    sharing = got["sharing"]
+    assert sharing["mode"] == "packed" and sharing["device"] == "GPU-big-0" and sharing["shareable"] is True
+    assert got["profile"]["params"] is not None
+    assert sharing["books"] == "shared" and sharing["why_exclusive"] is None
+    assert sharing["reservation_bytes"] == got["needed_bytes"]
+    assert sharing["reservation_beside_bytes"] > sharing["reservation_bytes"]
+    assert sharing["capacity_bytes"] == int(0.85 * 80 * GiB)   # the catalog lists an A100-80GB as 80 GiB
+    table = _plan(tmp_path, capsys, PACKED, pool, as_json=False)
+    assert (f"sharing: packed; GPU-big-0 is shareable: the run would reserve {sharing['reservation_bytes'] / GiB:.2f} "
+            f"GiB alone there") in table and "of 68.00 GiB" in table, table
+
+
+def test_plan_says_a_packed_run_with_an_unknown_estimate_books_exclusively(autodl_home, tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\n")   # no model the profiler can find: the estimate is unknown
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"task: {{script: {script}}}\n" + PACKED)
+    capsys.readouterr()
+    cli.main(["plan", str(spec), "--pool", pool_file(tmp_path), "--no-probe"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sharing:"))
+    assert line.startswith("sharing: packed, but the run's memory estimate is unknown") and "exclusively" in line
+
+
+def test_plan_of_an_exclusive_spec_says_exclusive(autodl_home, tmp_path, capsys):
+    pool = pool_file(tmp_path)
+    assert _plan(tmp_path, capsys, "", pool, as_json=True)["sharing"] == {"mode": "exclusive", "books": "exclusive"}
+    assert "sharing: exclusive" in _plan(tmp_path, capsys, "", pool, as_json=False)
+
+
+def test_plan_says_why_a_packed_run_on_a_small_card_books_exclusively(autodl_home, tmp_path, capsys):
+    path = tmp_path / "small.yaml"
+    path.write_text("host: box\ndevices:\n  - {index: 0, model: V100-PCIE-16GB, uuid: GPU-small-0}\n")
+    sharing = _plan(tmp_path, capsys, PACKED, str(path), as_json=True)["sharing"]
+    assert sharing["books"] == "exclusive" and sharing["shareable"] is False
+    assert "not shareable" in sharing["why_exclusive"] or "unknown" in sharing["why_exclusive"]
