@@ -111,3 +111,30 @@ def test_plan_says_why_a_packed_run_on_a_small_card_books_exclusively(autodl_hom
     sharing = _plan(tmp_path, capsys, PACKED, str(path), as_json=True)["sharing"]
     assert sharing["books"] == "exclusive" and sharing["shareable"] is False
     assert "not shareable" in sharing["why_exclusive"] or "unknown" in sharing["why_exclusive"]
+
+
+def test_the_wait_log_names_the_holders_of_every_fitting_device_and_that_both_hold_two_packed_runs(store, tmp_path):
+    pool = pool_file(tmp_path, 2)
+    out = profile_out(tmp_path, "packed", PACKED, peak=20 * GB)
+    for key in ("a", "b", "c", "d"):
+        assert poll(key, out, pool) is not None
+    logs: list[str] = []
+    assert poll("e", out, pool, logs) is None
+    line = next(x for x in logs if x.startswith("waiting:"))
+    by_device = {le.device_ids[0]: [] for le in Ledger().leases()}
+    for le in Ledger().leases():
+        by_device[le.device_ids[0]].append(le.run_key)
+    assert len(by_device) == 2, by_device
+    for dev, keys in by_device.items():
+        assert f"{dev}: " + ", ".join(f"{k} (ann)" for k in keys) in line, line
+    assert "both fitting devices hold two packed runs" in line and "no device is free now" not in line, line
+
+
+def test_the_wait_log_says_there_is_no_room_beside_a_packed_run(store, tmp_path):
+    pool = pool_file(tmp_path)
+    big = profile_out(tmp_path, "large", PACKED, peak=40 * GB)   # 40 + 40 + a context > 0.85 x 80 GB
+    assert poll("p1", big, pool) is not None
+    logs: list[str] = []
+    assert poll("p2", big, pool, logs) is None
+    line = next(x for x in logs if x.startswith("waiting:"))
+    assert "no room beside p1 on GPU-big-0" in line and "GiB" in line and " GB" not in line, line
