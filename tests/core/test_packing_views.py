@@ -12,6 +12,7 @@ import pytest
 
 from autodl import cli, pipeline
 from autodl.ledger import Ledger
+from autodl.queue import AdmissionQueue
 from tests.core.test_packing_queue import PACKED, pool_file, poll, profile_out
 from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the schema-per-test fixture
 
@@ -138,3 +139,31 @@ def test_the_wait_log_says_there_is_no_room_beside_a_packed_run(store, tmp_path)
     assert poll("p2", big, pool, logs) is None
     line = next(x for x in logs if x.startswith("waiting:"))
     assert "no room beside p1 on GPU-big-0" in line and "GiB" in line and " GB" not in line, line
+
+
+def test_a_pair_bar_refusal_is_logged_once_per_run_not_on_every_poll(store, tmp_path):
+    from autodl.records import RecordStore
+    from autodl.types import RunRecord
+
+    def record(key, step_s, sharing="exclusive", co=()):
+        return RunRecord(run_key=key, script="/t.py", outcome="succeeded", declared_pool=False,
+                         device_model="A100-SXM4-80GB", profile={"model_name": "slowpair"},
+                         metrics={"step_time_s": step_s}, sharing=sharing, co_tenants=list(co))
+    for r in (record("solo", 0.10), record("a", 0.10 / 0.6, "shared", ["b"]), record("b", 0.10 / 0.6, "shared", ["a"])):
+        RecordStore().write(r)
+    pool = pool_file(tmp_path)
+    slow = profile_out(tmp_path, "slow", PACKED + "task: {model_name: slowpair}\n", peak=20 * GB)
+    assert poll("s1", slow, pool) is not None
+    logs: list[str] = []
+    for _ in range(5):
+        assert poll("s2", slow, pool, logs) is None
+    refusals = [x for x in logs if x.startswith("sharing: not packed on GPU-big-0")]
+    assert len(refusals) == 1, logs
+    assert sum(x.startswith("waiting:") for x in logs) == 5
+    other: list[str] = []
+    assert poll("s3", slow, pool, other) is None
+    assert sum(x.startswith("sharing: not packed on GPU-big-0") for x in other) == 1, other   # once per run
+    AdmissionQueue().leave("s2")   # a new wait of the same run key says it again
+    again: list[str] = []
+    assert poll("s2", slow, pool, again) is None
+    assert sum(x.startswith("sharing: not packed on GPU-big-0") for x in again) == 1, again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
@@ -150,7 +151,8 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     terms = None
     if spec.resource_policy.sharing == "packed":   # issue 24: beside one packed run when no device is free for it
         grant, terms = packed_grant(grant, entry, profile, spec.resource_policy.memory_threshold, inventory,
-                                    ledger.shares, leases, rules, held_back, place_own, log,
+                                    ledger.shares, leases, rules, held_back, place_own,
+                                    once_per_run(ctx.run_key, log, entry.enqueued_at),
                                     model_name=spec.task.model_name or profile.model_name)
     if grant is None:
         why = _packed_why(reasons.get(ctx.run_key), entry, inventory, ledger, leases, profile, spec)
@@ -302,6 +304,28 @@ def _packed_why(why: str | None, entry: QueueEntry, inventory: Inventory, ledger
     if packed is None:
         return why
     return packed + (why[len(GENERIC_WAIT):] if why else "")
+
+
+MAX_SAID = 64
+"""Refusals remembered per run (the newest kept): more distinct (device, reason) pairs than a pool shows one run."""
+
+
+def once_per_run(run_key: str, log: Callable[[str], None], since: datetime | None = None) -> Callable[[str], None]:
+    """``log`` that says each line once per run's wait, across polls (a poll is a task try of its own): the packing
+    refusals (``sharing: not packed on GPU0: ...``, one a run, device and reason) would else repeat on every
+    poll. The lines said are kept in the run state (:data:`autodl.store.RunState.SAID`, the newest
+    :data:`MAX_SAID`) with ``since`` (when the run joined the queue): a later wait of the run key says them again."""
+    mark = since.isoformat() if since else None
+
+    def say(line: str) -> None:
+        state = RunState()
+        kept = state.get(run_key, RunState.SAID) or {}
+        said = list(kept.get("lines", [])) if kept.get("since") == mark else []
+        if line in said:
+            return
+        log(line)
+        state.put(run_key, RunState.SAID, {"since": mark, "lines": (said + [line])[-MAX_SAID:]})
+    return say
 
 
 def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], entry: QueueEntry,
