@@ -36,6 +36,15 @@ def _gib(n: int | float | None) -> str:
     return "-" if n is None else f"{n / GiB:.2f}"
 
 
+def sharing_cell(sharing: str, reserved_bytes: int | None, co_tenants: list[str]) -> str:
+    """A lease's (or a record's) sharing for a table: ``exclusive``, or ``shared 0.53 GiB with p2`` (its
+    reservation in GiB, 2^30 bytes; ``reservation unknown`` when it has none; ``with no other run`` alone)."""
+    if sharing != "shared":
+        return "exclusive"
+    size = f"{_gib(reserved_bytes)} GiB" if reserved_bytes else "reservation unknown"
+    return f"shared {size} with {', '.join(co_tenants) or 'no other run'}"
+
+
 def json_safe(data: Any, _depth: int = 0) -> Any:
     """``data`` with every float that is not finite (NaN, inf) as ``None``: JSON has no such numbers, and an
     unknown is null, never a made-up figure."""
@@ -127,8 +136,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     inventory = read_inventory(resolve_pool_source(args.pool, field="--pool", cwd=Path.cwd(), strict=False), catalog=catalog)
     decision = plan(profile, spec, inventory=inventory, catalog=catalog)
     launch = launch_here = None
+    by_id = {d.device_id: d for d in inventory.devices}
+    sharing = plan_sharing(profile, spec, by_id.get(decision.chosen.devices[0]) if decision.chosen else None)
     if decision.chosen is not None:
-        by_id = {d.device_id: d for d in inventory.devices}
         devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
         ctx = RunContext(run_key="plan")
         profile_out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
@@ -159,6 +169,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "placements": [c.to_json() for c in kept],
         "dropped": [c.to_json() for c in decision.candidates if not c.kept],
         "suggestions": decision.suggestions,
+        "sharing": sharing,
         "max_batch_size_by_device": effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold),
         "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
@@ -187,6 +198,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
         _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
         con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
+        con.print(sharing_line(sharing), markup=False)
         for s in decision.suggestions:
             con.print(f"  suggestion: {s}")
         if launch and launch.get("shell"):
@@ -201,6 +213,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if launch_here and launch_here.get("shell"):
             con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
     return 0 if decision.fits else 4
+
+
+def plan_sharing(profile, spec, device) -> dict:
+    """``autodl plan``'s sharing: for a ``packed`` spec, whether the chosen ``device`` is shareable
+    (:func:`autodl.policy.packing.shareable`), what the run would reserve there (bytes: alone, and beside another
+    run, one CUDA context more: :func:`autodl.policy.packing.reservation_bytes`) of what the device's leases may
+    reserve together (:func:`autodl.policy.packing.capacity_bytes`), and why it would book exclusively
+    (:func:`autodl.queue.why_exclusive`); for an ``exclusive`` spec only the mode.
+
+    :param device: the chosen placement's first device; None when nothing was chosen.
+    """
+    from autodl.policy import packing
+    from autodl.queue import known_estimate, why_exclusive
+
+    mode = spec.resource_policy.sharing
+    if mode != "packed":
+        return {"mode": mode, "books": "exclusive"}
+    if device is None:
+        return {"mode": mode, "books": None, "device": None, "why_exclusive": "no device was chosen"}
+    threshold = spec.resource_policy.memory_threshold
+    estimate = known_estimate(profile)
+    why = why_exclusive(profile, device, threshold)
+    return {"mode": mode, "device": device.device_id, "shareable": packing.shareable(device),
+            "books": "exclusive" if why else "shared", "why_exclusive": why,
+            "reservation_bytes": packing.reservation_bytes(estimate, joining=False),
+            "reservation_beside_bytes": packing.reservation_bytes(estimate, joining=True),
+            "capacity_bytes": packing.capacity_bytes(device, threshold)}
+
+
+def sharing_line(sharing: dict) -> str:
+    """:func:`plan_sharing` as one line for people, sizes in GiB (2^30 bytes)."""
+    if sharing["mode"] != "packed":
+        return "sharing: exclusive (the spec's resource_policy.sharing): its devices would be its own"
+    if sharing["books"] != "shared":
+        why = sharing["why_exclusive"] or "it would book exclusively"
+        return why if why.startswith("sharing:") else f"sharing: packed, but it would book exclusively: {why}"
+    return (f"sharing: packed; {sharing['device']} is shareable: the run would reserve "
+            f"{_gib(sharing['reservation_bytes'])} GiB alone there ({_gib(sharing['reservation_beside_bytes'])} GiB "
+            f"beside another packed run) of {_gib(sharing['capacity_bytes'])} GiB its two runs may reserve together "
+            "(memory threshold x device memory)")
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
@@ -258,7 +310,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
 
     now = utcnow()
     t = Table(title="live leases")
-    for col in ("lease", "run key", "owner", "model", "devices", "since", "expires", "training"):
+    for col in ("lease", "run key", "owner", "model", "devices", "sharing", "since", "expires", "training"):
         t.add_column(col, overflow="fold")
     for le in leases:
         if le.expires_at is None:
@@ -270,7 +322,7 @@ def cmd_leases(args: argparse.Namespace) -> int:
         training = (f"launched on {le.launched_on or le.host}" if le.handle else
                     f"not launched: waiting for a worker on {le.host} to start it")
         t.add_row(le.lease_id, le.run_key, le.owner.user or "(unknown)", le.model or "", ",".join(le.device_ids),
-                  le.created_at.isoformat(timespec="seconds"), expires, training)
+                  sharing_cell(le.sharing, le.reserved_bytes, le.co_tenants), le.created_at.isoformat(timespec="seconds"), expires, training)
     t.caption = "autodl leases --reap frees expired ones now; --release RUN_KEY [--force] frees one by hand"
     _console().print(t)
     return 0
@@ -447,7 +499,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     t = Table(title="run records (newest first)")
-    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "est GiB", "own peak GiB",
+    for col in ("recorded (UTC)", "script", "outcome", "device", "declared", "sharing", "est GiB", "own peak GiB",
                 "alloc/resv GiB", "exit", "s", "why"):
         t.add_column(col, overflow="fold")
     for r in records:
@@ -459,7 +511,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         paddle = (f"{_gib(r.allocated_peak_bytes)}/{_gib(r.reserved_peak_bytes)}"
                   if r.allocated_peak_bytes is not None or r.reserved_peak_bytes is not None else "-")
         t.add_row(r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), r.script.rsplit("/", 1)[-1], r.outcome,
-                  r.device_model or "-", str(r.declared_pool), _gib(r.estimated_peak_bytes), actual, paddle,
+                  r.device_model or "-", str(r.declared_pool),
+                  sharing_cell(r.sharing, r.device_memory_cap_bytes, r.co_tenants), _gib(r.estimated_peak_bytes), actual, paddle,
                   str(m.get("exit_code", "-")), str(m.get("duration_s", "-")), ("OOM: " if r.oom else "") + why)
     t.caption = "run keys and full records: autodl runs --json; a run's timeline: autodl runs --plot RUN_KEY"
     _console().print(t)

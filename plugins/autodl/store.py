@@ -251,6 +251,9 @@ class RunState:
     REQUEUED = "requeued"
     """A booking no worker launched within the lease's TTL: released and the run put back in the admission
     queue (:func:`autodl.steps.reaper.requeue_unlaunched`); its ``message`` goes into the record's notes."""
+    SAID = "said"
+    """The lines a waiting run logged once and does not repeat on its next polls
+    (:func:`autodl.steps.wait.once_per_run`), with the wait they belong to (a new wait says them again)."""
     FAILURE_PREFIX = "failure:"
 
     def __init__(self, url: str | None = None):

@@ -18,8 +18,12 @@ from datetime import datetime, timezone
 from pydantic import BaseModel, ConfigDict
 
 from autodl.policy.admission import RunningRun
+from autodl.policy.packing import DeviceShare
 from autodl.quota import NO_TEAM
-from autodl.types import Inventory, Lease, QueueEntry, utcnow
+from autodl.types import Device, Inventory, Lease, QueueEntry, utcnow
+
+GiB = 1 << 30
+"""Sizes for people are in GiB (2^30 bytes), as in every table of the product."""
 
 MAX_ROUNDS = 200
 """Expected ends replayed at most (each one frees devices and admits again); runs still waiting after that
@@ -51,6 +55,55 @@ class WaitingRun(BaseModel):
                 "reason": self.reason, "stale": self.position is None,
                 "expected_start": self.expected_start.isoformat() if self.expected_start else None,
                 "expected_start_note": self.expected_start_note}
+
+
+def holders_by_device(fitting: Sequence[str], leases: Sequence[Lease]) -> list[str]:
+    """Who holds each of the ``fitting`` devices (in that order, devices nobody holds left out), one entry a
+    device: ``"GPU0: a (ann), c (bob)"``."""
+    out = []
+    for dev in fitting:
+        held = [f"{le.run_key} ({le.owner.user or 'unknown user'})" for le in leases if dev in le.device_ids]
+        if held:
+            out.append(f"{dev}: {', '.join(held)}")
+    return out
+
+
+def packed_wait_reason(fitting: Sequence[Device], shares: dict[str, DeviceShare], estimate: int | None,
+                       threshold: float, leases: Sequence[Lease]) -> str | None:
+    """Why a packed 1-device run of ``estimate`` bytes finds no place on any ``fitting`` device: each holds two
+    packed runs, is held exclusively, or has no room beside the packed run on it (sizes in GiB, 2^30 bytes); None
+    when one of them is free or has room (the queue's own reason then stands: held back for the head, a quota,
+    a pair type below the bar), or the estimate is unknown.
+
+    :param shares: the ledger's share rows (:meth:`autodl.ledger.Ledger.shares`).
+    :param threshold: the spec's memory threshold (0-1).
+    """
+    from autodl.policy.packing import MAX_TENANTS, reservation_bytes
+    from autodl.queue import share_terms
+
+    if estimate is None or not fitting:
+        return None
+    full, parts = 0, []
+    for device in fitting:
+        share = shares.get(device.device_id)
+        keys = ", ".join(le.run_key for le in leases if device.device_id in le.device_ids) or "another run"
+        if share is None or share.leases == 0:
+            return None
+        if share.exclusive:
+            parts.append(f"{device.device_id} is held exclusively by {keys}")
+        elif share.leases >= MAX_TENANTS:
+            full += 1
+            parts.append(f"{device.device_id} holds two packed runs ({keys})")
+        elif share_terms(device, estimate, threshold, share) is None:
+            need = reservation_bytes(estimate, joining=True) or estimate
+            parts.append(f"no room beside {keys} on {device.device_id}: {share.reserved_bytes / GiB:.2f} + "
+                         f"{need / GiB:.2f} GiB over the {share.capacity_bytes / GiB:.2f} GiB its runs may reserve")
+        else:
+            return None
+    if full == len(fitting):
+        what = {1: "the fitting device holds", 2: "both fitting devices hold"}.get(full, f"all {full} fitting devices hold")
+        return f"{what} two packed runs (at most {MAX_TENANTS} a device)"
+    return "; ".join(parts)
 
 
 def _held(leases: Sequence[Lease]) -> Counter:
@@ -184,4 +237,5 @@ def queue_report(url: str | None = None, pool: str | None = None, now: datetime 
                        queue_rules(inventory, url=url))
 
 
-__all__ = ["MAX_ROUNDS", "WaitingRun", "forecast", "queue_report", "why_waiting"]
+__all__ = ["MAX_ROUNDS", "WaitingRun", "forecast", "holders_by_device", "packed_wait_reason", "queue_report",
+           "why_waiting"]

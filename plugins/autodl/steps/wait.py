@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
@@ -28,6 +29,7 @@ from autodl.types import (
     Selection,
     utcnow,
 )
+from autodl.waiting import holders_by_device
 
 
 def owner_of(ctx: RunContext, team: str | None = None) -> LeaseOwner:
@@ -149,11 +151,12 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     terms = None
     if spec.resource_policy.sharing == "packed":   # issue 24: beside one packed run when no device is free for it
         grant, terms = packed_grant(grant, entry, profile, spec.resource_policy.memory_threshold, inventory,
-                                    ledger.shares, leases, rules, held_back, place_own, log,
+                                    ledger.shares, leases, rules, held_back, place_own,
+                                    once_per_run(ctx.run_key, log, entry.enqueued_at),
                                     model_name=spec.task.model_name or profile.model_name)
     if grant is None:
-        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=held_by_team(leases)), leases, everywhere, log,
-                     reasons.get(ctx.run_key))
+        why = _packed_why(reasons.get(ctx.run_key), entry, inventory, ledger, leases, profile, spec)
+        _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=held_by_team(leases)), leases, entry, log, why)
         return None
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
     chosen = decision.chosen if decision else None
@@ -273,17 +276,67 @@ def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, i
     return selection
 
 
-def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], everywhere: PlacementDecision,
+def _fitting(entry: QueueEntry) -> list[str]:
+    """Every device the run could use (its queue entry's candidate groups, leases ignored), in the policy's order.
+    (The plan's kept candidates name only the best device set of each host and model, so they left out a second
+    fitting device of the same model.)"""
+    return list(dict.fromkeys(d for group in entry.candidates for d in group))
+
+
+GENERIC_WAIT = "no device is free now"
+"""The queue's reason when nothing is free (:func:`autodl.queue.admission`); a packed run says more instead."""
+
+
+def _packed_why(why: str | None, entry: QueueEntry, inventory: Inventory, ledger: Ledger,
+                leases: list[Lease], profile: ResourceProfile, spec: TaskSpec) -> str | None:
+    """The run's reason to wait: the queue's ``why``; for a packed 1-device run, its generic "no device is free
+    now" as what fills each fitting device (:func:`autodl.waiting.packed_wait_reason`), when that is known."""
+    from autodl.queue import known_estimate
+    from autodl.waiting import packed_wait_reason
+
+    if spec.resource_policy.sharing != "packed" or profile.num_gpus != 1:
+        return why
+    if why is not None and not why.startswith(GENERIC_WAIT):
+        return why
+    by_id = {d.device_id: d for d in inventory.devices}
+    packed = packed_wait_reason([by_id[d] for d in _fitting(entry) if d in by_id], ledger.shares(),
+                                known_estimate(profile), spec.resource_policy.memory_threshold, leases)
+    if packed is None:
+        return why
+    return packed + (why[len(GENERIC_WAIT):] if why else "")
+
+
+MAX_SAID = 64
+"""Refusals remembered per run (the newest kept): more distinct (device, reason) pairs than a pool shows one run."""
+
+
+def once_per_run(run_key: str, log: Callable[[str], None], since: datetime | None = None) -> Callable[[str], None]:
+    """``log`` that says each line once per run's wait, across polls (a poll is a task try of its own): the packing
+    refusals (``sharing: not packed on GPU0: ...``, one a run, device and reason) would else repeat on every
+    poll. The lines said are kept in the run state (:data:`autodl.store.RunState.SAID`, the newest
+    :data:`MAX_SAID`) with ``since`` (when the run joined the queue): a later wait of the run key says them again."""
+    mark = since.isoformat() if since else None
+
+    def say(line: str) -> None:
+        state = RunState()
+        kept = state.get(run_key, RunState.SAID) or {}
+        said = list(kept.get("lines", [])) if kept.get("since") == mark else []
+        if line in said:
+            return
+        log(line)
+        state.put(run_key, RunState.SAID, {"since": mark, "lines": (said + [line])[-MAX_SAID:]})
+    return say
+
+
+def _log_waiting(ctx: RunContext, order: list, leases: list[Lease], entry: QueueEntry,
                  log: Callable[[str], None], why: str | None = None) -> None:
     keys = [e.run_key for e in order]
     place = keys.index(ctx.run_key) + 1 if ctx.run_key in keys else None
     ahead = keys[: place - 1] if place else []
-    fitting = {d for c in everywhere.candidates if c.kept for d in c.devices}
-    holders = [f"{le.run_key} ({le.owner.user or 'unknown user'}) on {','.join(le.device_ids)}"
-               for le in leases if fitting & set(le.device_ids)]
+    holders = holders_by_device(_fitting(entry), leases)
     log(f"waiting: #{place or '?'} of {len(keys)} in the admission queue"
         + (f" behind {', '.join(ahead[:3])}{' ...' if len(ahead) > 3 else ''}" if ahead else "")
-        + (f"; fitting devices held by {'; '.join(holders[:3])}" if holders else "")
+        + (f"; fitting devices held by {'; '.join(holders)}" if holders else "")
         + (f"; why: {why}" if why else "")
         + "; autodl queue shows the expected start")
 
