@@ -160,10 +160,11 @@ def test_a_pair_bar_refusal_is_logged_once_per_run_not_on_every_poll(store, tmp_
     refusals = [x for x in logs if x.startswith("sharing: not packed on GPU-big-0")]
     assert len(refusals) == 1, logs
     assert sum(x.startswith("waiting:") for x in logs) == 5
+    AdmissionQueue().leave("s2")   # (while s2 waits ahead, s3 is not offered the device at all)
     other: list[str] = []
     assert poll("s3", slow, pool, other) is None
     assert sum(x.startswith("sharing: not packed on GPU-big-0") for x in other) == 1, other   # once per run
-    AdmissionQueue().leave("s2")   # a new wait of the same run key says it again
+    AdmissionQueue().leave("s3")   # a new wait of the same run key says it again
     again: list[str] = []
     assert poll("s2", slow, pool, again) is None
     assert sum(x.startswith("sharing: not packed on GPU-big-0") for x in again) == 1, again
