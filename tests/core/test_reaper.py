@@ -226,6 +226,8 @@ def test_a_booking_nothing_launched_goes_back_to_the_queue_and_its_launch_books_
     assert any(line.startswith("re-queued a: ") for line in logs), logs
     assert any("waiting: #2 of 2 in the admission queue behind a" in line for line in logs), logs
     assert AdmissionQueue().get("a") is not None and RecordStore().get("a") is None and Ledger().get("a") is None
+    # it keeps the place it had when it was booked (the back of the queue was noticed and left since stop 27)
+    assert AdmissionQueue().get("a").enqueued_at == sel.lease.created_at < AdmissionQueue().get("b").enqueued_at
     Ledger().book("by-hand", ["GPU-only"], host="box")  # the device taken meanwhile
     with pytest.raises(PoolBusy, match="back in the admission queue after its booking on box was released"):
         pipeline.step_launch(ctx("a"), out_a, sel, log=lambda _l: None)
