@@ -428,14 +428,14 @@ def cmd_queue(args: argparse.Namespace) -> int:
 
     caption = "; ".join(h.describe() for h in holds) or None
     t = Table(title="admission queue (next first)", caption=caption)
-    for col in ("#", "run key", "team", "prio", "owner", "devices", "GiB each", "waiting s", "expected s",
+    for col in ("#", "run key", "team", "prio", "owner", "devices", "GiB each", "sharing", "waiting s", "expected s",
                 "expected start (UTC)", "why waiting"):
         t.add_column(col, overflow="fold")
     for r in rows:
         e = r.entry
         start = r.expected_start.strftime("%Y-%m-%d %H:%M:%S") if r.expected_start else (r.expected_start_note or "unknown")
         t.add_row(str(r.position) if r.position else "stale", e.run_key, r.team, str(r.priority),
-                  e.owner_user or "(unknown)", str(e.num_gpus), _gib(e.needed_bytes),
+                  e.owner_user or "(unknown)", str(e.num_gpus), _gib(e.needed_bytes), e.sharing,
                   f"{(now - e.enqueued_at).total_seconds():.0f}",
                   f"{e.expected_runtime_s:.0f} ({e.runtime_source or '?'})" if e.expected_runtime_s else "unknown",
                   start, r.reason)

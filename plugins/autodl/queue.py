@@ -71,6 +71,7 @@ class QueueRow(Base):
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
     speed_by_type: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     runtime_source: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    sharing: Mapped[str] = mapped_column(String(16), server_default="exclusive", default="exclusive")
 
 
 def _utc(dt: datetime | None) -> datetime | None:
@@ -104,6 +105,7 @@ class AdmissionQueue:
             enqueued_at=_utc(row.enqueued_at), heartbeat_at=_utc(row.heartbeat_at), stale_after_s=row.stale_after_s,
             expected_runtime_s=row.expected_runtime_s, deadline_at=_utc(row.deadline_at),
             team=row.team, priority=row.priority or 0, speed_by_type=row.speed_by_type, runtime_source=row.runtime_source,
+            sharing="packed" if row.sharing == "packed" else "exclusive",
         )
 
     def join(self, run_key: str, *, num_gpus: int, needed_bytes: int, candidates: list[list[str]],
@@ -111,7 +113,8 @@ class AdmissionQueue:
              run_id: str | None = None, owner_user: str | None = None, pool: str | None = None,
              expected_runtime_s: float | None = None, timeout_s: float | None = None,
              team: str | None = None, priority: int = 0, speed_by_type: dict[str, float] | None = None,
-             runtime_source: str | None = None, now: datetime | None = None) -> QueueEntry:
+             runtime_source: str | None = None, now: datetime | None = None,
+             sharing: str = "exclusive") -> QueueEntry:
         """Enter the queue, or (already in it) refresh the request and the heartbeat.
 
         A run keeps the place it got when it first joined: ``enqueued_at``, the deadline
@@ -131,7 +134,7 @@ class AdmissionQueue:
                                speed_by_type=speed_by_type, runtime_source=runtime_source)
                 s.add(row)
             row.dag_id, row.run_id, row.owner_user = dag_id, run_id, owner_user
-            row.team, row.priority = team, int(priority)
+            row.team, row.priority, row.sharing = team, int(priority), sharing
             row.num_gpus, row.needed_bytes, row.vendors = int(num_gpus), int(needed_bytes), vendors
             row.candidates, row.pool = candidates, pool
             row.heartbeat_at, row.stale_after_s = now, float(stale_after_s)

@@ -349,6 +349,8 @@ class QueueEntry(_Frozen):
                                                    "relative to the reference of expected_runtime_s.")
     runtime_source: str | None = Field(None, description="Where expected_runtime_s came from: 'records' (earlier "
                                        "runs of this DAG) or 'flops' (the profile's FLOPs / the device's TFLOPS).")
+    sharing: Literal["exclusive", "packed"] = Field(
+        default="exclusive", description="The spec's resource_policy.sharing: packed runs may share a device.")
 
     def stale(self, now: datetime | None = None) -> bool:
         """True when the poller of this entry has not been seen for ``stale_after_s`` seconds."""

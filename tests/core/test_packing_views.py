@@ -168,3 +168,19 @@ def test_a_pair_bar_refusal_is_logged_once_per_run_not_on_every_poll(store, tmp_
     again: list[str] = []
     assert poll("s2", slow, pool, again) is None
     assert sum(x.startswith("sharing: not packed on GPU-big-0") for x in again) == 1, again
+
+
+def test_the_queue_says_how_each_waiting_run_asked_to_share(store, tmp_path, capsys):
+    """A fresh user: `autodl queue --json` had no sharing for a waiting run (the queue entry did not know it)."""
+    pool = pool_file(tmp_path)
+    packed, exclusive = profile_out(tmp_path, "packed", PACKED, peak=40 * GB), profile_out(tmp_path, "whole", None)
+    assert poll("p1", packed, pool) is not None
+    assert poll("x1", exclusive, pool) is None and poll("p2", packed, pool) is None
+    assert {e.run_key: e.sharing for e in AdmissionQueue().entries()} == {"x1": "exclusive", "p2": "packed"}
+    capsys.readouterr()
+    assert cli.main(["queue", "--json"]) == 0
+    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["x1"]["sharing"] == "exclusive" and rows["p2"]["sharing"] == "packed"
+    assert cli.main(["queue"]) == 0
+    table = capsys.readouterr().out
+    assert "sharing" in table and "packed" in table

@@ -54,7 +54,7 @@ def requeue_unlaunched(lease: Lease, *, why: str, log: Callable[[str], None] = p
         stale_after_s=stale_after(float(spec.scheduler.poke_interval)), vendors=spec.resource_policy.allowed_vendors,
         dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, owner_user=lease.owner.user,
         pool=source_of(profile_out), expected_runtime_s=lease.expected_runtime_s,
-        timeout_s=float(spec.scheduler.timeout), team=lease.owner.team,
+        timeout_s=float(spec.scheduler.timeout), team=lease.owner.team, sharing=spec.resource_policy.sharing,
         now=lease.created_at)  # it keeps its place: it was at the front when it was booked, not at the back now
     state.put(lease.run_key, RunState.REQUEUED, {"lease_id": lease.lease_id, "host": lease.host, "message": why,
                                                   "at": utcnow().isoformat()})

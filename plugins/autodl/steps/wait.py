@@ -219,6 +219,7 @@ def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: Tas
         team=team_of(spec.scheduler.team, ctx.user), priority=rules.queues.priority(spec.scheduler.priority),
         expected_runtime_s=est.expected_runtime_s if est else None,
         speed_by_type=est.speed_by_type if est else None, runtime_source=est.runtime_source if est else None,
+        sharing=spec.resource_policy.sharing,
     )
 
 
