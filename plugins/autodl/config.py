@@ -1,27 +1,6 @@
 """Where autodl finds its files and settings: environment variables, then Airflow's ``[autodl]`` section, then defaults.
 
-| setting (``[autodl]`` option) | environment variable       | default                                              |
-|-------------------------------|----------------------------|------------------------------------------------------|
-| (files)                       | ``AUTODL_INCLUDE``         | the package's ``autodl/include`` (see :func:`include_dir`) |
-| (state)                       | ``AUTODL_HOME``            | ``$AIRFLOW_HOME/autodl`` or ``~/.autodl``            |
-| ``store_url``                 | ``AUTODL_STORE_URL``       | ``sqlite:///$AUTODL_HOME/autodl.db``                 |
-| ``pool``                      | ``AUTODL_POOL``            | ``auto``: NVML when a driver answers, else ``include/pools/demo.yaml`` |
-| ``memory_threshold``          | ``AUTODL_MEMORY_THRESHOLD``| a spec without ``resource_policy.memory_threshold`` gets 0.85 |
-| ``default_launcher``          | ``AUTODL_LAUNCHER``        | a spec without ``launcher:`` gets ``local``          |
-| ``host_queues``               | ``AUTODL_HOST_QUEUES``     | none: every step runs where the executor puts it     |
-| ``dry_run_in``                | ``AUTODL_DRY_RUN_IN``      | ``auto``: this worker's sandbox, else the launcher's image (:mod:`autodl.profile.where`) |
-| ``team_queues``               | ``AUTODL_TEAM_QUEUES``     | none: no team quotas (see :mod:`autodl.quota`)       |
-| ``prometheus_url``            | ``AUTODL_PROMETHEUS_URL``  | none: a pod's GPU samples are unknown (see :func:`prometheus_url`) |
-| (catalog)                     | ``AUTODL_CATALOG``         | ``include/catalog/gpus.yaml``                        |
-| (leases)                      | ``AUTODL_LEASE_TTL``       | ``300`` seconds (see :func:`lease_ttl_s`)            |
-
-An environment variable always wins. Inside an Airflow process (the ``airflow`` package already
-imported: scheduler, worker, triggerer, dag-processor, api-server) the ``[autodl]`` section is read
-through Airflow's own ``conf`` (so ``airflow.cfg``, ``AIRFLOW__AUTODL__<OPTION>`` and secrets backends
-all work; the provider declares the section, :mod:`autodl.provider`). The ``autodl`` command line reads
-the same ``AIRFLOW__AUTODL__*`` variables and ``airflow.cfg`` (``$AIRFLOW_CONFIG``, else
-``$AIRFLOW_HOME/airflow.cfg``) without importing Airflow. The core imports Airflow only here, lazily,
-and only where it is already loaded.
+Details: docs/reference/configuration.md#autodlconfig.
 """
 
 from __future__ import annotations

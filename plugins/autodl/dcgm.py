@@ -1,24 +1,6 @@
 """GPU samples of a pod or container from dcgm-exporter's series in Prometheus, where NVML here cannot see the devices.
 
-The collect step runs in the triggerer or a worker that is not the GPU node, so NVML there cannot read a pod's
-devices. dcgm-exporter on the node can, and the Prometheus server that scrapes it answers from anywhere
-(``[autodl] prometheus_url``, :func:`autodl.config.prometheus_url`; the HTTP API,
-https://prometheus.io/docs/prometheus/latest/querying/api/).
-
-Series read (dcgm-exporter's default counters, https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv;
-units from DCGM's field reference https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
-``DCGM_FI_DEV_FB_USED`` (MiB), ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_DEV_GPU_TEMP`` (°C),
-``DCGM_FI_DEV_POWER_USAGE`` (W), one series per device (label ``UUID``). A pod's devices are the series that
-dcgm-exporter labels with the pod (``pod``, ``namespace``, ``container``: its Kubernetes mode,
-``DCGM_EXPORTER_KUBERNETES=true``); a Prometheus scrape config that keeps the target's own ``pod``/``namespace``
-labels renames the exporter's to ``exported_pod``/``exported_namespace``, which are read too. A container's
-devices are the booked devices' UUIDs.
-
-What this cannot know stays unknown, never 0: a series older than :data:`MAX_AGE_S` is not used; a sample
-without a series for every device has no summed figures (memory used, power); a poll with no series at all,
-or Prometheus not answering, gives no sample, and :attr:`DcgmSampler.notes` says how many polls went so and why.
-Memory is device-wide ``used`` (every process on the device), kept as ``device_used_bytes``, never as the run's
-own peak, which comes from the training's report.
+Details: docs/reference/hardware.md#autodldcgm.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """autodl's own metrics for Prometheus (``prometheus-client``): leases held, waiting runs, estimate error, run outcomes.
 
-Everything is read from autodl's store at scrape time by a custom collector
-(https://prometheus.github.io/client_python/collector/custom/), so any process can serve it and
-the numbers are the store's, not one process's memory. Served by ``autodl exporter --port PORT``
-(``/metrics``); scrape it next to dcgm-exporter.
-
-Series:
-
-* ``autodl_leases_held`` — live leases; ``autodl_leased_devices{host, model}`` — devices they book;
-* ``autodl_waiting_runs`` — runs profiled but not booked yet: a profile in the store's run state
-  (:class:`autodl.store.RunState`) or an entry in the admission queue, neither a live lease nor a record
-  made after that (a cleared and re-run run waits again);
-  every host's runs, read from the one store (not this machine's run folders);
-* ``autodl_runs_total{outcome}`` — recorded runs by outcome; ``autodl_runs_oom_total`` — of them, ended by
-  an out-of-memory error;
-* ``autodl_admission_wait_seconds{team}`` — histogram of how long admitted runs waited in the admission
-  queue, from joining it to the booking (buckets :data:`WAIT_BUCKETS_S`); ``autodl_queue_held{team}`` — 1
-  for each held queue (team ``*``: the whole queue);
-* ``autodl_estimate_error_ratio{device_model}`` — mean estimate / actual peak over the newest
-  :data:`ESTIMATE_WINDOW` records that have both (1 = exact, 2 = twice too high), and
-  ``autodl_estimate_error_records{device_model}`` — how many records that mean is over.
+Details: docs/reference/cli.md#autodlexposition.
 """
 
 from __future__ import annotations

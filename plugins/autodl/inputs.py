@@ -1,21 +1,6 @@
 """Reading what a user hands autodl: files, YAML documents and Python scripts, each bounded and refused clearly.
 
-Every reader here turns bad input into the caller's :class:`~autodl.errors.AutoDLError` subclass with a
-short message naming the file (and the line and field where there is one) and the fix; none of them
-lets a Python exception through, hangs, or grows without bound:
-
-* :func:`resolve_file` — a path resolved without following symlink loops; a name too long, a loop, a
-  folder, a FIFO or device (which would block or never end) is an error.
-* :func:`read_text` — at most ``max_bytes``; binary (NUL bytes) or non-UTF-8 content is an error.
-* :func:`read_yaml` — the one YAML loader of autodl (spec, pool and catalog files): plain YAML types
-  only (no ``!!python/...``, ``!!binary``, local tags), duplicate keys refused naming the key and both
-  lines, nesting depth and alias expansion bounded (a "billion laughs" document is refused after
-  :data:`MAX_YAML_NODES` values), integers within 64 bits, floats finite.
-* :func:`read_script` — a Python script decoded (``coding:`` comments, byte order mark) and compiled as Python
-  would (``return`` outside a function, ``def f(a, a)``, a bad ``nonlocal`` are errors naming the line); too
-  deep or too long expressions are an error instead of a RecursionError/MemoryError in the parser, and a
-  script of more than :data:`MAX_SCRIPT_TOKENS` tokens is refused before Python's parser builds its tree.
-* :func:`short` — a value for a message, never longer than a line.
+Details: docs/reference/task-spec.md#autodlinputs.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """The lease ledger: which devices are booked by which run, with one live lease per device guaranteed by the store.
 
-Booking is atomic: a lease's devices are inserted as rows of ``autodl_lease_devices`` whose primary
-key is the device id, in one transaction, so two runs racing for a device cannot both win (the
-loser gets :class:`~autodl.errors.LeaseError`). The rows are always inserted in sorted device-id order,
-so two gang bookings never wait on each other in opposite orders (on PostgreSQL that was a
-``DeadlockDetected``). Booking and releasing are idempotent per run key.
-
-A lease records its owner (DAG, run, user) and lives while its holder heartbeats: each heartbeat moves
-``expires_at`` to now + ``ttl_s``. A lease past ``expires_at`` is dead for good (a late heartbeat does not
-revive it); a reaper claims it (:meth:`Ledger.claim_expired`), stops what it left and releases it.
+Details: docs/reference/leases.md#autodlledger.
 """
 
 from __future__ import annotations

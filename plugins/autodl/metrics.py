@@ -1,27 +1,6 @@
 """Metrics while a training runs, summarised into :class:`~autodl.types.RunMetrics`.
 
-Three sources, kept side by side (never one passed off as another):
-
-* the training's own report — autodl's start-up hook (``autodl/launch/child_path/sitecustomize.py``)
-  appends Paddle's peak counters (``max_memory_allocated`` / ``max_memory_reserved`` per device, or
-  the host allocator's on a CPU build) to ``$AUTODL_METRICS_FILE`` after optimizer steps and at exit;
-  the script may append its own step lines there too (:func:`read_steps`);
-* NVML, sampled every ``interval_s`` on the booked devices (by UUID): device-wide memory used,
-  utilization, temperature, power, and per-process memory — processes already on a device when the
-  run was launched (its *baseline*, :func:`nvml_processes`) are someone else's, the rest the run's,
-  so memory is attributed by device UUID and launch time, never by matching process ids (a container
-  sees other ids than NVML reports);
-* the process tree's RSS and CPU when the run is on CPU (declared pool, no driver).
-
-A container or pod has its files where the follower cannot read them: there the hook relays them into
-the training's log and :class:`Follower` keeps the facts it finds there (:mod:`autodl.runfacts`: strict,
-bounded, self-reported) in the run's folder, in the same format, so the summary is made the same way.
-
-The run's own peak (``RunMetrics.peak_memory_bytes``) is Paddle's reserved peak when the training
-reported it, else NVML's per-process memory of the run, else (CPU run) RSS — never device-wide
-"used", which counts other jobs and cannot see a spike between two samples. A sampler that fails
-stops sampling with a note; it never fails the run. The time series is written as JSON lines next
-to the run's log; only the summary travels (XCom, record).
+Details: docs/reference/hardware.md#autodlmetrics.
 """
 
 from __future__ import annotations

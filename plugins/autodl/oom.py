@@ -1,34 +1,6 @@
 """Out-of-memory exits explained: what the training needed vs what was free, whose memory it was, what batch would fit.
 
-Paddle reports a failed device allocation as a ``ResourceExhaustedError`` whose text comes from its
-allocators (PaddlePaddle source, ``paddle/phi/core/memory/allocation/``):
-
-* CUDA/ROCm (``cuda_allocator.cc``) and XPU: ``Out of memory error on GPU 0. Cannot allocate
-  1.234375GB memory on GPU 0, 9.852539GB memory has been allocated and available memory is only
-  612.312500MB.`` — "allocated" is the device's total minus available (``cudaMemGetInfo``), i.e.
-  every process's memory, not only this one's;
-* custom devices such as Ascend NPUs (``custom_allocator.cc``): ``Out of memory error on npu:0.
-  Cannot allocate 1.0GB memory on npu:0, available memory is only 512.0MB.``, or in the older
-  buddy allocator ``Out of memory error on npu 0. total memory is ..., used memory is ...,
-  available memory is only ...``;
-* the host allocator: ``Cannot allocate 1.0GB in <place>:0, available 512.0MB, total 16.0GB, used 15.5GB.``;
-* the CPU allocator of Paddle 3 (``cpu_allocator.cc``, ``posix_memalign`` failing): ``MemoryError:
-  (ResourceExhausted) Fail to alloc memory of 17179869184 size, error code is 12.`` — the request in
-  bytes and the C ``errno`` (12 = ``ENOMEM``: the process's memory limit — ``ulimit -v``, a cgroup — or
-  the host's memory); nothing about what was free. (Strings checked in the Paddle 3.3.1 CPU build's
-  ``libphi_core.so``; the message was reproduced here with ``RLIMIT_AS``.)
-
-Paddle 2 prints the error as ``ResourceExhaustedError: ...``, Paddle 3 as ``MemoryError: (ResourceExhausted) ...``;
-both are recognised, also when the text around them is none of the above.
-
-Sizes are printed by ``string::HumanReadableSize`` (``paddle/utils/string/printf.h``): a number with
-one of ``B kB MB GB TB PB`` in powers of 1024.
-
-:func:`explain` turns the training's log into an :class:`OOMReport`: the request vs the free
-memory, the allocator strategy (``FLAGS_allocator_strategy``: ``auto_growth`` by default since
-Paddle 2.0, or ``naive_best_fit``, which pre-allocates ``FLAGS_fraction_of_gpu_memory_to_use`` of
-the card), whether the device was *busy* (another process's memory made the difference) or the run
-*too big* for it, and the per-device batch that would fit.
+Details: docs/reference/estimator.md#autodloom.
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
 """Airflow cluster policies of autodl (shell). Celery routing: the steps that must run on the booked GPU host go to that host's queue.
 
-Airflow decides a task instance's queue before it runs; the host is known only after the select step
-booked devices. What works in Airflow 3.3:
-
-1. When ``[autodl] host_queues`` is set (``AUTODL_HOST_QUEUES``; ``host=queue,...``) at DAG parse
-   time, :class:`~autodl.operators.AutoDLTrainOperator` adds a ``booked_host`` step after the select
-   step (it returns ``[the booked host]``) and builds ``launch`` and ``collect_metrics`` as *mapped*
-   tasks over that one-element list. Airflow creates a mapped task's instances only when the task it
-   maps over is done (``TaskMap.expand_mapped_task``), that is after the booking, and calls the
-   cluster policy ``task_instance_mutation_hook`` on each one it creates. (An unmapped task's instance
-   is created with the DAG run, before any booking; a mapped task cannot map over an XCom other than a
-   return value, hence the extra step.)
-2. This module is that policy, registered through the ``airflow.policy`` entry point of the installed
-   package (pluggy; Airflow loads it in every process, the scheduler included): for an instance of
-   ``launch`` or ``collect_metrics`` with a map index, it reads the run's lease from autodl's own store
-   (never Airflow's metadata database) and sets ``task_instance.queue`` to the queue of the lease's
-   host. The CeleryExecutor sends the instance to that queue; the GPU host's worker
-   (``airflow celery worker --queues <queue>``) runs it. Retries keep the queue (the policy runs
-   again whenever Airflow refreshes the instance from its task).
-
-The policy never raises (it runs inside the scheduler's loop): an unreadable store or an unknown host
-leaves the queue as it is, says so in the scheduler's log, and the step itself then refuses to run a
-local training of another host (:func:`autodl.hosts.require_here`). Without the installed package
-(the plugin folder alone) there is no policy: put ``from autodl.policies import
-task_instance_mutation_hook`` in ``airflow_local_settings.py``.
+Details: docs/reference/scheduler.md#autodlpolicies.
 """
 
 from __future__ import annotations

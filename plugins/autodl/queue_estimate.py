@@ -1,15 +1,6 @@
 """What a waiting run expects of itself, for the admission queue: its runtime, where that came from, and its speed per device type.
 
-A run seen before: the median duration of its DAG's earlier successful runs, on the device model they
-ran on. A run never seen before: the spec's ``scheduler.train_steps`` x the estimated step time
-(:func:`autodl.profile.runtime.estimate_step_time_s`: the profile's FLOPs over the catalog's TFLOPS, plus
-memory traffic over bandwidth). Without either the runtime is unknown, and stays unknown: the queue ranks
-such a run as a typical job and never lets it backfill ahead of a reservation
-(:data:`autodl.policy.admission.UNKNOWN_RUNTIME_S`).
-
-The speed per device type is the step-time ratio on the catalog's figures, relative to the device type
-the runtime is for (1.0 there); a type the catalog does not know is left out (the queue counts the run's
-runtime on it as unknown).
+Details: docs/reference/scheduler.md#autodlqueue_estimate.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Team queues from configuration: each team's nominal quota per GPU type, its fair-sharing weight, and priority classes.
 
-The vocabulary is Kueue's (https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/): a team is a
-ClusterQueue with a ``nominal_quota`` of devices per device type (the inventory's model name, e.g.
-``A100-SXM4-80GB``), an optional ``borrowing_limit`` per type, and a fair-sharing ``weight``
-(https://kueue.sigs.k8s.io/docs/concepts/fair_sharing/); ``priority_classes`` are WorkloadPriorityClasses
-(a name and a value; higher goes first within a team). The file is named by ``[autodl] team_queues`` /
-``AUTODL_TEAM_QUEUES``; without it the queue has no teams (every run in one queue, as before).
-
-Example (``include/queues/example.yaml``)::
-
-    teams:
-      vision:  {weight: 2, nominal_quota: {A100-SXM4-80GB: 4}, borrowing_limit: {A100-SXM4-80GB: 2}}
-      nlp:     {nominal_quota: {A100-SXM4-80GB: 4}}
-      "*":     {weight: 1}            # every team not listed: no nominal quota, it borrows idle devices only
-    priority_classes: {high: 100, normal: 0, low: -100}
+Details: docs/team-queues.md#autodlquota.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Secrets never printed: the one redaction of URLs, environments and free text that autodl shows.
 
-Used wherever a URL or an environment can reach a message, a log line, a finding, a record or ``--json``:
-
-* :func:`redact_url` — a URL (or a scheme-less ``user:pw@host/db``) with its password or token replaced by
-  ``***``. The password may hold any character, a raw ``@`` included: as SQLAlchemy parses it, the
-  userinfo runs to the *last* ``@``, so everything up to it is hidden. Query parameters named like a
-  secret (``?password=``, ``?pass=``, ``?sslpassword=``, ``?token=``, ...) are hidden too.
-* :func:`redact_env` — an environment with the values of secret-named variables (``*PASSWORD*``,
-  ``*SECRET*``, ``*TOKEN*``, ``*KEY*``, ...) hidden and connection strings (``AUTODL_STORE_URL``,
-  ``AIRFLOW__*``, ``AIRFLOW_CONN_*``, any URL) shown without their password.
-* :func:`redact_text` — free text (an exception message, a child's stderr): every URL in it, every
-  ``NAME=value`` of a secret-named variable, and every value this process knows to be secret (the store
-  URL's password, the values of its own secret-named variables) wherever it appears, e.g. echoed by a
-  script that read ``/proc/<pid>/environ``.
+Details: docs/security.md#autodlredact.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Run facts carried in a training's log stream: what a container or pod reports about itself without a shared disk.
 
-autodl's start-up hook (``autodl/launch/child_path/sitecustomize.py``) relays, inside a container or pod,
-each line of ``$AUTODL_METRICS_FILE`` (Paddle's memory peaks, the script's step lines) and the
-training's ``$AUTODL_REPORT_FILE`` to its stderr as one line each::
-
-    @autodl-runfact metrics {"kind": "memory", "t": ..., "reserved_peak_bytes": ...}
-    @autodl-runfact metrics {"step": 17, "t": 1764633001.2, "samples": 64}
-    @autodl-runfact report {"resumed_from": "/autodl/output/last.pdparams", "epoch": 2}
-
-The follower (:class:`autodl.metrics.Follower`) parses them here. Any process in the container can
-print such a line, so every fact is **self-reported** by the training (as the local file is) and
-parsed strictly: a bounded line length, a closed schema per kind, bounded numbers and strings, and a
-bounded count per run; a line that does not fit is dropped and counted, never half-used. A step time from
-them is believed only where it fits the run autodl measured (:func:`autodl.metrics.checked_steps`).
+Details: docs/launchers.md#autodlrunfacts.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """The launch's sampler: samples a local training from its launch until a follower (the collect step, in a worker
 or the triggerer) takes over, so a short run has samples at the configured interval from its start.
 
-Between the launch and the collect step's first poll, Airflow schedules the collect task, which may defer
-and wait for the triggerer to pick its trigger up: seconds in which nobody sampled (issue 25: short runs
-followed from the triggerer had 0-5 samples at a 0.5 s interval). The launch step starts this sampler as a
-detached process (``python -m autodl.sampling FOLDER INTERVAL_S``, autodl's own Python, started before the
-training and handed its handle on stdin). It appends to the
-run's ``samples.jsonl`` what the follower would, made by the same sampler (:func:`autodl.metrics.make_sampler`).
-It stops at the first of: the follower's take-over (:data:`TAKEN_OVER_FILE`), the training's end, or
-:data:`MAX_BRIDGE_S`. Take-over and each write hold an exclusive ``flock`` on the samples file, so no sample is
-written after the follower read the file. Only for the local launcher, whose end this process can see without
-connection details.
+Details: docs/reference/hardware.md#autodlsampling.
 """
 
 from __future__ import annotations

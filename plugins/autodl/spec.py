@@ -1,25 +1,6 @@
 """The task spec: a YAML file (``task:`` / ``resource_policy:`` / ``scheduler:`` / ``launcher:``) validated with pydantic.
 
-Example (``include/specs/simple_cnn.yaml``)::
-
-    task:
-      type: image_classification
-      framework: paddlepaddle
-      model_name: simple_cnn
-      script: ../scripts/simple_cnn.py      # relative to this file
-      batch_size_per_gpu: 64
-      num_gpus_estimate: auto               # or an integer
-    resource_policy:
-      memory_threshold: 0.85                # fraction of device memory a run may plan to use
-      allow_mixed_precision: true
-      distributed_strategy: none            # none | data_parallel | fleet
-      preferred_devices: [A100-SXM4-40GB, V100-PCIE-32GB]
-    scheduler:
-      algorithm: rule_based                 # rule_based | rl_based
-      timeout: 3600                         # seconds to wait for a free device
-      max_run_time: 7200                    # seconds the training may run (default: no limit)
-
-Values given here override what the profiler reads from the script.
+Details: docs/reference/task-spec.md#autodlspec.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """The device inventory: what accelerators the pool has and how loaded they are, from NVML, Prometheus/DCGM or a pool file.
 
-Sources are a registry chosen by name or URL scheme (``AUTODL_POOL`` or the ``--pool`` option):
-
-* ``nvml`` — the local NVIDIA driver through ``nvidia-ml-py`` (module ``pynvml``);
-* ``prometheus+http://HOST:PORT`` (or ``prometheus+https://``, optionally ``?max_age_s=60&window_s=300``) —
-  dcgm-exporter's ``DCGM_FI_DEV_*`` series read from a Prometheus server's HTTP API, so a worker or
-  triggerer without GPUs still sees the cluster's devices (:mod:`autodl.inventory.prometheus`);
-* a path to a pool YAML file — devices declared by hand (``include/pools/demo.yaml``);
-* ``auto`` (default) — NVML; only when there is no NVIDIA stack at all (no NVML library, no driver
-  loaded, no device) the demo pool file, marked as declared. Any other NVML failure (a
-  driver/library version mismatch, no permission) is an :class:`~autodl.errors.InventoryError`:
-  a broken driver must not turn silently into a CPU run recorded as a success.
+Details: docs/reference/hardware.md#autodlinventory.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Declared pools: devices listed in a YAML file, for machines without a driver and for simulation.
 
-Format::
-
-    host: demo-node-1            # default host for devices that do not name one
-    devices:
-      - index: 0
-        model: A100-SXM4-40GB    # catalog name (or NVML name)
-        uuid: GPU-...            # optional
-        vendor: nvidia           # default: the catalog's vendor of the model
-        memory_total_bytes: ...  # default: the catalog's memory
-        memory_used_bytes: 0
-        utilization_pct: 0
-        nvlink_group: nvl0       # optional: devices sharing a group are NVLink-connected
-        host: other-node         # optional
-        healthy: true
+Details: docs/reference/hardware.md#autodlinventorydeclared.
 """
 
 from __future__ import annotations

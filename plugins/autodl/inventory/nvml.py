@@ -1,20 +1,6 @@
 """Inventory from the local NVIDIA driver through NVML (``nvidia-ml-py``, module ``pynvml``).
 
-Reads every GPU in PCI bus order (NVML's own order), and each MIG instance of a GPU in MIG mode as
-its own device, with the instance's own memory and its share of the GPU's compute.
-
-Every field and every device is read in its own guard: a field NVML does not support (utilization
-of a MIG instance, power on some boards) is unknown (``None``, named in ``Device.unknown``), never
-0; a device that fails (lost from the bus, memory info unreadable) is listed unhealthy with the
-reason, and the others stay usable. Memory is read with ``nvmlDeviceGetMemoryInfo_v2`` (drivers
->= 510 count driver-reserved memory separately; the v1 call reports it as "used", so an idle card
-looks busy: https://docs.nvidia.com/deploy/nvml-api/structnvmlMemory__v2__t.html), and with v1
-only where v2 is not supported.
-
-NVML failing as a whole is one of two things (:func:`init`): *absent* (no library, no driver
-loaded: :class:`NvmlUnavailable`, the ``auto`` pool then uses its declared fallback) or *broken*
-(e.g. a driver/library version mismatch after a driver upgrade without reboot, no permission:
-:class:`NvmlFailed`, an inventory error — a broken driver must not silently turn into a CPU run).
+Details: docs/reference/hardware.md#autodlinventorynvml.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """Inventory from a Prometheus server that scrapes NVIDIA dcgm-exporter: the cluster's GPUs seen from anywhere.
 
-A worker or triggerer without GPUs (or another host's) reads the devices of every node whose
-dcgm-exporter the Prometheus server scrapes, through the HTTP API
-(https://prometheus.io/docs/prometheus/latest/querying/api/). Chosen with
-``AUTODL_POOL=prometheus+http://HOST:PORT`` (``prometheus+https://`` for TLS); query parameters
-of that URL tune it: ``max_age_s`` (default :data:`DEFAULT_MAX_AGE_S`) and ``window_s`` (default
-:data:`DEFAULT_WINDOW_S`).
-
-Series read (dcgm-exporter's default counters, https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv;
-units from DCGM's field reference https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
-``DCGM_FI_DEV_FB_USED`` / ``_FB_FREE`` / ``_FB_RESERVED`` (MiB), ``DCGM_FI_DEV_GPU_UTIL`` (%),
-``DCGM_FI_DEV_GPU_TEMP`` (°C), ``DCGM_FI_DEV_POWER_USAGE`` (W), with the labels ``Hostname``,
-``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id`` and, for MIG instances, ``GPU_I_PROFILE`` and ``GPU_I_ID``.
-
-A series whose newest sample is older than ``max_age_s``, or whose scrape target Prometheus reports down
-(``up == 0``: Prometheus knows at once, before ``max_age_s`` passes), is *stale*: that field is unknown
-(None), never its old value and never 0. So is a value that is not a number (``NaN``, ``±Inf``, negative).
-A device all of whose series are stale is listed unhealthy ("no fresh DCGM sample"); its memory total then
-comes from the catalog. A device is one (``Hostname``, ``UUID``, ``GPU_I_ID``); series without a ``UUID``
-label are one device per (``Hostname``, ``gpu``), listed unhealthy (it cannot be pinned), never dropped
-unsaid. When several targets export the same device (an exporter deployed twice), each field takes the
-busiest fresh value (most memory used, least free, highest utilization) and a note says so.
+Details: docs/reference/hardware.md#autodlinventoryprometheus.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """The device nodes of an isolated local training's ``/dev``: the booked accelerators' only (issue 19).
 
-bubblewrap gives the training a fresh ``/dev`` (:mod:`autodl.launch.isolation`); :func:`booked_nodes` says which
-of the host's accelerator nodes are bound into it:
-
-* **NVIDIA**: ``/dev/nvidia<minor>`` of each booked GPU (a MIG instance's parent GPU's), the minor number read
-  from NVML (:func:`autodl.inventory.nvml.read_addresses`, ``nvmlDeviceGetMinorNumber``), the control nodes
-  (:data:`NVIDIA_CONTROL_NODES`), and for a MIG instance its GPU instance's and compute instance's ``access``
-  capabilities (``/dev/nvidia-caps/nvidia-cap<N>``, ``N`` from :data:`MIG_MINORS`); never another GPU's node, and
-  never the MIG ``config``/``monitor`` capabilities (creating instances, watching others').
-* **Ascend, Kunlun**: the vendor table's per-device node for each booked device and its shared nodes
-  (``docker_device_nodes``/``docker_shared_device_nodes`` in ``include/catalog/vendors.yaml``, as the Docker
-  launcher passes them); **AMD/Hygon**: ``/dev/kfd`` and ``/dev/dri`` whole (not narrowed: their render nodes are
-  not mapped to devices here).
-* **a CPU run**: no accelerator node at all. ``/dev/infiniband`` (a NIC, for NCCL over RDMA) is bound for every run.
-
-Where a booked NVIDIA device's minor number (or a MIG instance's capabilities) cannot be read, the nodes cannot be
-narrowed. A security engineer expects that to fail closed, so with ``AUTODL_LOCAL_ISOLATION=bwrap`` (isolation
-required) the launch is refused, naming the device and why. In ``auto`` (best effort, like a host without
-bubblewrap) every GPU's node is bound, as before narrowing, and the training's log says so, naming the device:
-its pinning is then the visibility variable's (``CUDA_VISIBLE_DEVICES``) alone.
+Details: docs/security.md#autodllaunchdevnodes.
 """
 
 from __future__ import annotations

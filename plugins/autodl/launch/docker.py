@@ -1,23 +1,6 @@
 """Docker launcher: the training in a container on a Docker engine, pinned with a device request.
 
-The container gets exactly the booked devices through the Docker API's ``DeviceRequest`` (what
-``docker run --gpus`` sends), listing their UUIDs (or host indices); inside it they are numbered
-``0..n-1``, so the vendor's visibility variable lists positions, never host indices. The code
-folder is mounted read-only at ``code_dir`` (``/workspace``), the user is never root, the Docker
-socket is never mounted.
-
-Every container carries labels (``autodl.run_key``, ``autodl.dag_id``, ``autodl.run_id``,
-``autodl.task_id``, ``autodl.try_number``, ``autodl.lease_id``) and a name unique per try. A launch
-finds the containers of its run key by label: a running one is reattached, an ended one is removed
-before a new one starts, so a retried task never runs two copies. ``stop`` stops and removes every
-container of the run key.
-
-The run's measurement travels in its log (no shared disk): autodl's start-up hook is copied into the
-container before it starts (``put_archive``, :data:`HOOK_DIR`, first on ``PYTHONPATH``) and relays
-Paddle's memory peaks, the script's step lines and its report to stderr (:mod:`autodl.runfacts`); the
-log is followed with one streaming request (:class:`~autodl.launch.base.LogStream`). Checkpoints live in
-a named volume per model (:func:`output_volume_name`) mounted at :data:`OUTPUT_DIR`, so the next run of
-the model on the same engine resumes from them.
+Details: docs/launchers.md#autodllaunchdocker.
 """
 
 from __future__ import annotations

@@ -1,32 +1,6 @@
 """The local training's isolation: its command wrapped in bubblewrap namespaces, so it cannot read the worker.
 
-A local training runs with the worker's uid on the worker's host. Without isolation it can read its ancestors'
-``/proc/<pid>/environ`` (the Celery worker's: the metadata database's password, the JWT secret, the Fernet key),
-other runs' folders and the store under ``$AUTODL_HOME``, and connect to the host's Unix sockets (PostgreSQL's,
-Docker's). :func:`training_isolation` wraps the command in ``bwrap`` (Debian package ``bubblewrap``) with:
-
-* a **user namespace** (same uid, every capability dropped) and a **PID namespace** with a fresh ``/proc``: the
-  training sees only its own processes, no ancestor's ``environ`` or ``cmdline``; when the namespace's first
-  process dies (the runner's process group killed, ``bwrap`` killed), every process in it dies too, ranks that
-  ``paddle.distributed.launch`` put in sessions of their own included: nothing of the run is left behind;
-* an **IPC namespace**: no System V IPC or POSIX message queue shared with the host;
-* a **mount namespace**: the host's file system as the worker sees it, except a private ``/tmp``, ``/run`` and
-  ``/dev/shm`` (the host's sockets there, PostgreSQL's and Docker's included, are gone), a fresh ``/dev`` holding
-  only the standard nodes and the booked accelerators' (:func:`autodl.launch.devnodes.booked_nodes`: an NVIDIA
-  GPU's ``/dev/nvidia<minor>`` by NVML's minor number, never another GPU's), autodl's home replaced by an empty
-  folder with only this run's folder and its output folder (``$AUTODL_OUTPUT_DIR``) bound back (no other run's
-  folder, no store), the store's SQLite file and
-  Airflow's configuration files (:data:`autodl.sandbox.PROTECTED_NAMES`, ``*.db`` at the top of ``$AIRFLOW_HOME``)
-  replaced by empty files; the working folder, the script's folder and the interpreter's prefix are bound back
-  where a private mount hid them; the run folder's ``status/`` (the attempts' exit files) is read-only.
-
-Not isolated (said in ``docs/security.md``): the network (a distributed training needs it), abstract Unix sockets
-and filesystem sockets outside ``/tmp`` and ``/run``, files the worker's uid may read elsewhere, and AMD/Hygon's
-``/dev/kfd`` and ``/dev/dri`` whole (their render nodes are not mapped to devices). For tenants that must not trust
-each other, use the Docker or Kubernetes launcher.
-
-``$AUTODL_LOCAL_ISOLATION`` chooses: ``auto`` (default: bubblewrap where it starts here, else the training runs
-without it and its log says so), ``bwrap`` (required: no launch without it), ``none`` (off, said in the log).
+Details: docs/security.md#autodllaunchisolation.
 """
 
 from __future__ import annotations

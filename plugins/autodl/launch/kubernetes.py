@@ -1,16 +1,6 @@
 """Kubernetes launcher: the training in a pod that requests the booked number of devices from the vendor's device plugin.
 
-Kubernetes pins by itself: the device plugin allocates ``limits: {nvidia.com/gpu: N}`` (or
-``huawei.com/Ascend910``, ...) and exposes only those devices, so no visibility variable is set.
-The pod selects the booked device model through GPU Feature Discovery's product label
-(``nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB``), tolerates the vendor's GPU taint, gets a
-memory-backed ``/dev/shm`` and runs as a non-root user. Pods carry the run's identity as labels
-(values sanitised to Kubernetes' rules) and annotations (verbatim); a launch finds the pods of its run
-key by label, reattaches to a live one and deletes ended ones before creating a new one.
-
-The code is not mounted from the Airflow host (a pod runs elsewhere): either the image holds it at
-``launcher.code_dir`` (``/workspace/<script path relative to the code folder>``), or
-``launcher.code_pvc`` names a PersistentVolumeClaim with it, mounted read-only there.
+Details: docs/launchers.md#autodllaunchkubernetes.
 """
 
 from __future__ import annotations

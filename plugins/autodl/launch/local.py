@@ -1,41 +1,6 @@
 """Local launcher: the training as a detached process group on this host, pinned by the vendor's visibility variable.
 
-Layout of one run's folder (``$AUTODL_HOME/runs/<readable prefix>-<hash of the run key>/``, see
-:func:`run_dir_name`)::
-
-    run_key              the full run key this folder belongs to; every reattach checks it
-    handle.json          the current attempt's LaunchHandle
-    attempt-N.log        stdout+stderr of attempt N
-    attempt-N.ranks/     per-rank logs of a distributed attempt (paddle.distributed.launch --log_dir)
-    status/attempt-N.exit  its exit code, from the runner wrapper's own waitpid of the training, written once
-                         every process of the attempt has ended; ``status/`` is read-only in the training's
-                         namespaces, and while the wrapper lives no file is read at all
-    attempt-N.steps.jsonl  per-step reports the training may write to $AUTODL_METRICS_FILE, and the
-                         memory peaks autodl's start-up hook reports there (:mod:`autodl.metrics`)
-    launch.lock          serialises concurrent launches of the same run key
-
-A launch while the current attempt still runs reattaches to it (``reattached=True``) instead of
-starting a second copy; a launch after it ended starts attempt N+1.
-
-The training's ``PYTHONPATH`` starts with :data:`CHILD_PATH`, whose ``sitecustomize`` reports the
-process's own memory peaks without touching the script. Every process of an attempt carries
-``AUTODL_ATTEMPT_ID`` (its exit file's path), and the runner wrapper is a child subreaper: ranks
-that ``paddle.distributed.launch`` starts in their own sessions stay findable, so :meth:`LocalLauncher.stop`
-ends every one of them, not only the launcher's process group.
-
-What the training cannot shed (issue 23): in bubblewrap's PID namespace (``--unshare-pid --die-with-parent``)
-the runner wrapper is not there to be signalled, and when the training's command ends, or the wrapper dies, the
-namespace ends with every process in it; without bubblewrap the wrapper's subreaper catches a double-forked
-daemon and a training that kills the wrapper dies with it (:func:`autodl.launch.runner.die_with_parent`), but one
-that forks first could still outlive it (said in ``docs/security.md``). Its exit
-code is never taken from a file while the wrapper lives, nor from the training's reach (``status/`` read-only).
-
-The training gets an allow-listed environment (:func:`training_environment`): what a Python/Paddle/CUDA
-process needs from the worker's environment, autodl's contract variables and the spec's own
-``launcher.env`` — never autodl's or Airflow's secrets (``AUTODL_STORE_URL``, ``AIRFLOW__*``, connection
-strings, ``*PASSWORD*``/``*TOKEN*``/... variables). Its command runs in bubblewrap namespaces where they can be made
-(:mod:`autodl.launch.isolation`): no ancestor's ``/proc``, no other run's folder, no store, no host socket in
-``/tmp`` or ``/run``. The run folder is mode 0700 and the training's umask 077: what it writes is its owner's only.
+Details: docs/launchers.md#autodllaunchlocal.
 """
 
 from __future__ import annotations

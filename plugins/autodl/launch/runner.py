@@ -1,22 +1,6 @@
 """Process wrapper used by the local launcher: runs the training, then writes its exit code to a file.
 
-The local launcher starts ``python -m autodl.launch.runner EXIT_FILE -- argv...`` as the leader of a
-new process group, detached from the Airflow task that started it, so a later task (or try) can
-learn the exit code after the launching process is gone. Signals sent to the group reach the
-training; a training killed by signal N is recorded as exit code 128 + N (the shell convention).
-
-The exit code is the one this wrapper's own ``waitpid`` of the training's command returns, never
-anything the training wrote; ``EXIT_FILE`` lies in the run folder's ``status/``, which the launcher
-binds read-only into the training's namespaces (:mod:`autodl.launch.local`), and it is replaced
-(temp + rename) only once every process of the attempt has ended.
-
-The wrapper makes itself a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``, see
-prctl(2)): processes the training leaves behind — ranks ``paddle.distributed.launch`` started in
-their own sessions, a DataLoader worker whose parent died, a daemon that double-forked into a new
-session — are re-parented to it instead of to init. When the training's command has ended, whatever
-of it is still alive gets SIGTERM, SIGKILL after ``$AUTODL_STOP_GRACE_S`` seconds, and the wrapper
-reaps children until none is left; only then is the exit code written: an attempt is over when all
-of its processes are.
+Details: docs/launchers.md#autodllaunchrunner.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Launcher connection details from Airflow connections: ``docker_default`` and ``kubernetes_default``.
 
-The connections follow the providers' conventions, read through their hooks:
-
-* ``docker_default`` (apache-airflow-providers-docker, ``DockerHook``): host/port/login/password are
-  the *registry* to pull from; the engine is not part of the provider's connection, so autodl reads
-  it from the extra: ``{"base_url": "unix:///var/run/docker.sock", "tls": false}`` (``docker_url`` is
-  accepted as a synonym, the ``DockerOperator`` argument's name), with optional TLS client certificate
-  files ``tls_ca_cert``, ``tls_client_cert``, ``tls_client_key`` (docker-py ``TLSConfig``).
-* ``kubernetes_default`` (apache-airflow-providers-cncf-kubernetes, ``KubernetesHook``): extras
-  ``in_cluster``, ``kube_config_path``, ``kube_config`` (inline JSON/YAML), ``cluster_context``,
-  ``namespace``, ``disable_verify_ssl``, ``disable_tcp_keepalive``; the launcher gets the hook's own
-  cached ``CoreV1Api``, so each option means what it means in the provider.
-
-A missing connection means "the defaults": the local Docker socket, the kubeconfig.
-
-Several GPU hosts: a pool spans hosts, and a booked device is launched on its own host's Docker
-engine. The engine of host ``H`` comes from the connection ``docker_<H>`` (:func:`host_conn_id`: the
-host name lower-cased, anything but letters, digits and ``_`` turned into ``_``), of the Docker
-provider's type or autodl's ``autodl_gpu_host`` type (:class:`autodl.operators.hooks.GpuHostHook`),
-with the same extra (``base_url``, ``tls``, the TLS files); registry credentials stay those of ``docker_default``.
-A host without its own connection uses ``docker_default``'s engine.
+Details: docs/reference/provider.md#autodloperatorsconnections.
 """
 
 from __future__ import annotations

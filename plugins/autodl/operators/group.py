@@ -1,18 +1,6 @@
 """``AutoDLTrainOperator``: one line in a DAG that becomes the six autodl steps as a TaskGroup.
 
-    train = AutoDLTrainOperator(task_id="train_cnn", script="include/scripts/simple_cnn.py",
-                                spec="include/specs/simple_cnn.yaml")
-    prepare >> train >> evaluate
-
-builds ``train_cnn.profile >> train_cnn.wait_for_pool >> train_cnn.select_device >> train_cnn.launch
->> train_cnn.collect_metrics >> train_cnn.release_and_record`` (the last with ``trigger_rule=all_done``: the
-group's last task, whose XCom ``train.result`` is the run's :class:`autodl.records.RunResult`).
-``wait_for_pool`` waits in autodl's admission queue and books the devices it grants; ``collect_metrics``
-follows the training (both from the triggerer when deferrable: ``[operators] default_deferrable`` by default).
-
-With several GPU hosts on Celery (``[autodl] host_queues`` set where the DAG is parsed) a ``booked_host``
-step follows ``select_device`` and ``launch``/``collect_metrics`` are mapped over its one-element result,
-so that autodl's cluster policy can put them on the booked host's queue (:mod:`autodl.policies`).
+Details: docs/reference/provider.md#autodloperatorsgroup.
 """
 
 from __future__ import annotations

@@ -1,51 +1,6 @@
 """The admission queue's decision, as a pure function: which waiting runs get devices now, and which devices.
 
-Both the product (waiting runs registered in autodl's store, see :mod:`autodl.queue`) and the
-trace-driven simulator (:mod:`autodl_sim.engine`) call :func:`admit` with the runs that wait,
-the devices that are free and the runs that hold devices, so the simulator measures the queue code
-that orders real runs.
-
-The decision, in four parts (each switchable by a keyword argument, so the benchmark compares them
-with this same function):
-
-1. **Order** (``order="sjf"``): shortest expected run first, by expected GPU-time
-   (``expected_runtime_s x num_gpus``), with aging: a run's effective size is divided by *e* for every
-   :data:`AGING_S` seconds it has waited, so every run eventually overtakes every newer one and
-   nothing waits forever. ``order="fcfs"``: first come, first served.
-2. **Backfill with a reservation** (``backfill="easy"``): the first run in that order that cannot
-   start now (the *head*, typically a gang) gets a reservation: the devices the placement policy
-   would give it at the earliest time enough of them are expected to be free (from the running
-   runs' ``expected_end``), and that time. A later run may start now only on devices outside the
-   reservation, or when it is expected to end before the reserved start (such a run fills the
-   reserved devices first, leaving the others to runs that cannot): EASY backfilling (Lifka,
-   "The ANL/IBM SP scheduling system", JSSPP 1995; Mu'alem and Feitelson, IEEE TPDS 12(6), 2001).
-   ``"greedy"``: any later run that fits starts (no reservation: big gangs can starve);
-   ``"none"``: the head blocks everything behind it (strict FIFO when ``order="fcfs"``).
-3. **Quotas** (``quotas={owner: devices}``, ``"*"`` for every owner): a run whose owner would then
-   hold more devices than its quota waits, without blocking others.
-4. **Where: comparative advantage** (with ``device_type``, the runs' ``speed_by_type`` and a ``window``
-   above 1; off by default, see :data:`CA_WINDOW`): among the next ``window`` runs in order that can
-   start, the freed devices go to the run that gains
-   the most time on them, ``expected_runtime x (1 / pool-average speed - 1 / speed on this type)``
-   where the pool-average speed counts 0 on devices the run cannot use: a run that fits only on
-   big-memory devices gets the big device a small run could do without, a long run gets the fast
-   device and a short one the slow device (Gavel's throughput-matrix normalisation: Narayanan et
-   al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads", OSDI 2020,
-   applied in absolute seconds).
-
-5. **Wait for a faster device** (``wait_margin``, with ``device_type`` and the runs' ``speed_by_type``;
-   off unless asked, see :data:`WAIT_MARGIN`; the simulator asks for autodl's own policies): a run offered slow devices waits instead when, from the
-   running runs' expected ends, a faster type is expected free for its gang soon enough that it would
-   still end sooner there (the earliest-finish-time rule of HEFT list scheduling).
-
-6. **Big gangs first after a while** (``gang_first_s``; off by default, see :data:`GANG_FIRST_S`): the
-   longest-waiting run of :data:`GANG_FIRST_MIN_GPUS` or more devices that has waited ``gang_first_s`` goes
-   first, and so gets the reservation. Ordering by GPU-time ranks such gangs last, and backfill keeps
-   whole hosts from draining for them; this priority shortens their tail at a cost to the mean. It is
-   not a cap on the wait: the gang still waits for its reservation's devices to drain.
-
-*Where among the devices* a run goes is the placement policy's job (the ``place_on`` callback);
-this module decides which run goes next and whether it may take what ``place_on`` offers.
+Details: docs/reference/scheduler.md#autodlpolicyadmission.
 """
 
 from __future__ import annotations

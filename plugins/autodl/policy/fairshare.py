@@ -1,23 +1,6 @@
 """Team queues in the admission decision: nominal quotas per device type, borrowing idle quota, weighted fair sharing, priorities.
 
-Kueue's rules (https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/ and ``/fair_sharing/``), applied
-to autodl's devices without preemption (a running training is never stopped to give its devices back):
-
-* **Nominal quota.** A run of team *t* may take *n* devices of type *X* while *t* then holds at most its
-  nominal quota of *X*.
-* **Borrowing.** Above it, the run borrows: allowed only up to the team's ``borrowing_limit`` of *X*,
-  and only out of *idle* quota: the devices of *X* left free after the grant must still cover what
-  every other team is owed and asks for now (``min(nominal - held, devices its waiting runs ask for)``,
-  counting a run once per type it can use). Borrowed devices come back when their runs end.
-* **Fair sharing.** Runs are ordered by their team's weighted share *after* they would start,
-  ``max(0, held + asked ahead - nominal) / weight`` over all device types, so within nominal quota
-  every team goes first, and above it the team that borrows least per unit of weight goes next: a
-  team with many short runs gets its share, not the pool.
-* **Priorities.** Within a team, higher ``priority`` first, then the queue's own order
-  (:func:`autodl.policy.admission.queue_key`). Priorities do not cross teams (as in Kueue: fair sharing
-  between queues, priority within one).
-
-Without teams configured (:class:`autodl.quota.TeamQueues` with no ``teams``) only the priorities apply.
+Details: docs/reference/scheduler.md#autodlpolicyfairshare.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """The ``rl_based`` policy: a contextual bandit (disjoint LinUCB, one arm per device model) trained on recorded outcomes.
 
-It is a contextual bandit, not full reinforcement learning: each placement is one independent
-decision whose reward arrives when the run ends. Context features of an option are the rule
-terms' raw values (speed, memory fit, load, relative cost), so the bandit learns how much each
-term predicts the real outcome on each device model. Reward: ln(the *measured* throughput relative
-to the reference device's catalog estimate) (run records' step time; in the simulator the true
-speed while the policy sees the catalog's), so there is something to learn exactly where the
-catalog's figures are wrong; an OOM or failed run scores :data:`FAILURE_REWARD`. No price term by
-default (:attr:`LinUCB.cost_weight` = 0): see there. Cold start (fewer than ``warmup`` observations) falls back to
-``rule_based``; exploration is bounded to the rule's ``top_k`` options. LinUCB itself is
-deterministic; ties break by rule score.
-
-Reference: Li, Chu, Langford, Schapire, "A Contextual-Bandit Approach to Personalized News Article
-Recommendation", WWW 2010 (Algorithm 1, disjoint LinUCB).
+Details: docs/reference/scheduler.md#autodlpolicyrl_based.
 """
 
 from __future__ import annotations

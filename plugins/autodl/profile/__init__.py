@@ -1,14 +1,6 @@
 """The profile step: read a PaddlePaddle training script and estimate what one run needs per device.
 
-``profile_script`` first reads the script (never importing or running it in this process): static analysis builds
-the model symbolically, traces ``forward()`` and replays a training step's memory; it also finds what must be
-known without running (hard-coded devices, distributed markers, data-loader workers). It then runs the script
-itself for a few optimizer steps (the dry run, :mod:`autodl.profile.dryrun`) and reads Paddle's allocator peak per
-phase: in this worker's sandbox when Paddle is importable and bubblewrap works here, else in a container or pod of
-the launcher's image (:mod:`autodl.profile.where`). Where the script cannot run there (it downloads, its data is
-elsewhere, it times out), the model alone is probed (:mod:`autodl.profile.probe`) on the inputs the dry run saw,
-else the static estimate stands. The profile says which path it took and why (``method``, ``method_reason``, an
-``estimate-path`` finding). The result is a :class:`~autodl.types.ResourceProfile`.
+Details: docs/reference/estimator.md#autodlprofile.
 """
 
 from __future__ import annotations

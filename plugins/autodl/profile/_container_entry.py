@@ -1,23 +1,7 @@
 """autodl's first process of a dry run in a container or pod: copy the code in, run the dry-run child, hand back its
 report in the log.
 
-Run as ``python _container_entry.py CONFIG.json`` as the container's command (pid 1 there: the user's code, a
-child of it, cannot signal it), with the standard library only (the image's Python, whatever its packages). Its
-``"container"`` section says where things are:
-
-* ``code``: the script's folder as the image sees it (a read-only copy autodl put in, or the image's or claim's own
-  code folder), copied into ``work`` (bounded by ``max_files``, ``max_bytes``, ``max_depth``; regular files and
-  folders only), so that the script's relative paths and what it writes beside itself behave as in the sandbox;
-* ``work``: the script's working folder (a size-bounded tmpfs or ``emptyDir``);
-* ``out``: where the child writes ``result.json`` and ``alloc_events.json``;
-* ``timeout_s``, ``memory_bytes``, ``fsize_bytes``: the child's wall-clock limit and its ``RLIMIT_AS`` and
-  ``RLIMIT_FSIZE`` (the container's own cgroup bounds the whole tree's memory and processes).
-
-The child's stdout and stderr both go to the container's stderr; stdout carries only this process's report:
-``@autodl-dryrun <i> <chunk>`` lines (base64 of the zlib-compressed JSON, :data:`CHUNK` characters each) and a
-final ``@autodl-dryrun-end <n> <sha256 of the base64 text>``. The JSON holds the child's exit status, whether the
-timeout killed it, the seconds it ran and each output file (base64) or why it is missing. The user's code runs
-with this process's uid and can write what it likes into ``out``: the caller treats all of it as untrusted.
+Details: docs/reference/estimator.md#autodlprofile_container_entry.
 """
 
 import base64

@@ -1,36 +1,6 @@
 """Dry-run child: run the user's training script itself (``python script.py ARGS``) with hooks, measure each phase.
 
-Run by :mod:`autodl.profile.dryrun` as ``python _dryrun_child.py CONFIG.json`` inside the sandbox (CPU only, no
-network, memory cap, timeout). It imports nothing from autodl and never edits the script: it installs hooks into
-Paddle, then ``runpy.run_path(script, run_name="__main__")`` with ``sys.argv = [script, *args]``.
-
-What the hooks do:
-
-* **steps**: the outermost ``Optimizer.step``/``minimize`` (``GradScaler`` and ``paddle.Model.fit`` reach them)
-  is a step; the first ``Optimizer.clear_grad``/``Layer.clear_gradients`` after it ends the step (or, without one,
-  the next training forward). Between two step ends the host allocator's peak is read per phase: forward+backward
-  (reset at the step end before it, read when ``step`` is entered) and the optimizer update (reset there, read at
-  the step end): ``core.host_memory_stat_peak_value("Allocated", 0)``, as the benchmark's truth does. The first
-  step is a warm-up (gradients and optimizer moments are created in it) and is not measured.
-* **batch**: every ``paddle.io.DataLoader`` gets a batch sampler whose batch size follows :class:`Ctl`'s schedule
-  (``lo // 2`` twice, ``lo`` twice, then the largest batch the time and memory budgets allow, up to the run's own,
-  twice); tensors the script creates itself with the run's batch as first dimension (``paddle.randn([B, ...])``,
-  ``paddle.to_tensor(array)``) follow the same schedule. The batch of a step is the first dimension of the model's
-  input, as seen. A step counts as steady when the one before had the same batch (what the script keeps of the
-  previous step is then of this size); the loader's prefetched batches are corrected to this size.
-* **eval**: a top-level forward, under ``no_grad`` or in ``eval()`` mode, of a model the optimizers train is an
-  evaluation call (a frozen teacher's forward is part of the training step); each is measured (peak reset at its
-  entry, read at the next call or when training resumes). Evaluation loaders are cut after two batches (half and
-  full size); training loaders after the measured steps, so the script reaches its evaluation pass. An input shape
-  met a second time ends the run, its peak raised by what the script kept of the previous call.
-* **end**: after the measured steps (and the evaluation pass, when the script has one) the next hook raises
-  ``_DryRunDone`` (a ``BaseException``), which unwinds the script.
-* **FLOPs**: 2 x MACs of Conv*/Linear/RNN layers and of ``paddle.matmul``/``bmm``/``@`` per forward call.
-* **CPU only**: ``paddle.set_device`` is kept on CPU; ``init_parallel_env``, ``DataParallel``, ``fleet`` and
-  ``spawn`` become single-process no-ops (what was asked is recorded).
-
-Results go to ``CONFIG["result"]`` (JSON), rewritten after every measurement, so a run killed on its timeout
-still leaves what it measured.
+Details: docs/reference/estimator.md#autodlprofile_dryrun_child.
 """
 
 import gc

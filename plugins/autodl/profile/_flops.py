@@ -1,13 +1,6 @@
 """Forward FLOPs of what runs, counted with hooks (loaded by the sandboxed children by file path; imports no autodl).
 
-2 x multiply-accumulates of ``Conv*`` (transposed included), ``Linear``, ``LSTM``/``GRU``/``SimpleRNN`` layers and of
-``paddle.matmul``/``bmm``/``@``; element-wise ops, norms and activations are not counted (they are memory-bound and
-a few percent of the total in the benchmark models). This is the reference count of the estimator cases'
-``truth.py``: a conv's MACs are ``out.numel() x in_channels/groups x prod(kernel)`` (``in.numel() x
-out_channels/groups x prod(kernel)`` when transposed), a Linear's ``rows x in x out``, an RNN layer's
-``batch x time x directions x gates x hidden x (input + hidden)`` per layer.
-
-Counting is on while ``state["on"]`` is true; the sum is ``state["flops"]``.
+Details: docs/reference/estimator.md#autodlprofile_flops.
 """
 
 import math

@@ -1,20 +1,6 @@
 """Replaying allocation events through a model of Paddle's GPU allocator (``auto_growth``) to predict reserved memory.
 
-The dry run can record the allocations and frees of a training step on CPU (``paddle.profiler`` with
-``profile_memory=True`` gives each event's address, size and time). On a GPU, Paddle's default allocator
-(``FLAGS_allocator_strategy=auto_growth``, ``paddle/phi/core/memory/allocation/auto_growth_best_fit_allocator.cc``)
-serves the same requests from chunks it obtains with ``cudaMalloc`` and never returns while the process runs
-(``FLAGS_free_idle_chunk`` is false by default):
-
-* a request is rounded up to the alignment (256 bytes on CUDA devices: ``GpuMinChunkSize()``);
-* it takes the best-fitting free block (the smallest one at least as large), splitting off the rest as a free block;
-* when none fits it allocates a new chunk of ``max(size, FLAGS_auto_growth_chunk_size_in_mb)`` (default 0 MB: the
-  request's own size);
-* a freed block merges with free neighbours of the same chunk.
-
-What the device reserves (``max_memory_reserved``, close to what NVML shows minus the CUDA context) is the sum of
-the chunks: this module replays the events and returns the peak allocated and the peak reserved bytes. Only the
-replay is modelled: CUDA caching of the context, cuDNN/cuBLAS workspaces and the CUDA graph pools are separate terms.
+Details: docs/reference/estimator.md#autodlprofileallocator.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Bounds of the static analysis: steps, seconds and memory for the whole analysis, and the size of any value it builds.
 
-The symbolic interpreter (:mod:`autodl.profile.interp`) runs in the calling process (the CLI, an
-Airflow worker), on a script nobody has vetted. One :class:`Budget` per analysis (per
-:class:`~autodl.profile.interp.Interp`) counts every expression and statement it evaluates, all
-loops, calls and phases together (module constants, model construction, the forward trace), and
-stops the analysis for good, with :class:`AnalysisBound`, at the first of
-
-* :data:`MAX_STEPS` evaluation steps (env ``AUTODL_ANALYSIS_MAX_STEPS``),
-* :data:`MAX_SECONDS` of wall-clock time since the analysis began (env ``AUTODL_ANALYSIS_TIMEOUT_S``),
-* :data:`MAX_MEMORY_BYTES` of growth of this process's resident memory since the analysis began
-  (env ``AUTODL_ANALYSIS_MEMORY_BYTES``), checked every :data:`CHECK_EVERY` steps.
-
-A single step cannot take long or allocate much, because the interpreter refuses to build a value
-larger than :data:`MAX_ELEMENTS` elements (ranges it would iterate, repeated or concatenated
-sequences, what ``sum``/``sorted``/... would walk) or an integer of more than :data:`MAX_INT_BITS`
-bits (``10**10**8``, products of huge numbers): such a value becomes unknown (``Opaque``) or the
-construct unsupported. User-level calls nest at most :data:`MAX_CALL_DEPTH` deep (exponential or
-deep recursion). :class:`AnalysisBound` is an :class:`~autodl.profile.layers.Unsupported`: every
-caller already treats it as "could not follow this", which ends in the fallback the profile has
-without a model (cold start) and a warning naming the bound.
+Details: docs/reference/estimator.md#autodlprofilebounds.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """The profile cache: a profile reused while nothing it rests on changed, kept in autodl's store (issue 18, item 8).
 
-A nightly DAG profiles the same script every night; the dry run takes 5-60 s of two CPU cores each time. The
-profile of a script is reused when all of these are the same as when it was made (its :class:`ProfileKey`):
-the script's bytes, the files of its folder the dry run is shown (configs, modules beside it, small data), the
-spec's ``task``, ``resource_policy`` and ``launcher`` sections (``launcher.env`` is what the training sees), the
-environment variables that bound the dry run (``AUTODL_DRYRUN_*``, ``AUTODL_PROBE_*``), Paddle's version, and
-autodl's version and estimator code. The rows live in autodl's store (``autodl_profile_cache``, migration 0006),
-so every worker host reuses what one of them measured. The largest batch per device model is worked out again
-from the current GPU catalog on each reuse; out-of-memory and measured-peak calibration
-(:func:`autodl.records.calibrate_profile`) are applied after, always fresh.
+Details: docs/reference/estimator.md#autodlprofilecache.
 """
 
 from __future__ import annotations

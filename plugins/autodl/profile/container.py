@@ -1,27 +1,6 @@
 """The dry run in the training's own image, through Docker: where the worker has no Paddle or cannot make a sandbox.
 
-:class:`DockerVenue` runs the same child as the worker's sandbox (:mod:`autodl.profile._dryrun_child`, with
-:mod:`autodl.profile._container_entry` as the container's first process) in a container of the spec's
-``launcher.image``:
-
-* ``--network none``; no device requested, ``CUDA_VISIBLE_DEVICES`` empty and the vendor's CPU-only variables
-  (``NVIDIA_VISIBLE_DEVICES=void``), so it runs on CPU as the sandbox does;
-* read-only root file system; the working folder, the output folder and ``/tmp`` are tmpfs of bounded size
-  (:attr:`autodl.sandbox.SandboxLimits.disk_bytes`); ``/dev/shm`` bounded too;
-* ``--cpus`` :data:`CPU_CORES`, ``--memory`` = ``--memory-swap`` (no swap) and ``--pids-limit`` from :class:`~autodl.sandbox.SandboxLimits`, and
-  ``RLIMIT_AS``/``RLIMIT_FSIZE`` on the child as in the sandbox; ``--cap-drop ALL``, ``no-new-privileges``, the
-  spec's non-root ``launcher.user``;
-* no secret in its environment: :func:`autodl.profile.dryrun.child_env` (the spec's ``launcher.env`` and autodl's
-  variables, nothing of the worker's);
-* the code as a copy: the script's folder is staged on the worker as for the sandbox
-  (:func:`autodl.sandbox.stage_tree`: never autodl's or Airflow's state) and copied with ``put_archive`` into a
-  volume of its own, mounted read-only (so no step relies on a file of the worker being on the engine's host: the
-  engine may be another machine's, ``DOCKER_HOST=tcp://...``); the spec's ``launcher.mounts`` read-only;
-* the report comes back in the container's log (stdout carries only the entry's framed report, see
-  :mod:`autodl.profile._container_entry`), read at most :data:`MAX_LOG_BYTES`, checked as the sandbox's is
-  (:func:`autodl.profile.dryrun.dryrun_report`);
-* a hard deadline (the child's timeout plus :data:`START_GRACE_S`), then the container and its volume are removed,
-  whatever happened.
+Details: docs/reference/estimator.md#autodlprofilecontainer.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """The dry run: run the user's training script itself in the sandbox for a few optimizer steps and measure each phase.
 
-This is xMem's approach (Middleware 2025: CPU-only dynamic analysis of the real training script). The script runs
-as ``python script.py <task.args>`` would (``__name__ == "__main__"``, its own argparse, config files, Dataset and
-DataLoader) inside :func:`autodl.sandbox.run_sandboxed` (CPU only, no network, memory cap, timeout, whole tree
-killed) -- or, where the worker cannot, in the launcher's image (:class:`DryRunVenue`,
-:mod:`autodl.profile.where`) -- with hooks installed by :mod:`autodl.profile._dryrun_child` before the script starts. What is measured:
-Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``) per phase of each training
-step (forward+backward, optimizer update) and of each evaluation call, the parameters, the inputs' shapes and
-dtypes, and the forward FLOPs of what ran. The batch is reduced when the real one is too large for the budget and
-the peak extrapolated: each phase is linear in the batch, so the step's peak (their maximum) is piecewise linear.
-
-Outcomes (:attr:`DryRun.outcome`): ``measured``; ``user-error`` (Paddle or the interpreter raised on the user's own
-code with the user's own inputs: the only case that becomes an ``error`` finding); ``cannot-run`` (the script
-needs what the sandbox does not give: network, data elsewhere, a GPU, arguments, a package -- or it stopped itself
-with its own ``raise``/``assert``, which is often such a check); ``no-steps`` (the script ended without an
-optimizer step); ``timeout``; ``tool-failure`` (autodl's hooks or its reduced batch broke the run);
-``no-isolation`` (no sandbox can be made here: nothing ran).
+Details: docs/reference/estimator.md#autodlprofiledryrun.
 """
 
 from __future__ import annotations

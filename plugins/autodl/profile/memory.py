@@ -1,19 +1,6 @@
 """The peak-memory formula: model states + activations + workspace, per device, with the source of each term.
 
-peak = weights + gradients + optimizer state + activations + workspace
-
-* weights: every registered parameter (batch-norm running statistics included) x 4 bytes (fp32);
-  under AMP O2 the trainable ones are fp16 (2 bytes) and an fp32 master copy joins the optimizer state
-  (Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.1; ``paddle.amp.decorate(level='O2')``).
-* gradients: one per trainable parameter, same width as the weight (Paddle keeps ``.grad`` allocated
-  across steps: ``clear_grad(set_to_zero=True)`` is the default).
-* optimizer state: ``OPTIMIZER_STATE_SLOTS`` fp32 tensors per trainable parameter (ZeRO paper,
-  Rajbhandari et al. 2020, sec. 3.1, counts 2 for Adam) plus Adam's two 1-element beta-power
-  accumulators per parameter tensor (ignored: < 1 KiB per tensor).
-* activations: the replay of :func:`autodl.profile.trace.simulate_peak`, or the probe's measurement;
-  AMP scales it by :data:`AMP_ACTIVATION_FACTOR`.
-* workspace: named terms, the GPU-only ones (:data:`GPU_TERMS`) plus the batch-independent part of
-  backward's transient buffers.
+Details: docs/reference/estimator.md#autodlprofilememory.
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """The dry run in the training's own image as a Kubernetes pod: the pod spec, its network policy, and the run.
 
-:func:`dry_run_pod` is the pod (pure, rendered with the kubernetes client's objects): the same child and entry as
-the Docker venue (:mod:`autodl.profile.container`), and the same bounds where Kubernetes can express them:
-
-* ``securityContext``: ``runAsNonRoot`` with the spec's numeric ``launcher.user``, ``readOnlyRootFilesystem``,
-  ``allowPrivilegeEscalation: false``, ``capabilities: drop [ALL]``, ``seccompProfile: RuntimeDefault``;
-* ``automountServiceAccountToken: false`` and ``enableServiceLinks: false`` (no API token, no service addresses
-  in the environment), no host network, PID or IPC; the environment of
-  :func:`autodl.profile.container.container_env` (no secret);
-* ``resources``: memory limit = request (:attr:`~autodl.sandbox.SandboxLimits.memory_bytes`), CPU
-  (:data:`autodl.profile.container.CPU_CORES`), ``ephemeral-storage``; the working folder, ``/tmp`` and ``/dev/shm`` are ``emptyDir`` with a
-  ``sizeLimit``; no device resource is requested (CPU only, ``CUDA_VISIBLE_DEVICES`` empty);
-* ``activeDeadlineSeconds`` (the child's timeout plus :data:`~autodl.profile.container.START_GRACE_S`), and the
-  caller deletes the pod afterwards, whatever happened;
-* the code: the image's own ``launcher.code_dir`` or the ``launcher.code_pvc`` mounted read-only there, as the
-  training sees it, copied by the entry into the working folder; autodl's files come in through an init container
-  (as the launch's start-up hook does) into an ``emptyDir`` mounted read-only.
-
-Not expressible per pod: **no network** (a pod always has the namespace's network) and a **process limit** (the
-kubelet's ``--pod-max-pids`` bounds every pod of a node). The network is cut by a NetworkPolicy selecting
-:data:`DRY_RUN_LABEL` with no ingress and no egress rule (:func:`deny_all_policy`, ``docs/launchers.md``);
-:class:`PodVenue` refuses to run where that policy is not in the namespace. The report is read from the pod's log
-with the cncf provider's ``PodManager`` (stdout and stderr are one stream there: the entry's framed report is found
-by its checksum, see :func:`autodl.profile.container.decode_report`).
+Details: docs/reference/estimator.md#autodlprofilepod.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """The probe: build only the model in a sandboxed subprocess, run CPU training steps at small batches, extrapolate.
 
-What runs: the script's imports, module constants, function and class definitions, and the model
-construction expression, nothing else (top-level calls, loops, ``if __name__ == "__main__":`` are
-filtered out of the syntax tree before anything executes). Where it runs: a fresh Python process with
-
-* the sandbox of :mod:`autodl.sandbox` (bubblewrap: no network, no host processes or sockets, a
-  read-only minimal root, not root; the whole tree bounded and killed at the end);
-* a wall-clock timeout (:data:`PROBE_TIMEOUT_S`, env ``AUTODL_PROBE_TIMEOUT_S``);
-* a memory limit (:data:`PROBE_ADDRESS_SPACE_BYTES`, env ``AUTODL_PROBE_MEMORY_BYTES``) per process and,
-  where a cgroup can be made, for the whole tree. Where no sandbox can be made the probe does not run:
-  a ``probe-unavailable`` warning says why and the estimate is static;
-* ``CUDA_VISIBLE_DEVICES=""``, an empty temporary working directory and ``HOME``.
-
-What it measures: Paddle's host allocator peak (``core.host_memory_stat_peak_value("Allocated", 0)``)
-of one full training step (forward, backward, ``opt.step()``, ``clear_grad()``) after a warm-up step,
-at two batch sizes b1 < b2. Memory is linear in the batch at fixed sequence length (every activation
-has a batch dimension; attention's seq^2 term is per sample), so
-``peak(B) = peak(b1) + (B - b1) * (peak(b2) - peak(b1)) / (b2 - b1)``.
+Details: docs/reference/estimator.md#autodlprofileprobe.
 """
 
 from __future__ import annotations

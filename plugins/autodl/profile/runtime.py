@@ -1,20 +1,6 @@
 """Step-time estimate of a profiled run on a catalog device model: compute time plus memory-traffic time.
 
-The form is an additive roofline — kernels of a training step alternate between compute-bound
-(convolutions, GEMMs) and memory-bound (normalisation, activation functions, optimizer updates), so
-their times add rather than overlap:
-
-    step time = FLOPs / (peak TFLOPS x 1e12 x COMPUTE_EFFICIENCY)
-              + (3 x (weights + gradients) + 2 x optimizer state + ACTIVATION_TRAFFIC x activations) / bandwidth
-
-The two constants are fitted, not assumed: ``benchmarks/step_time_calibration.py`` fits them to the
-measured single-GPU training throughputs of ``include/data/gpu-relative-throughput.csv`` (Sia/Pollux
-artifacts: T4, RTX 2080 Ti, Quadro RTX 6000, A100 relative to V100 for ResNet-18/CIFAR-10, ResNet-50/
-ImageNet and BERT fine-tuning) by minimising the mean |log(predicted ratio / measured ratio)|. On those
-12 (model, GPU) pairs the fit's mean |log error| is 0.115 (about 12%, worst 0.265, about 30%); the
-pure-FLOPS roofline it replaced was off by 0.333 (about 40%, worst 69%), ranking a T4 at 0.58 x V100
-where 0.34-0.41 x was measured. The
-data says what practitioners see: fp32 training throughput tracks memory bandwidth more than peak FLOPS.
+Details: docs/reference/estimator.md#autodlprofileruntime.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """Symbolic tensors, the op trace of one forward pass, and the simulation of its training-step peak memory.
 
-The static estimator does not run the model. It records, for every op of ``forward()``, the shapes of
-its inputs and outputs, which tensors the op keeps for backward, and its forward FLOPs. From that
-trace :func:`simulate_peak` replays a training step tensor by tensor:
-
-* **forward**: an op's output stays alive only while something references it: an op that saved it for
-  backward, the caller (model inputs, the final output), nothing else. Which inputs/outputs each op
-  saves follows Paddle's backward definitions (``paddle/phi/ops/yaml/backward.yaml``: e.g. ``relu_grad``
-  takes ``out``, ``conv2d_grad`` takes ``input``, ``pool2d_grad`` takes ``x`` and ``out``,
-  ``reshape_grad``/``add_grad`` need no buffers).
-* **backward**: ops run in reverse; each allocates the gradients of its inputs (in place of its output
-  gradient for ops whose grad kernel is in-place, e.g. ``relu_grad``), a transient parameter-gradient
-  buffer before accumulating into ``.grad``, and its kernel's scratch memory; it then frees the output
-  gradient and the tensors only it had saved.
-
-The peak of that replay is the activation term of the training peak. The rules were checked against
-Paddle 3.3.1's host allocator (``host_memory_stat_peak_value``) one op at a time; the per-op
-measurements are in ``benchmarks/estimate_accuracy.py --ops``.
+Details: docs/reference/estimator.md#autodlprofiletrace.
 """
 
 from __future__ import annotations

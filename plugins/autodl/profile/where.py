@@ -1,15 +1,6 @@
 """Where the dry run runs: the worker's bubblewrap sandbox, or the training's own image through the launcher.
 
-Decided by ``task.dry_run_in`` in the spec, else ``[autodl] dry_run_in`` / ``AUTODL_DRY_RUN_IN``, else ``auto``:
-
-* ``auto``: the worker's sandbox where Paddle is importable and bubblewrap can make a sandbox here; else the
-  launcher's image when the spec's launcher is ``docker`` or ``kubernetes``; else nowhere (the estimate is the
-  static bound, and the finding says why). A script that stops on an import on the worker runs again in the
-  launcher's image (:func:`image_retry`): the image has the training's packages.
-* ``worker``: the worker's sandbox only (nowhere when it cannot be made).
-* ``launcher``: the launcher's image only (nowhere for ``launcher: local``, which has no image).
-
-:func:`choose` says which, and why, in one sentence for the profile's finding.
+Details: docs/reference/estimator.md#autodlprofilewhere.
 """
 
 from __future__ import annotations

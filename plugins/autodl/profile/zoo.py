@@ -1,14 +1,6 @@
 """``paddle.vision.models`` constructors as data: exact parameter counts, activation bytes per sample, FLOPs.
 
-``MEASURED`` was measured once with Paddle 3.3.1 on CPU by ``benchmarks/models/measure_zoo.py``:
-``params`` = ``sum(p.numel() for p in model.parameters())`` with the default ``num_classes=1000``
-(batch-norm running statistics included), ``trainable`` the ones with ``stop_gradient=False``, and
-``lines`` = ``[b1, peak(b1) - base, slope]`` of the host allocator peak of an SGD training step at
-224x224 (299x299 for inception_v3) for batch pairs (2, 4) and, for the common models, (8, 16) or (4, 8):
-the peak is a maximum of linear phases, so both lines are kept.
-``GMACS`` are forward multiply-accumulates per 224x224 image from the torchvision model documentation
-(https://pytorch.org/vision/stable/models.html, "GFLOPS" column, which counts MACs); Paddle's
-definitions of these architectures are the same networks.
+Details: docs/reference/estimator.md#autodlprofilezoo.
 """
 
 from __future__ import annotations

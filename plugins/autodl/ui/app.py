@@ -1,22 +1,6 @@
 """The GPU page: a FastAPI app the api-server mounts at ``/autodl``, behind Airflow's auth.
 
-Pages (HTML) and the same data as JSON:
-
-| path | what |
-|---|---|
-| ``/`` | pool, waiting runs, leases (release button for admins), recent runs, estimate-vs-actual plot |
-| ``/runs/{run_key}`` | one run: outcome, estimate vs actual, ranked placement with reasons, GPU timeline |
-| ``/api/pool``, ``/api/queue``, ``/api/leases``, ``/api/runs``, ``/api/runs/{run_key}`` | JSON |
-| ``/plots/estimate_vs_actual.png``, ``/plots/runs/{run_key}/timeline.png`` | PNG |
-| ``POST /api/leases/{run_key}/release`` | admins: stop the run's training, free its lease, record it |
-
-Every route requires a user Airflow's auth manager accepts (the JWT cookie the UI sets, or a bearer
-token), through the same dependency as Airflow's REST API (``airflow.api_fastapi.core_api.security.get_user``):
-without one the answer is 401, with a bad one 403. Run records are filtered by the viewer's DAG read permission
-(:func:`dag_filter`, as Airflow's own views filter DAG runs): another DAG's run is not listed and its page is 404;
-a record without a DAG only for admins. The data comes from autodl's own store and inventory; whatever a
-training wrote is stored sanitised (:func:`autodl.redact.sanitize_report`) and every page is rendered with
-autoescaping.
+Details: docs/reference/gpu-page.md#autodluiapp.
 """
 
 from __future__ import annotations

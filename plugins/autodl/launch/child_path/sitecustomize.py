@@ -1,38 +1,6 @@
 """autodl's startup hook in a training process: reports the process's own memory peaks, without touching the script.
 
-The local launcher puts this folder first on the training's ``PYTHONPATH``; Python imports
-``sitecustomize`` at start-up (https://docs.python.org/3/library/site.html), so every Python process
-of the run (the script, or ``paddle.distributed.launch`` and each rank it starts) loads it. It:
-
-* runs the ``sitecustomize`` it shadows (a distribution's own), so nothing of the environment is lost;
-* once ``paddle.optimizer`` is imported, wraps ``step`` and ``minimize`` of every ``Optimizer``
-  class (and of subclasses defined later) so that after each optimizer step it reads Paddle's own
-  peak counters — ``paddle.device.max_memory_allocated`` / ``max_memory_reserved`` of the
-  process's device (GPU, XPU, custom device), or on a CPU build the host allocator's
-  ``core.host_memory_stat_peak_value('Allocated'|'Reserved', 0)`` — and appends a line to
-  ``$AUTODL_METRICS_FILE`` whenever a peak grew, and once more at exit::
-
-      {"kind": "memory", "t": unix s, "pid": 123, "rank": "0", "place": "gpu:0",
-       "device": "GPU-...uuid", "step": 17, "allocated_peak_bytes": n, "reserved_peak_bytes": n, "final": false,
-       "allocator_strategy": "auto_growth"}
-
-  ``device`` is the entry of ``$AUTODL_DEVICE_IDS`` (a container's devices by host id, in the order it
-  numbers them) or else of the visibility variable (``$AUTODL_VISIBLE_ENV``) that the place's index selects, so memory is attributed by device UUID, never by process id.
-
-In a container or pod (``AUTODL_RUNFACTS=log``, set by the Docker and Kubernetes launchers) the run's
-files are not on the host that follows it, so the first Python process of the run (the script, or
-``paddle.distributed.launch``; its children inherit ``AUTODL_RELAY_OWNER`` and do not relay) also
-relays every new line of ``$AUTODL_METRICS_FILE`` and each new version of ``$AUTODL_REPORT_FILE`` to
-its stderr, every :data:`RELAY_EVERY_S` seconds and once more at exit, as one line each::
-
-    @autodl-runfact metrics {...the line...}
-    @autodl-runfact report {...the report, compacted...}
-
-The follower parses them with :mod:`autodl.runfacts` (bounded, strict; self-reported).
-
-A peak counter is a high-water mark kept by Paddle's allocator, so a spike between two samples is
-not missed. Nothing here may break the training: every failure is swallowed (and the hook is off
-when ``AUTODL_METRICS_FILE`` is unset or ``AUTODL_PEAK_HOOK=0``).
+Details: docs/launchers.md#autodllaunchchild_pathsitecustomize.
 """
 
 import os
