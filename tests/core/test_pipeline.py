@@ -50,10 +50,12 @@ def test_second_run_gets_another_device_and_third_waits(tmp_path):
     out = profile_out(tmp_path)
     chosen = {pipeline.step_select(ctx(f"run{i}"), out, log=lambda _l: None).lease.device_ids[0] for i in range(3)}
     assert chosen == {A100, V100, RTX}
+    sorted_holders = [Ledger().get(f"run{i}").device_ids[0] for i in range(3)]   # every fitting device, per device
     logs: list[str] = []
     assert pipeline.step_wait(ctx("run4"), out, log=logs.append) is None  # waits, in the queue
     assert [e.run_key for e in AdmissionQueue().entries()] == ["run4"]
-    assert any("#1 of 1 in the admission queue" in line and "held by run" in line for line in logs)
+    assert any("#1 of 1 in the admission queue" in line and "fitting devices held by " in line
+               and all(f"{dev}: run{i} (" in line for i, dev in enumerate(sorted_holders)) for line in logs), logs
     with pytest.raises(PoolBusy, match="busy"):  # select without a lease goes back to waiting
         pipeline.step_select(ctx("run4"), out, log=lambda _l: None)
     freed = Ledger().release("run1").device_ids

@@ -143,7 +143,10 @@ def test_kunlun_pod_has_no_invented_product_label(catalog):
 
 def test_vendor_table_names_its_sources(catalog):
     for name, vendor in load_catalog().vendors.items():
-        assert set(vendor.sources) == {"visibility", "launch", "docker", "kubernetes"}, name
+        # every vendor says where each launcher's behaviour comes from; one that packs also says where sharing does
+        assert {"visibility", "launch", "docker", "kubernetes"} <= set(vendor.sources), name
+        assert set(vendor.sources) - {"visibility", "launch", "docker", "kubernetes"} <= {"sharing"}, name
+        assert ("sharing" in vendor.sources) == bool(getattr(vendor, "k8s_shared_resource", None)), name
         assert all("http" in text for text in vendor.sources.values()), name
 
 
