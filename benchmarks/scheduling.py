@@ -27,7 +27,6 @@ Ratios are per replica (baseline JCT / autodl JCT, paired), mean and 95% t-inter
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import multiprocessing as mp
 import os

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from autodl.catalog import Catalog
+from autodl.policy import packing
 from autodl.policy.admission import (
     AGING_S,
     CA_WINDOW,
@@ -42,7 +43,6 @@ from autodl.policy.admission import (
     decide,
     queue_key,
 )
-from autodl.policy import packing
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
 from autodl.types import Device
@@ -389,8 +389,8 @@ class _Sim:
         if opt.sharing not in packing.SHARING_MODES:
             raise ValueError(f"SimOptions.sharing={opt.sharing!r}: use one of {', '.join(packing.SHARING_MODES)}.")
         self.packing = opt.sharing == "packed" and not self.preemptive
-        devs = [Device(device_id=g.model, index=0, model=g.model, vendor=g.vendor, memory_total_bytes=g.memory_bytes)
-                for g in self.groups]
+        devs = [Device.model_validate({"device_id": g.model, "index": 0, "model": g.model, "vendor": g.vendor,
+                                       "memory_total_bytes": g.memory_bytes}) for g in self.groups]
         self.share_type = [packing.shareable(d) for d in devs]
         self.cap_type = [packing.capacity_bytes(d, self.threshold) for d in devs]
         self.ratios = load_pair_ratios() if self.packing else {}
@@ -852,7 +852,8 @@ class _Sim:
                 if tt != t or not lst or packing.pair_type(j.model_class, cls, model) in self.barred:
                     continue
                 res, d = lst[0]
-                share = packing.DeviceShare(device_id=str(d), capacity_bytes=self.cap_type[t], reserved_bytes=res, leases=1)
+                share = packing.DeviceShare.model_validate(
+                    {"device_id": str(d), "capacity_bytes": self.cap_type[t], "reserved_bytes": res, "leases": 1})
                 if self.opt.pack_blind and share.leases < packing.MAX_TENANTS or \
                         packing.fits_beside(share, self.est[jid], self.cap_type[t]):
                     lst.pop(0)
