@@ -1,7 +1,9 @@
 """Event-driven replay of a job trace on a simulated pool: autodl's admission queue and a placement policy, or a preemptive LAS baseline.
 
-Each device is exclusive to one job; a job needs ``num_gpus`` devices of one model (one host, or
-whole hosts of that model when the gang is larger than a host). Within a device model a gang goes to
+Each device is exclusive to one job, unless ``SimOptions.sharing="packed"``: then two 1-device jobs
+may share a big NVIDIA device by the product's rule (:mod:`autodl.policy.packing`), each slowed by its
+published pair ratio (:mod:`autodl_sim.colocation`). A job needs ``num_gpus`` devices of one model (one
+host, or whole hosts of that model when the gang is larger than a host). Within a device model a gang goes to
 the fullest host that holds it (packing); the placement policy chooses the device model.
 
 What a policy sees is kept apart from what happens:
