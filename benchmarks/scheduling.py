@@ -27,7 +27,6 @@ Ratios are per replica (baseline JCT / autodl JCT, paired), mean and 95% t-inter
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import multiprocessing as mp
 import os
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim" / "src"))  # the simulator distribution (autodl-sim)
 
 from autodl.policy.admission import AGING_S, CA_WINDOW, GANG_FIRST_S, WAIT_MARGIN  # noqa: E402
+from autodl.policy.packing import MAX_TENANTS, MIN_SHARED_MEMORY_BYTES, SLOWDOWN_BAR  # noqa: E402
 from autodl_sim import run_all  # noqa: E402
 from autodl_sim.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
 from autodl_sim.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
@@ -324,6 +324,115 @@ def tune(workers: int, out, jobs: int = SLICE_JOBS) -> None:
             f"{LAS_THRESHOLD_GPU_S / 3600:.0f} GPU-h)")
 
 
+# ------------------------------------------------------------------------------------------ packing (issue 24)
+PACKING_SETTINGS = tuple(x for x in SETTINGS if x[0] in ("x1", "x2", "x4", "pool/2"))
+PACKED = {"sharing": "packed"}
+PACKING_ROWS = {
+    "autodl + packing": ("rule_based", PACKED),
+    "autodl exclusive": ("rule_based", {}),
+    "gavel exclusive": ("gavel_max_throughput", {"window": 1}),
+    "tiresias_las": ("tiresias_las", {}),
+    "gavel + packing": ("gavel_max_throughput", {"window": 1, **PACKED}),
+    "blind packing": ("rule_based", {**PACKED, "pack_blind": True}),
+    "autodl + packing, slow x1.5": ("rule_based", {**PACKED, "slowdown_scale": 1.5}),
+    "autodl + packing, slow x2": ("rule_based", {**PACKED, "slowdown_scale": 2.0}),
+}
+"""The rows of ``--packing``: autodl's queue and rule_based placement with packing (the product's rule,
+``autodl.policy.packing``), the exclusive runs it is compared with, Gavel-like with the same packing,
+packing without the estimate, and the interference scaled up."""
+PACKING_JCT_NEED = {"x1": 0.98, "x2": 1.05, "x4": 1.10, "pool/2": 1.10}
+"""Issue 24's mean JCT ratio targets (exclusive baseline / autodl + packing); at x4 and pool/2 the 95%
+interval must also lie above 1."""
+
+
+def _packing_table(res: dict, reps, sname: str, out) -> list[tuple]:
+    """One setting's rows; returns (baseline, mean, lo, hi) of the JCT ratios against autodl + packing."""
+    ours = [res[(sname, "autodl + packing", i)]["avg_jct_s"] for i in range(len(reps))]
+    out(f"\n## {sname}: mean over {len(reps)} replicas ± 95% CI; ratio = row's JCT / autodl + packing's (paired)")
+    head = (f"{'scheduler':30s}{'avg JCT h':>17s}{'ratio [95% CI]':>22s}{'p99 queue h':>14s}{'OOM':>7s}"
+            f"{'pair OOM':>9s}{'joins':>8s}{'util':>7s}")
+    out(head)
+    out("-" * len(head))
+    found = []
+    for s in PACKING_ROWS:
+        rs = [res[(sname, s, i)] for i in range(len(reps))]
+        jct = [r["avg_jct_s"] for r in rs]
+        m, lo, hi = _ratio(jct, ours)
+        rtxt = "1 (reference)" if s == "autodl + packing" else f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
+        out(f"{s:30s}{_fmt_ci(jct, 3600):>17s}{rtxt:>22s}{_fmt_ci([r['p99_queue_s'] for r in rs], 3600, 1):>14s}"
+            f"{statistics.fmean(r['oom_failures'] for r in rs):7.1f}{statistics.fmean(r['pair_ooms'] for r in rs):9.1f}"
+            f"{statistics.fmean(r['joins'] for r in rs):8.0f}{statistics.fmean(r['gpu_utilization_steady'] for r in rs):7.1%}")
+        found.append((s, m, lo, hi))
+    barred = sorted({b for i in range(len(reps)) for b in res[(sname, "autodl + packing", i)]["barred_pairs"]})
+    out(f"pair types barred (measured below {SLOWDOWN_BAR:g}) in autodl + packing, any replica: {', '.join(barred) or '-'}")
+    return found
+
+
+def _gang_p99(res: dict, reps, sname: str, row: str, g: int) -> float | None:
+    vals = [res[(sname, row, i)]["by_gang"].get(g, {}).get("p99_queue_s") for i in range(len(reps))]
+    vals = [v for v in vals if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def packing_bench(workers: int, out, quick: bool) -> None:
+    """``--packing``: issue 24's targets on the evaluation slices (see :data:`PACKING_ROWS`)."""
+    jobs = 2_000 if quick else SLICE_JOBS
+    reps = [(EVAL_SLICES[i], i) for i in range(2 if quick else len(EVAL_SLICES))]
+    settings = PACKING_SETTINGS[:2] if quick else PACKING_SETTINGS
+    out(f"# packing (issue 24): Philly slices {[s for s, _ in reps]} of {jobs:,d} jobs (replica i: slice, seed i); "
+        f"pool autodl_sim/data/sim-pai-hetero.yaml scaled per setting; headroom 0.85")
+    out(f"# nothing tuned: the rule's constants are the issue's (MAX_TENANTS {MAX_TENANTS}, SLOWDOWN_BAR "
+        f"{SLOWDOWN_BAR:g}, devices >= {MIN_SHARED_MEMORY_BYTES / 1e9:g} GB NVIDIA); interference = Gavel's "
+        "published P100 pair ratios (include/data/colocation-pairs.csv), classes mapped as autodl_sim.colocation says")
+    tasks = []
+    for sname, load, scale in settings:
+        for s, (pol, over) in PACKING_ROWS.items():
+            for i, (sl, seed) in enumerate(reps):
+                tasks.append(((sname, s, i), pol, over, sl * SLICE_JOBS, jobs, seed, load, scale, {}))
+    t0 = time.perf_counter()
+    res = run_tasks(tasks, workers)
+    wall = time.perf_counter() - t0
+    verdicts = []
+    for sname, _load, _scale in settings:
+        found = _packing_table(res, reps, sname, out)
+        verdicts.append((sname, found))
+        for g in (8, 16):
+            a = _gang_p99(res, reps, sname, "autodl + packing", g)
+            b = _gang_p99(res, reps, sname, "autodl exclusive", g)
+            if a is not None and b:
+                out(f"p99 queueing of {g}-GPU jobs: packing {a / 3600:.1f} h vs exclusive autodl {b / 3600:.1f} h: "
+                    f"ratio {a / b:.2f} (needs <= 1.2) {'MET' if a <= 1.2 * b else 'NOT MET'}")
+    _packing_targets(res, reps, verdicts, out)
+    out(f"\nwall time: simulations {wall:.0f} s ({len(tasks)} replays, {workers} processes)")
+
+
+def _packing_targets(res: dict, reps, verdicts: list, out) -> None:
+    """Issue 24's targets, met or not, from the tables' ratios (:data:`PACKING_JCT_NEED`)."""
+    out("\n## targets (ratio = exclusive baseline's mean JCT / autodl + packing's, paired per replica)")
+    for sname, found in verdicts:
+        need = PACKING_JCT_NEED[sname]
+        for s, m, lo, hi in found:
+            if s not in ("gavel exclusive", "tiresias_las"):
+                continue
+            ok = m >= need and (lo > 1.0 if sname in ("x4", "pool/2") else True)
+            out(f"{'MET ' if ok else 'NOT '} {sname:7s} vs {s:16s} {m:.3f} [{lo:.3f}, {hi:.3f}] (needs >= {need:.2f}"
+                f"{' and CI above 1' if sname in ('x4', 'pool/2') else ''})")
+        excl = next(f for f in found if f[0] == "autodl exclusive")
+        out(f"      {sname:7s} autodl exclusive / autodl + packing {excl[1]:.3f} [{excl[2]:.3f}, {excl[3]:.3f}] (no target)")
+        o = statistics.fmean(res[(sname, "autodl + packing", i)]["oom_failures"] for i in range(len(reps)))
+        oe = statistics.fmean(res[(sname, "autodl exclusive", i)]["oom_failures"] for i in range(len(reps)))
+        ob = statistics.fmean(res[(sname, "blind packing", i)]["pair_ooms"] for i in range(len(reps)))
+        op = statistics.fmean(res[(sname, "autodl + packing", i)]["pair_ooms"] for i in range(len(reps)))
+        out(f"{'MET ' if op == 0 else 'NOT '} {sname:7s} pair OOMs with the estimate {op:.1f} per replica (needs 0; all OOMs "
+            f"{o:.1f}, exclusive autodl's {oe:.1f}); blind packing pair OOMs {ob:.1f}")
+        ex = [res[(sname, "autodl exclusive", i)]["avg_jct_s"] for i in range(len(reps))]
+        cells = []
+        for sc, row in (("1", "autodl + packing"), ("1.5", "autodl + packing, slow x1.5"), ("2", "autodl + packing, slow x2")):
+            m, lo, hi = _ratio(ex, [res[(sname, row, i)]["avg_jct_s"] for i in range(len(reps))])
+            cells.append(f"slowdown x{sc}: {m:.3f} [{lo:.3f}, {hi:.3f}]")
+        out(f"      {sname:7s} sensitivity, exclusive autodl / packing: " + "; ".join(cells))
+
+
 # ------------------------------------------------------------------------------------------ main
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -331,9 +440,13 @@ def main() -> int:
     ap.add_argument("--tune", action="store_true", help="print the tuning grid (tuning slice only) and exit")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
     ap.add_argument("--no-latency", action="store_true", help="skip the place() latency table")
+    ap.add_argument("--packing", action="store_true", help="issue 24: packing vs exclusive (see PACKING_ROWS) and exit")
     args = ap.parse_args()
     out = lambda s="": print(s, flush=True)  # noqa: E731
     t0 = time.perf_counter()
+    if args.packing:
+        packing_bench(args.workers, out, args.quick)
+        return 0
     if args.tune:
         tune(args.workers, out, jobs=2_000 if args.quick else SLICE_JOBS)
         out(f"\nwall time {time.perf_counter() - t0:.0f} s")

@@ -1,7 +1,9 @@
 """Event-driven replay of a job trace on a simulated pool: autodl's admission queue and a placement policy, or a preemptive LAS baseline.
 
-Each device is exclusive to one job; a job needs ``num_gpus`` devices of one model (one host, or
-whole hosts of that model when the gang is larger than a host). Within a device model a gang goes to
+Each device is exclusive to one job, unless ``SimOptions.sharing="packed"``: then two 1-device jobs
+may share a big NVIDIA device by the product's rule (:mod:`autodl.policy.packing`), each slowed by its
+published pair ratio (:mod:`autodl_sim.colocation`). A job needs ``num_gpus`` devices of one model (one
+host, or whole hosts of that model when the gang is larger than a host). Within a device model a gang goes to
 the fullest host that holds it (packing); the placement policy chooses the device model.
 
 What a policy sees is kept apart from what happens:
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from autodl.catalog import Catalog
+from autodl.policy import packing
 from autodl.policy.admission import (
     AGING_S,
     CA_WINDOW,
@@ -44,6 +47,8 @@ from autodl.policy.admission import (
 )
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
+from autodl.types import Device
+from autodl_sim.colocation import load_pair_ratios, pair_ratio
 from autodl_sim.pool import SimPool
 from autodl_sim.workload import ROOFLINE_REFERENCE, SimJob
 
@@ -80,6 +85,10 @@ decides at the first multiple of this after something changed. 0 = at every even
 RESERVE_TRIES = 8
 """Blocked runs tried as the head of the queue per decision (``decide``'s ``reserve_limit``)."""
 
+PACK_TRIES = 64
+"""Waiting 1-device runs, in queue order, tried per decision as a second tenant of a packed device
+(``sharing="packed"``). A bound of the simulator's work, like :data:`RESERVE_TRIES`."""
+
 
 @dataclass
 class SimOptions:
@@ -110,6 +119,16 @@ class SimOptions:
     :ivar weights: rule_based weights (default :data:`autodl.policy.scoring.DEFAULT_WEIGHTS`).
     :ivar checkpoint_s, las_threshold_gpu_s, las_promote_knob: the ``tiresias_las`` baseline.
     :ivar steady: (lo, hi) fractions of the slice's submits bounding the steady-state window.
+    :ivar sharing: ``exclusive`` (every device is one job's) or ``packed``: after each decision, a waiting
+        1-device run may join a device that holds one packed 1-device run, by the product's rule
+        (:mod:`autodl.policy.packing`: :func:`~autodl.policy.packing.shareable`,
+        :func:`~autodl.policy.packing.fits_beside` on the *estimates*, never a device held back for the
+        head of the queue, a pair type barred once measured below
+        :data:`~autodl.policy.packing.SLOWDOWN_BAR`). Non-preemptive schedulers only.
+    :ivar pack_blind: packing without the estimate: a run joins any device with one packed run (at most
+        :data:`~autodl.policy.packing.MAX_TENANTS`), memory unchecked; the true peaks then collide.
+    :ivar slowdown_scale: interference multiplier: a shared run progresses at ``1 - scale x (1 - r)`` of its
+        solo speed, r the published pair ratio (:mod:`autodl_sim.colocation`); 1 = as published.
     """
 
     memory_threshold: float = 0.85
@@ -138,6 +157,9 @@ class SimOptions:
     seed: int = 0
     timeline_points: int = 200
     steady: tuple[float, float] = (0.2, 0.8)
+    sharing: str = "exclusive"
+    pack_blind: bool = False
+    slowdown_scale: float = 1.0
 
 
 AUTODL_POLICIES = ("rule_based", "rl_based")
@@ -185,6 +207,9 @@ class SimResult:
     jcts: list[float] = field(default_factory=list, repr=False)
     timeline: list[tuple[float, float]] = field(default_factory=list, repr=False)
     placed_on: dict[str, int] = field(default_factory=dict)
+    joins: int = 0
+    pair_ooms: int = 0
+    barred_pairs: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         """JSON-ready metrics without the per-job series."""
@@ -357,6 +382,30 @@ class _Sim:
         self.tick_seq = [-1] * n
         self.wkey_of: dict[int, tuple] = {}
         self.bucket_of: dict[int, tuple] = {}
+        self.wasted: set[int] = set()     # attempts counted in self.wasting
+        self.init_packing()
+
+    def init_packing(self) -> None:
+        """Packing state (``SimOptions.sharing``); the device rule and capacity are the product's functions."""
+        opt = self.opt
+        if opt.sharing not in packing.SHARING_MODES:
+            raise ValueError(f"SimOptions.sharing={opt.sharing!r}: use one of {', '.join(packing.SHARING_MODES)}.")
+        self.packing = opt.sharing == "packed" and not self.preemptive
+        devs = [Device.model_validate({"device_id": g.model, "index": 0, "model": g.model, "vendor": g.vendor,
+                                       "memory_total_bytes": g.memory_bytes}) for g in self.groups]
+        self.share_type = [packing.shareable(d) for d in devs]
+        self.cap_type = [packing.capacity_bytes(d, self.threshold) for d in devs]
+        self.ratios = load_pair_ratios() if self.packing else {}
+        self.tenants: dict[int, list[int]] = {}           # packed device -> its jobs, first tenant first
+        self.single: dict[tuple[int, str], dict[int, int]] = {}   # (type, tenant's class) -> {device: reserved}
+        self.prog: dict[int, list[float]] = {}            # tenant -> [V100-s of work left, rate, since]
+        self.pair_obs: dict[int, dict[str, float]] = {}   # tenant -> {pair type: its co-located speed ratio}
+        self.observed: dict[str, list[float]] = {}
+        self.barred: set[str] = set()
+        self.exp_end: dict[int, float | None] = {}
+        self.pair_oom: set[int] = set()
+        self.no_pack: set[int] = set()
+        self.joins = self.pair_ooms = 0
 
     # ------------------------------------------------------------------ helpers
     def push(self, t: float, kind: int, jid: int) -> int:
@@ -514,6 +563,7 @@ class _Sim:
             to_peak = PEAK_STEP_S if j.peak_phase == "step" else EVAL_PEAK_FRACTION * j.duration_s / speed
             end = t_now + min(runtime, to_peak)
             self.wasting += n
+            self.wasted.add(jid)
         else:
             end = t_now + runtime
         terms = self.terms_cache.pop((jid, devices), None) if self.bandit is not None else None
@@ -534,6 +584,13 @@ class _Sim:
         self.alloc_mem += g.memory_bytes * n
         self.placed_on[g.model] = self.placed_on.get(g.model, 0) + 1
         self.since[jid] = t_now
+        if self.packing and n == 1 and self.share_type[t] and jid not in self.no_pack:
+            d = devices[0]
+            self.tenants[d] = [jid]
+            self.single.setdefault((t, j.model_class), {})[d] = packing.reservation_bytes(self.est[jid], joining=False) or 0
+            self.exp_end[jid] = exp_end
+            if not oom:
+                self.prog[jid] = [j.duration_s, speed, t_now]
 
     def stop(self, jid: int, t_now: float) -> tuple:
         """Free ``jid``'s devices; returns its run info."""
@@ -542,11 +599,20 @@ class _Sim:
         j = self.jobs[jid]
         g = self.groups[t]
         n = len(devices)
+        ten = self.tenants.get(devices[0]) if self.packing else None
+        if ten is not None and jid in ten:
+            if len(ten) == 2:
+                self.leave_shared(jid, devices[0], t0, t_now)
+                return info
+            del self.tenants[devices[0]]
+            self.single[(t, j.model_class)].pop(devices[0], None)
+            self.prog.pop(jid, None)
         self.free.update(devices)
         self.free_by_type[t] += n
         self.running.pop(jid, None)
         self.busy -= n
-        if oom:
+        if jid in self.wasted:
+            self.wasted.discard(jid)
             self.wasting -= n
         self.used_mem -= min(j.peak_bytes, g.memory_bytes) * n
         self.alloc_mem -= g.memory_bytes * n
@@ -582,6 +648,10 @@ class _Sim:
         self.las_waiting: list[list[tuple[float, int]]] = [[], []]
         self.tick_pending = False
         while self.events:
+            if self.packing:
+                self.drop_stale()
+                if not self.events:
+                    break
             t_now = self.events[0][0]
             self.advance(t_now, last_t)
             last_t = t_now
@@ -627,6 +697,12 @@ class _Sim:
                 self.timeline.append((t_now, self.busy))
         return self.result(last_t)
 
+    def drop_stale(self) -> None:
+        """Pop end events superseded by a reschedule (packing), so they neither advance the clock nor the makespan."""
+        ev = self.events
+        while ev and ev[0][1] == 0 and (ev[0][3] not in self.run_info or self.end_seq[ev[0][3]] != ev[0][2]):
+            heapq.heappop(ev)
+
     def on_end(self, jid: int, t_now: float) -> None:
         j = self.jobs[jid]
         t, devices, t0, _end, oom, terms, overhead = self.stop(jid, t_now)
@@ -638,10 +714,17 @@ class _Sim:
             reward = self.bandit.reward(None if oom else self.true_speed[j.model_class][g.model] / self.seen_ref,
                                         None, None, failed=oom)
             self.bandit.update(g.model, features_from_terms(terms, self.ctx.weights), reward)
+        obs = self.pair_obs.pop(jid, {}) if self.packing else {}
         if oom:
             self.ooms += 1
-            # Paddle's OOM message reports the device's memory: plan for more than that
-            self.est[jid] = max(self.est[jid], g.memory_bytes + 1)
+            if jid in self.pair_oom:
+                # killed beside a neighbour: its own estimate may hold; it never shares again (conservative)
+                self.pair_oom.discard(jid)
+                self.pair_ooms += 1
+                self.no_pack.add(jid)
+            else:
+                # Paddle's OOM message reports the device's memory: plan for more than that
+                self.est[jid] = max(self.est[jid], g.memory_bytes + 1)
             if self.preemptive:
                 if self.enqueue(jid, t_now):
                     self.since[jid] = t_now
@@ -652,6 +735,10 @@ class _Sim:
                 self.failed += 1
         else:
             self.finish[jid] = t_now
+            for key, r in obs.items():
+                self.observed.setdefault(key, []).append(r)
+                if packing.pair_barred(self.observed[key]):
+                    self.barred.add(key)
 
     # ------------------------------------------------------------------ admission (non-preemptive)
     def waiting_view(self):
@@ -674,8 +761,14 @@ class _Sim:
         return (r for _, r in merged)
 
     def schedule(self, t_now: float) -> None:
-        if not self.free or not self.nwaiting:
+        if not self.nwaiting:
             return
+        reservation = self.admit(t_now) if self.free else None
+        if self.packing and self.nwaiting:
+            self.pack(t_now, reservation)
+
+    def admit(self, t_now: float):
+        """One ``decide`` over the waiting runs; starts its grants; returns its reservation (or None)."""
         t0 = time.perf_counter()
         view = self.waiting_view() if self.opt.prefilter else (
             r for _, r in heapq.merge(*(zip(k, rs) for k, rs in self.buckets.values())))
@@ -701,13 +794,150 @@ class _Sim:
         for gr in adm.grants:
             jid = self.key_of[gr.run_key]
             self.start(jid, gr.devices, t_now)
-            keys, runs = self.buckets[self.bucket_of.pop(jid)]
-            i = bisect.bisect_left(keys, self.wkey_of[jid])
-            del keys[i]
-            del runs[i]
-            self.nwaiting -= 1
-            k = bisect.bisect_left(self.by_enq, (self.qrun[jid].enqueued_at, jid))
-            del self.by_enq[k]
+            self.dequeue(jid)
+        return adm.reservation
+
+    def dequeue(self, jid: int) -> None:
+        """Take a started run out of the waiting structures."""
+        keys, runs = self.buckets[self.bucket_of.pop(jid)]
+        i = bisect.bisect_left(keys, self.wkey_of[jid])
+        del keys[i]
+        del runs[i]
+        self.nwaiting -= 1
+        k = bisect.bisect_left(self.by_enq, (self.qrun[jid].enqueued_at, jid))
+        del self.by_enq[k]
+
+    # ------------------------------------------------------------------ packing (sharing="packed")
+    def held_back(self, reservation) -> tuple[frozenset, set[int]]:
+        """Devices and device types no packed run may join (rule 3, as ``autodl.queue._held_back``): the
+        decision's reservation; else, when a gang heads the queue, every device of its feasible types."""
+        if reservation is not None:
+            return reservation.devices, set()
+        heads = [(keys[0], runs[0]) for keys, runs in self.buckets.values() if keys]
+        if not heads:
+            return frozenset(), set()
+        head = min(heads, key=lambda kr: kr[0])[1]
+        if head.num_gpus < 2:
+            return frozenset(), set()
+        return frozenset(), set(self.feasible[self.key_of[head.run_key]])
+
+    def pack(self, t_now: float, reservation) -> None:
+        """Second tenants: the first :data:`PACK_TRIES` waiting 1-device runs in queue order, each onto the
+        least-booked device with one packed run of its fastest feasible shareable type where
+        :func:`autodl.policy.packing.fits_beside` holds for its estimate (any such device when blind)."""
+        if not any(self.single.values()):
+            return
+        ones = [zip(k, r) for (_feas, n), (k, r) in self.buckets.items() if n == 1 and k]
+        if not ones:
+            return
+        cands = [r for _, r in itertools.islice(heapq.merge(*ones), PACK_TRIES)]
+        held_devs, held_types = self.held_back(reservation)
+        lists = {key: sorted((res, d) for d, res in devs.items() if d not in held_devs)
+                 for key, devs in self.single.items() if devs and key[0] not in held_types}
+        for run in cands:
+            jid = self.key_of[run.run_key]
+            if jid in self.no_pack:
+                continue
+            d = self.pack_target(jid, lists)
+            if d is not None:
+                self.dequeue(jid)
+                self.join(jid, d, t_now)
+
+    def pack_target(self, jid: int, lists: dict) -> int | None:
+        """The device ``jid`` joins (taken out of ``lists``), or None."""
+        j = self.jobs[jid]
+        seen = self.seen_cls[j.model_class]
+        types = sorted((t for t in self.feasible[jid] if self.share_type[t]), key=lambda t: -seen[self.groups[t].model])
+        for t in types:
+            model = self.groups[t].model
+            for (tt, cls), lst in lists.items():
+                if tt != t or not lst or packing.pair_type(j.model_class, cls, model) in self.barred:
+                    continue
+                res, d = lst[0]
+                share = packing.DeviceShare.model_validate(
+                    {"device_id": str(d), "capacity_bytes": self.cap_type[t], "reserved_bytes": res, "leases": 1})
+                if self.opt.pack_blind and share.leases < packing.MAX_TENANTS or \
+                        packing.fits_beside(share, self.est[jid], self.cap_type[t]):
+                    lst.pop(0)
+                    return d
+        return None
+
+    def join(self, jid: int, d: int, t_now: float) -> None:
+        """Start ``jid`` as the second tenant of device ``d``; the TRUE peaks decide an OOM (the later arrival's)."""
+        j = self.jobs[jid]
+        t = self.p.type_of[d]
+        g = self.groups[t]
+        first = self.tenants[d][0]
+        self.tenants[d].append(jid)
+        self.single[(t, self.jobs[first].model_class)].pop(d, None)
+        if math.isnan(self.first_start[jid]):
+            self.first_start[jid] = t_now
+        speed = self.true_speed[j.model_class][g.model]
+        runtime = j.duration_s / speed
+        oom = j.peak_bytes + self.jobs[first].peak_bytes > g.memory_bytes
+        if oom:
+            to_peak = PEAK_STEP_S if j.peak_phase == "step" else EVAL_PEAK_FRACTION * j.duration_s / speed
+            end = t_now + min(runtime, to_peak)
+            self.pair_oom.add(jid)
+        else:
+            end = t_now + runtime
+            self.prog[jid] = [j.duration_s, speed, t_now]
+        self.run_info[jid] = (t, (d,), t_now, end, oom, None, 0.0)
+        self.gen[jid] += 1
+        self.end_seq[jid] = self.push(end, 0, jid)
+        exp_end = t_now + j.est_duration_s / self.seen_cls[j.model_class][g.model] if j.est_duration_s else None
+        self.exp_end[jid] = exp_end
+        ends = (self.exp_end.get(first), exp_end)
+        # one entry per device for decide's timeline: the device frees when its last tenant ends
+        self.running[first] = RunningRun(str(first), (d,), None if None in ends else max(ends),  # type: ignore[type-var]
+                                         self.jobs[first].owner)
+        self.used_mem += min(j.peak_bytes, g.memory_bytes)
+        self.placed_on[g.model] = self.placed_on.get(g.model, 0) + 1
+        self.since[jid] = t_now
+        self.joins += 1
+        self.retune(d, t_now)
+
+    def leave_shared(self, jid: int, d: int, t0: float, t_now: float) -> None:
+        """``jid`` leaves device ``d``, which keeps its other tenant (still busy, still one busy GPU)."""
+        ten = self.tenants[d]
+        ten.remove(jid)
+        other = ten[0]
+        self.prog.pop(jid, None)
+        self.retune(d, t_now)
+        j = self.jobs[jid]
+        t = self.p.type_of[d]
+        if jid in self.wasted:
+            self.wasted.discard(jid)
+            self.wasting -= 1
+        self.used_mem -= min(j.peak_bytes, self.groups[t].memory_bytes)
+        self.held_s[jid] += t_now - t0
+        self.running.pop(jid, None)
+        self.running[other] = RunningRun(str(other), (d,), self.exp_end.get(other), self.jobs[other].owner)
+        self.single.setdefault((t, self.jobs[other].model_class), {})[d] = (
+            packing.reservation_bytes(self.est[other], joining=False) or 0)
+
+    def retune(self, d: int, t_now: float) -> None:
+        """Bring the tenants of ``d`` up to ``t_now`` at their old rates, then set each one's rate (solo, or
+        solo x its pair ratio while two that will not OOM share) and reschedule its end."""
+        ten = self.tenants[d]
+        live = [k for k in ten if k in self.prog]
+        shared = len(ten) == 2 and len(live) == 2
+        model = self.p.model_of_device[d]
+        for k in live:
+            p = self.prog[k]
+            p[0] = max(0.0, p[0] - p[1] * (t_now - p[2]))
+            p[2] = t_now
+            cls = self.jobs[k].model_class
+            r = 1.0
+            if shared:
+                other = self.jobs[ten[1] if ten[0] == k else ten[0]].model_class
+                r = pair_ratio(self.ratios, cls, other, self.opt.slowdown_scale)
+                self.pair_obs.setdefault(k, {})[packing.pair_type(cls, other, model)] = r
+            p[1] = self.true_speed[cls][model] * r
+            end = t_now + p[0] / p[1]
+            info = self.run_info[k]
+            self.run_info[k] = info[:3] + (end,) + info[4:]
+            self.end_seq[k] = self.push(end, 0, k)
 
     # ------------------------------------------------------------------ Tiresias 2D-LAS (preemptive)
     def las_queue(self, jid: int) -> int:
@@ -858,7 +1088,7 @@ class _Sim:
             decision_us_median=1e6 * lat[len(lat) // 2] if lat else 0.0,
             wall_s=time.perf_counter() - self.wall0, by_gang=by_gang, jcts=jcts,
             timeline=_bin_timeline(self.timeline, t_first, t_first + makespan, g, self.opt.timeline_points),
-            placed_on=self.placed_on,
+            placed_on=self.placed_on, joins=self.joins, pair_ooms=self.pair_ooms, barred_pairs=sorted(self.barred),
         )
 
 
