@@ -16,7 +16,7 @@ fi
 # recorded and stopped when .ci/run ends (.ci/services.sh).
 if ! su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $PGDATA status" >/dev/null 2>&1 \
    && ! "$PGBIN/pg_isready" -q -h 127.0.0.1 -p 55432; then
-  su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $PGDATA -l $PGDATA/server.log -w -o '-c listen_addresses=127.0.0.1 -p 55432 -k /tmp' start" >/dev/null
+  su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $PGDATA -l $PGDATA/server.log -w -o '-c listen_addresses=127.0.0.1 -c max_connections=300 -p 55432 -k /tmp' start" >/dev/null
   if declare -F autodl_ci_started >/dev/null; then
     autodl_ci_started postgresql "$(head -n 1 "$PGDATA/postmaster.pid")" INT  # SIGINT: fast shutdown
   fi

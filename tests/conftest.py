@@ -59,3 +59,13 @@ def sandbox_level() -> str:
             pytest.fail(msg)
         pytest.skip(msg)
     return level
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh store URL of each kind: a SQLite file, then the real PostgreSQL (the module imports ``pg_url`` from
+    ``tests/integration/test_store_postgres.py``, the schema-per-test fixture)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    yield request.getfixturevalue("pg_url")

@@ -21,14 +21,6 @@ GB = 10**9
 CAP = 68 * GB  # 0.85 x an 80 GB device
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shares.db'}"
-        return
-    yield request.getfixturevalue("pg_url")
-
-
 def test_two_shared_leases_hold_one_device_and_name_each_other(store_url):
     ledger = Ledger(store_url)
     a = ledger.book("run-a", ["GPU-0"], sharing="shared", reserved_bytes=20 * GB, capacity_bytes=CAP)

@@ -12,14 +12,6 @@ from autodl.types import Lease, MemoryBreakdown, PoolEvent, ProfileResult, Resou
 from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the schema-per-test fixture
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'state.db'}"
-        return
-    yield request.getfixturevalue("pg_url")
-
-
 def profile_result() -> ProfileResult:
     b = MemoryBreakdown(weights_bytes=1000, activations_bytes=4000)
     p = ResourceProfile(script="/s/train.py", params=250, peak_memory_bytes=b.total_bytes, breakdown=b,

@@ -24,14 +24,6 @@ from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the sch
 FIX = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'cache.db'}"
-        return
-    yield request.getfixturevalue("pg_url")
-
-
 @pytest.fixture
 def script(tmp_path):
     folder = tmp_path / "job"
