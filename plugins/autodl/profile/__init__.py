@@ -324,6 +324,10 @@ def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str
                                                                quadratic=_has_attention(source))
         if est.act_per_sample:
             est.act_per_sample = int(est.act_per_sample * length_factor)
+        if length_factor > 1:  # the bound's part above the model states is per-sample at most: never less per sample
+            w, g, o = E.model_states(est.params or 0, est.trainable or 0, optimizer, None)
+            per_sample = max(0, est.measured_peak - (w + g + o)) // max(1, batch)
+            est.act_per_sample = max(int(est.act_per_sample or 0), int(per_sample))
     _measured_floor(est, dr, user_error, facts, static.st.has_conv, findings)
     bd, terms, tensor_peak, act_per_sample = _breakdown(est, facts, optimizer, static.st.has_conv, findings)
     if bd.total_bytes > INT64_MAX or (est.params or 0) > INT64_MAX:
