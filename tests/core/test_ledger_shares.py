@@ -4,7 +4,6 @@ real PostgreSQL that must never over-commit a device."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import random
 import threading
 import traceback
@@ -190,17 +189,10 @@ def _race_threads(url: str) -> list:
 
 
 def _race_processes(url: str) -> list:
-    """``RACERS`` processes (forked after the imports, each with its own connection: the store forgets the
-    parent's), started together, as ``tests/core/test_store.py``'s racers."""
-    ctx = mp.get_context("fork")
-    barrier, results = ctx.Barrier(RACERS), ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(url, i, barrier, results.put)) for i in range(RACERS)]
-    for p in procs:
-        p.start()
-    out = [results.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join()
-    return out
+    """``RACERS`` processes racing, as ``tests/core/test_store.py``'s racers."""
+    from tests.core.test_store import race_processes
+
+    return race_processes(_racer, url, RACERS)
 
 
 def _check_race(url: str, out: list) -> None:

@@ -18,29 +18,34 @@ from autodl.store import VERSION_TABLE, Base, get_engine, head_revision
 RACERS = 40
 
 
-def _racer(url: str, i: int, barrier, results) -> None:
+def _racer(url: str, i: int, barrier, put) -> None:
     try:
         barrier.wait()
         Ledger(url).book(f"run-{i}", [f"GPU-{i % 4}"])
-        results.put(("won", i))
+        put(("won", i))
     except LeaseError:
-        results.put(("lost", i))
+        put(("lost", i))
     except BaseException:  # noqa: BLE001 - anything else is what the test looks for
-        results.put(("error", traceback.format_exc()))
+        put(("error", traceback.format_exc()))
 
 
-def race_fresh_store(url: str, n: int = RACERS) -> list[tuple[str, object]]:
-    """``n`` processes (forked after the imports, started together) each book one of four devices on a store
-    nobody has used yet."""
+def race_processes(racer, url: str, n: int) -> list:
+    """``n`` processes (forked after the imports, each with its own connection: the store forgets the parent's),
+    started together at a barrier, each running ``racer(url, i, barrier, put)``; what they ``put``, one item each."""
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(url, i, barrier, results)) for i in range(n)]
+    procs = [ctx.Process(target=racer, args=(url, i, barrier, results.put)) for i in range(n)]
     for p in procs:
         p.start()
     out = [results.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
     return out
+
+
+def race_fresh_store(url: str, n: int = RACERS) -> list[tuple[str, object]]:
+    """``n`` processes each book one of four devices on a store nobody has used yet."""
+    return race_processes(_racer, url, n)
 
 
 def test_racers_on_a_fresh_sqlite_store_all_agree(tmp_path):
