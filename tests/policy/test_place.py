@@ -220,3 +220,22 @@ def test_unknown_flops_leave_the_step_time_unknown_not_zero(catalog):
     # the reason names the run's unknown FLOPs, not the catalog (fresh-user report: it blamed the catalog)
     assert all(any("FLOPs are unknown" in r for r in c.reasons) and not any("catalog lacks" in r for r in c.reasons)
                for c in d.candidates if c.kept)
+
+
+def test_a_model_of_unknown_size_is_placed_only_on_the_largest_device(catalog):
+    """A cold start that did not find the model has a figure of activations and workspace only (the 81M GPT of
+    ``benchmarks/user_scripts/gpt_lm_cfgclass.py`` got 0.6 GiB statically for a 1.5 GiB need): its weights,
+    gradients and optimizer state are unknown, so the run is sized as the largest allowed device, and the T4 that
+    the 0.6 GiB figure would have taken is never chosen."""
+    from autodl.policy.need import needed_bytes
+
+    p = prof(0.6).model_copy(update={"flops_per_step": None, "params": None, "method": "cold_start"})
+    pool = inv(dev(catalog, 0, "T4"), dev(catalog, 1, "A100-SXM4-80GB"), dev(catalog, 2, "V100-PCIE-32GB"))
+    d = place(p, pool, catalog=catalog, policy=ResourcePolicySection())
+    a100 = catalog.get("A100-SXM4-80GB").memory_bytes
+    assert d.needed_bytes == needed_bytes(p, pool.devices, {"nvidia"}, 0.85) == int(0.85 * a100)
+    assert d.chosen is not None and d.chosen.model == "A100-SXM4-80GB"
+    assert any("size is unknown" in r and "conservative" in r for r in d.chosen.reasons)
+    assert {c.model for c in d.candidates if not c.kept} == {"T4", "V100-PCIE-32GB"}
+    known = place(prof(0.6), pool, catalog=catalog, policy=ResourcePolicySection())
+    assert known.needed_bytes == int(0.6 * GIB) and len([c for c in known.candidates if c.kept]) == 3

@@ -13,6 +13,7 @@ from autodl.errors import CatalogError
 from autodl.inventory.effective import effective_model
 from autodl.policy.base import Need, Option, PolicyContext, get_policy
 from autodl.policy.inventory_index import INT_LIMIT, first_appearance_codes, inventory_index
+from autodl.policy.need import needed_bytes, size_unknown, unknown_size_reason
 from autodl.spec import ResourcePolicySection
 from autodl.types import Candidate, Device, Inventory, PlacementDecision, ResourceProfile, RunRecord
 
@@ -116,7 +117,7 @@ def place(
     n = int(num_gpus or profile.num_gpus or 1)
     threshold = policy.memory_threshold if pol.headroom else 1.0
     allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
-    need = profile.peak_memory_bytes
+    need = needed_bytes(profile, inventory.devices, allowed, threshold)
     part = _partition(inventory, catalog, allowed, threshold, need, n, leased)
 
     step_cache: dict[str, float | None] = {}
@@ -178,6 +179,8 @@ def place(
             f"fits: needs {_gib(need)} <= {threshold:g} x {_gib(o.memory_total_bytes)}; {_gib(free_min)} free now",
             *kept_reasons[i], *s.reasons,
         ]
+        if size_unknown(profile):
+            reasons.insert(1, unknown_size_reason(need))
         if o.model in ctx.preferred_devices:
             reasons.append(f"preferred #{ctx.preferred_devices.index(o.model) + 1} in resource_policy.preferred_devices")
         if o.step_time_s is None:

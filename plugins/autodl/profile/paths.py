@@ -147,7 +147,8 @@ def _cold_start(st: StaticEstimate, inputs: RunInputs, est: Estimate) -> Finding
         severity="warning", code="cold-start",
         message=f"static analysis could not pin the model down ({st.why_not}); activations use the cold-start "
                 f"formula batch x seq_len({t}) x hidden({hidden}) x 4 B x {COLD_START_FACTOR}"
-                + ("" if est.params else " and parameters are unknown")
+                + ("" if est.params else " and parameters are unknown, so this figure is no bound: placement sizes "
+                   "the run as the largest allowed device (autodl.policy.need)")
                 + ". Set task.input_shape/sequence_length in the spec or let the dry run run.")
 
 

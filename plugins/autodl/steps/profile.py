@@ -233,11 +233,14 @@ def profile_venue_line(profile: ResourceProfile) -> str:
     return "the estimate is the static bound" + (f": {why[0]}" if why else "")
 
 
-def fits_ever(profile: ResourceProfile, spec: TaskSpec) -> Callable[[Device], bool]:
-    """Whether a device could ever hold the run, busy or not: an allowed vendor, the peak within the threshold."""
+def fits_ever(profile: ResourceProfile, spec: TaskSpec, inventory: Inventory) -> Callable[[Device], bool]:
+    """Whether a device could ever hold the run, busy or not: an allowed vendor, the need
+    (:func:`autodl.policy.need.needed_bytes`: the peak, or the largest device when the model's size is unknown)
+    within the threshold."""
     from autodl.policy import DEFAULT_ALLOWED_VENDORS
+    from autodl.policy.need import needed_bytes
 
     policy = spec.resource_policy
     allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
-    need = profile.peak_memory_bytes
+    need = needed_bytes(profile, inventory.devices, allowed, policy.memory_threshold)
     return lambda d: d.vendor in allowed and need <= policy.memory_threshold * d.memory_total_bytes

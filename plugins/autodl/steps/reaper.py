@@ -49,8 +49,8 @@ def requeue_unlaunched(lease: Lease, *, why: str, log: Callable[[str], None] = p
         return False  # released meanwhile (its own release step, a manual release): nothing to re-queue
     ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
     AdmissionQueue().join(
-        lease.run_key, num_gpus=profile_out.profile.num_gpus, needed_bytes=profile_out.profile.peak_memory_bytes,
-        candidates=candidate_groups(inventory, fits_ever(profile_out.profile, spec), ranked),
+        lease.run_key, num_gpus=profile_out.profile.num_gpus, needed_bytes=everywhere.needed_bytes,
+        candidates=candidate_groups(inventory, fits_ever(profile_out.profile, spec, inventory), ranked),
         stale_after_s=stale_after(float(spec.scheduler.poke_interval)), vendors=spec.resource_policy.allowed_vendors,
         dag_id=lease.owner.dag_id, run_id=lease.owner.run_id, owner_user=lease.owner.user,
         pool=source_of(profile_out), expected_runtime_s=lease.expected_runtime_s,

@@ -206,14 +206,14 @@ def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: Tas
     from autodl.quota import team_of
 
     ranked = [(c.host, c.model) for c in everywhere.candidates if c.kept]
-    groups = candidate_groups(inventory, fits_ever(profile, spec), ranked)
+    groups = candidate_groups(inventory, fits_ever(profile, spec, inventory), ranked)
     est = None
     if queue.get(ctx.run_key) is None:   # set once, when the run first joins (see AdmissionQueue.join)
         types = {rules.device_type(g[0]) for g in groups if g} if rules.device_type else set()
         est = estimate_run(profile, types, catalog, recorded=recorded_runtime(ctx),
                            train_steps=spec.scheduler.train_steps)
     return queue.join(
-        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=profile.peak_memory_bytes, candidates=groups,
+        ctx.run_key, num_gpus=profile.num_gpus, needed_bytes=everywhere.needed_bytes, candidates=groups,
         stale_after_s=stale_after(poke), vendors=spec.resource_policy.allowed_vendors, dag_id=ctx.dag_id,
         run_id=ctx.run_id, owner_user=ctx.user, pool=pool, timeout_s=timeout,
         team=team_of(spec.scheduler.team, ctx.user), priority=rules.queues.priority(spec.scheduler.priority),
