@@ -47,3 +47,16 @@ def test_an_extra_command_registers_its_subparser(tmp_path, monkeypatch):
         assert "hello" in _subcommands(build_parser())
     finally:
         sys.modules.pop("autodl_extra_hello", None)
+
+
+def test_the_products_own_command_does_not_load_the_extras(tmp_path, monkeypatch, capsys):
+    """``autodl profile`` never imports another distribution's command (loading ``simulate`` imports the
+    simulator: 0.6 s of a cached profile's 2 s); ``--help`` and the extra's own name still load them."""
+    _fake_distribution(tmp_path, "brokenextra", "autodl_no_such_module.cli:register")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    own = _subcommands(build_parser(["profile", "train.py"]))
+    assert "brokenextra" not in own and "simulate" not in own and "profile" in own
+    assert "brokenextra" not in capsys.readouterr().err     # it was never tried
+    assert "simulate" in _subcommands(build_parser(["--help"]))
+    assert "simulate" in _subcommands(build_parser(["simulate", "--jobs", "3"]))
+    assert "'brokenextra' command" in capsys.readouterr().err
