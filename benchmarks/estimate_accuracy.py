@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 MODELS = ROOT / "benchmarks" / "models"
 USER = ROOT / "benchmarks" / "user_scripts"
+FRESH = ROOT / "benchmarks" / "fresh_scripts"  # issue 18's 15 scripts, written without the estimator's code
 CASES = ROOT / "tests" / "cases" / "estimator"
 CACHE = ROOT / "benchmarks" / "results" / "truth.json"
 MIB = 2 ** 20
@@ -75,7 +76,8 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
     ``tests/cases/estimator/esttest/truth.json`` (a fresh user's scripts and faults; ``task`` there is the spec's)."""
     out = [(*c, None) for c in CONFIGS]
     for folder, key, prefix in ((CASES, "cases", "case"), (USER, "scripts", "user"),
-                                (CASES / "esttest", "cases", "esttest"), (CASES / "t3", "cases", "t3")):
+                                (CASES / "esttest", "cases", "esttest"), (CASES / "t3", "cases", "t3"),
+                                (FRESH, "scripts", "fresh")):
         tj = folder / "truth.json"
         if not tj.exists():
             continue
@@ -86,6 +88,7 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
             inp = t.get("measured_input_of_first_call")
             truth = {"peak": t["train_peak_bytes"], "eval_peak": t.get("eval_peak_bytes"), "params": t.get("params"),
                      "fwd_flops_per_call": t.get("hook_forward_flops_per_call"), "input": inp,
+                     "fwd_calls": t.get("forward_calls_in_step"),
                      "fwd_flops_per_sample": t.get("fwd_flops_per_sample"),
                      "spec": str(folder / t["spec"]) if t.get("spec") else None, "env": t.get("env") or {}}
             task = dict(t.get("task") or ({"batch_size_per_gpu": t["spec_batch_size"]} if t.get("spec_batch_size") else {}))

@@ -497,6 +497,11 @@ class ShareTerms:
 
     reserved_bytes: int
     capacity_bytes: int
+    speed_ratio: float | None = None
+    """A run that joins: its expected speed beside the device's tenant, as a fraction of solo (the pair type's
+    measured, else published, mean: :func:`autodl.interference.pair_speed`); None: the first tenant (solo at first)."""
+    speed_source: str | None = None
+    """Where ``speed_ratio`` comes from (:attr:`autodl.interference.PairSpeed.detail`)."""
 
     def booking(self) -> dict:
         """Keyword arguments of :meth:`autodl.ledger.Ledger.book`."""
@@ -551,7 +556,7 @@ def _within_quota(entry: QueueEntry, device_id: str, leases: Sequence[Lease], ru
 
 def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inventory: Inventory,
                 shares: dict[str, DeviceShare], leases: Sequence[Lease], rules: QueueRules,
-                held_back: set, pair_barred_why: Callable[[list[Lease], Device], str | None] | None = None,
+                held_back: set, pair_judge: Callable[[list[Lease], Device], PairVerdict] | None = None,
                 log: Callable[[str], None] | None = None) -> tuple[Grant, ShareTerms] | None:
     """A device for a packed 1-device run that the queue granted no free device now: the first device of its
     candidate groups (its policy's order) that holds one packed lease and has room beside it
@@ -560,8 +565,8 @@ def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inven
 
     :param estimate: the run's per-device peak, bytes (:func:`known_estimate`); None: it never shares.
     :param shares: the ledger's share rows (:meth:`autodl.ledger.Ledger.shares`).
-    :param pair_barred_why: why the run may not go beside these leases on this device (its pair type measured
-        below the bar, :func:`pair_check`), or None when it may; None: no interference check.
+    :param pair_judge: whether the run may go beside these leases on this device and how fast it is expected to
+        run there (:func:`pair_check`); None: no interference check, no expected slowdown.
     """
     if entry.num_gpus != 1 or estimate is None or hold_of(entry.team, list(rules.holds)) is not None:
         return None
@@ -574,11 +579,13 @@ def pack_beside(entry: QueueEntry, estimate: int | None, threshold: float, inven
         if terms is None or not _within_quota(entry, dev_id, leases, rules):
             continue
         neighbours = [le for le in leases if dev_id in le.device_ids]
-        barred = pair_barred_why(neighbours, device) if pair_barred_why is not None else None
-        if barred:
+        verdict = pair_judge(neighbours, device) if pair_judge is not None else None
+        if verdict is not None and verdict.barred:
             if log is not None:
-                log(f"sharing: not packed on {dev_id}: {barred}")
+                log(f"sharing: not packed on {dev_id}: {verdict.barred}")
             continue
+        if verdict is not None:
+            terms = replace(terms, speed_ratio=verdict.speed_ratio, speed_source=verdict.detail)
         beside = ", ".join(le.run_key for le in neighbours) or "a packed run"
         reason = (f"packed beside {beside} on {dev_id}: it reserves {share.reserved_bytes / GIB:.2f} GiB, this run "
                   f"{terms.reserved_bytes / GIB:.2f} GiB (its estimate and one more CUDA context, "
@@ -594,27 +601,45 @@ RUN_MODEL_KEY = "run_model"
 knows the pair type (:func:`pair_check`)."""
 
 
+@dataclass(frozen=True)
+class PairVerdict:
+    """Rule 5's answer for a run that would join a device (:func:`pair_check`)."""
+
+    barred: str | None
+    """Why it may not join (its pair type measured, or published, below the bar), else None."""
+    speed_ratio: float | None = None
+    """Its expected speed there, a fraction of solo: the slowest neighbour's pair mean (None: not known)."""
+    detail: str | None = None
+    """Where ``speed_ratio`` comes from."""
+
+
 def pair_check(model_name: str | None, records: Callable[[], list] | None = None
-               ) -> Callable[[list[Lease], Device], str | None]:
-    """Rule 5 for a run of ``model_name``: why it may not join these leases on this device (a pair type this pool
-    measured, or that was published, below :data:`autodl.policy.packing.SLOWDOWN_BAR`), else None. The run records
-    are read once, at the first device asked about (``records``: default the store's newest,
-    :func:`autodl.interference.recent_records`)."""
+               ) -> Callable[[list[Lease], Device], PairVerdict]:
+    """Rule 5 for a run of ``model_name``: whether it may join these leases on this device (not when a pair type this
+    pool measured, or that was published, is below :data:`autodl.policy.packing.SLOWDOWN_BAR`), and its expected
+    speed there. The run records are read once, at the first device asked about (``records``: default the store's
+    newest, :func:`autodl.interference.recent_records`)."""
+    import statistics
+
     from autodl import interference
 
     seen: list[list] = []
 
-    def why(neighbours: list[Lease], device: Device) -> str | None:
+    def judge(neighbours: list[Lease], device: Device) -> PairVerdict:
         if not seen:
             seen.append((records or interference.recent_records)())
+        slowest: PairVerdict = PairVerdict(barred=None)
         for lease in neighbours:
             other = (lease.placement or {}).get(RUN_MODEL_KEY)
             speed = interference.pair_speed(model_name, other, device.model, seen[0])
             if speed.barred:
-                return f"beside {lease.run_key}, {speed.detail}: below {SLOWDOWN_BAR} of solo speed"
-        return None
+                return PairVerdict(barred=f"beside {lease.run_key}, {speed.detail}: below {SLOWDOWN_BAR} of solo speed")
+            ratio = statistics.fmean(speed.ratios) if speed.ratios else None
+            if ratio is not None and (slowest.speed_ratio is None or ratio < slowest.speed_ratio):
+                slowest = PairVerdict(barred=None, speed_ratio=ratio, detail=speed.detail)
+        return slowest
 
-    return why
+    return judge
 
 
 def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfile, threshold: float,
@@ -650,6 +675,6 @@ def packed_grant(grant: Grant | None, entry: QueueEntry, profile: ResourceProfil
 
 
 __all__ = ["AdmissionQueue", "QueueRow", "QueueRules", "admission", "admit_entries", "candidate_groups", "decide",
-           "device_share", "free_devices", "held_by_team", "known_estimate", "pack_beside", "packed_grant", "pair_check", "place_from_candidates",
+           "device_share", "free_devices", "held_by_team", "known_estimate", "pack_beside", "packed_grant", "pair_check", "PairVerdict", "place_from_candidates",
            "product_order", "queue_rules", "queued_run", "running_run", "running_runs", "share_terms", "stale_after",
            "waiting_runs", "why_exclusive", "ShareTerms"]

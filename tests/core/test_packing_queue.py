@@ -97,6 +97,29 @@ def test_a_pair_type_measured_below_the_bar_is_not_packed_again(store, tmp_path)
     assert poll("q1", other, pool) is not None and Ledger().get("q1").device_ids == ["GPU-big-0"]
 
 
+def test_a_run_that_joins_a_packed_device_expects_to_run_slower_by_its_pair_speed(store, tmp_path):
+    """The joiner's lease ends later than its solo runtime says: by the pair type's measured speed (0.9 of solo
+    here), so the queue's reservations for the runs behind it are not set too early; the first tenant's is solo."""
+    from autodl.records import RecordStore
+    from autodl.types import RunRecord
+
+    def record(key, step_s, sharing="exclusive", co=()):
+        return RunRecord(run_key=key, script="/t.py", outcome="succeeded", declared_pool=False,
+                         device_model="A100-SXM4-80GB", profile={"model_name": "fastpair"},
+                         metrics={"step_time_s": step_s}, sharing=sharing, co_tenants=list(co))
+    for r in (record("solo", 0.10), record("a", 0.10 / 0.9, "shared", ["b"]), record("b", 0.10 / 0.9, "shared", ["a"])):
+        RecordStore().write(r)
+    pool = pool_file(tmp_path)
+    out = profile_out(tmp_path, "fast", PACKED + "task: {model_name: fastpair}\nscheduler: {train_steps: 1000}\n",
+                      peak=20 * GB)
+    logs: list[str] = []
+    assert poll("f1", out, pool) is not None and poll("f2", out, pool, logs) is not None
+    first, joiner = Ledger().get("f1"), Ledger().get("f2")
+    assert joiner.device_ids == first.device_ids and first.expected_runtime_s
+    assert joiner.expected_runtime_s == pytest.approx(first.expected_runtime_s / 0.9, rel=1e-6)
+    assert any("0.90 of solo speed" in line and "measured in 2 shared run(s)" in line for line in logs), logs
+
+
 def test_the_record_of_a_packed_run_names_its_neighbour_and_its_cap(store, tmp_path):
     """Step 6 of a packed run: the record says it shared and with whom; on this declared pool the training ran on CPU,
     so the record says no cap was set rather than a cap nobody applied (a fresh user's report)."""

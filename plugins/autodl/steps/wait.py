@@ -166,7 +166,8 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model,
                             owner=owner_of(ctx, entry.team), launcher=spec.launcher.type,
                             placement=_placement_of(chosen, (spec.task.model_name or profile.model_name) if terms else None),
-                            expected_runtime_s=_runtime_on(entry, first.model), **(terms.booking() if terms else {}))
+                            expected_runtime_s=_stretched(_runtime_on(entry, first.model), terms, log),
+                            **(terms.booking() if terms else {}))
     except LeaseError as exc:
         log(f"lost a booking race ({exc}); still waiting")
         return None
@@ -242,6 +243,17 @@ def _runtime_on(entry: QueueEntry, model: str | None) -> float | None:
         return rt
     speed = entry.speed_by_type.get(model or "")
     return rt / speed if speed and speed > 0 else None
+
+
+def _stretched(runtime_s: float | None, terms: Any, log: Callable[[str], None]) -> float | None:
+    """A run that joins a packed device runs slower: its expected runtime (seconds) over its expected speed there
+    (``terms.speed_ratio``, a fraction of solo), so the queue's reservations for others are not set too early."""
+    ratio = getattr(terms, "speed_ratio", None)
+    if runtime_s is None or not ratio or ratio <= 0:
+        return runtime_s
+    log(f"sharing: expected runtime {runtime_s:.0f} s solo, {runtime_s / ratio:.0f} s beside its neighbour "
+        f"({ratio:.2f} of solo speed: {terms.speed_source})")
+    return runtime_s / ratio
 
 
 def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory, ledger: Ledger,
