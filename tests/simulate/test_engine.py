@@ -351,3 +351,17 @@ def test_cli_turns_the_queue_rules_on(capsys):
     # classic queues have neither rule: refused, not silently ignored
     assert run(parser.parse_args(base + ["--queue", "own", "--wait-margin", "0.25"])) == 2
     assert "--queue own" in capsys.readouterr().err
+
+
+def test_cli_sharing_packed_packs_and_exclusive_never_does(capsys):
+    """``autodl simulate --sharing packed`` runs the product's packing rule; the default keeps devices exclusive."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    joins = {}
+    for mode in ("exclusive", "packed"):
+        assert run(parser.parse_args(["simulate", "--jobs", "300", "--policies", "rule_based", "--json",
+                                      "--sharing", mode])) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["settings"]["sharing"] == mode
+        joins[mode] = doc["results"][0]["joins"]
+    assert joins["exclusive"] == 0 < joins["packed"]

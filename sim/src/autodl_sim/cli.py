@@ -117,6 +117,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="autodl's queue only: once a gang of 8+ devices has waited this many hours, the "
                         "longest-waiting one goes first and takes the reservation (a priority, not a cap: it still "
                         "waits for those devices to drain); the benchmark's: 96; off by default")
+    p.add_argument("--sharing", choices=("exclusive", "packed"), default="exclusive",
+                   help="packed: two memory-checked 1-device jobs may share a big NVIDIA device by the product's rule "
+                        "(autodl.policy.packing), each slowed by the published pair speeds; non-preemptive policies "
+                        "only (default: exclusive, as the product's default)")
     p.add_argument("--plot", type=_path, default=None, help="write a PNG of JCT CDFs and utilization over time here")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of the table")
     p.set_defaults(func=run)
@@ -146,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             trace=args.trace, pool=args.pool, throughput=args.throughput, start=args.start, jobs=args.jobs,
             seed=args.seed, error=args.error, errors=args.errors, load=args.load, pool_scale=args.pool_scale,
             policies=policies, options=SimOptions(
-                seed=args.seed, own_queue=args.queue == "own",
+                seed=args.seed, own_queue=args.queue == "own", sharing=args.sharing,
                 wait_margin={None: "policy", "off": None}.get(args.wait_margin, args.wait_margin),
                 gang_first_s=args.gang_first_after_h * 3600.0 if args.gang_first_after_h is not None else None),
         )
@@ -165,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     if args.json:
         settings = {k: getattr(args, k) for k in ("start", "jobs", "seed", "error", "load", "pool_scale", "queue",
-                                                  "wait_margin", "gang_first_after_h")}
+                                                  "wait_margin", "gang_first_after_h", "sharing")}
         print(json.dumps({"sources": SOURCES, "settings": settings, "results": [r.summary() for r in results]}, indent=2))
     else:
         print(format_table(results))
