@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autodl.errors import ConfigError
+from autodl.registry import LAUNCHERS
 
 SETTINGS: dict[str, str] = {
     "store_url": "AUTODL_STORE_URL",
@@ -293,16 +294,15 @@ def prometheus_url() -> str | None:
 def default_launcher() -> str | None:
     """The launcher for specs without a ``launcher:`` section; None: ``local``.
 
+    Known names: :data:`autodl.registry.LAUNCHERS`.
+
     :raises ConfigError: not a known launcher name, naming where the value came from.
     """
     raw = setting("default_launcher")
     if raw is None:
         return None
-    from autodl.launch import launcher_names
-
-    known = launcher_names()
-    if raw not in known:
-        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(known)}.")
+    if raw not in LAUNCHERS:
+        raise ConfigError(f"{_source('default_launcher')}: unknown launcher {raw!r}; use one of: {', '.join(LAUNCHERS)}.")
     return raw
 
 

@@ -330,28 +330,5 @@ def sanitize_report(obj: Any, environ: Mapping[str, str] | None = None) -> Train
     return TrainingReport(data=data, redacted=budget.redacted, dropped=budget.dropped)
 
 
-def read_report(folder: str | os.PathLike, name: str = "report.json",
-                environ: Mapping[str, str] | None = None) -> TrainingReport | None:
-    """The report a training left in its run folder, read without trusting the file and sanitised.
-
-    Read with :func:`autodl.sandbox.read_output` (no symlink followed: a training cannot point it at another run's
-    report or at ``/proc/<pid>/environ``; a regular file of at most :data:`REPORT_MAX_BYTES` only), then
-    :func:`sanitize_report`.
-
-    :returns: the report, or None when there is no file.
-    :raises ValueError: when the file is not a regular file of at most that size, or not a JSON object.
-    """
-    from autodl.sandbox import read_output
-
-    path = os.path.join(folder, name)
-    if not os.path.lexists(path):
-        return None
-    raw = read_output(folder, name, max_bytes=REPORT_MAX_BYTES)
-    if raw is None:
-        raise ValueError(f"{path} is not a regular file of at most {REPORT_MAX_BYTES} bytes (a link, a pipe or "
-                         "too large): refused")
-    return sanitize_report(raw, environ)
-
-
-__all__ = ["MASK", "REPORT_MAX_BYTES", "read_report", "TrainingReport", "is_secret_name", "known_secrets", "redact_env",
+__all__ = ["MASK", "REPORT_MAX_BYTES", "TrainingReport", "is_secret_name", "known_secrets", "redact_env",
            "redact_obj", "redact_text", "redact_url", "sanitize_report"]

@@ -36,6 +36,7 @@ from autodl.fields import (
     WaitSeconds,
 )
 from autodl.inputs import clip, resolve_file, short
+from autodl.registry import LAUNCHERS, check_choice
 
 DEFAULT_MEMORY_THRESHOLD = 0.85
 """Plan at most 85% of a device's memory: leaves room for allocator fragmentation and the
@@ -567,7 +568,8 @@ class LauncherSection(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["local", "docker", "kubernetes"] = Field(default_factory=lambda: _configured_launcher())
+    type: str = Field(default_factory=lambda: _configured_launcher(),
+                      description="The launcher, a name of autodl.registry.LAUNCHERS: local, docker or kubernetes.")
     image: str | None = Field(None, description="Container image; default: the PaddlePaddle GPU image.")
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     python: str = Field("python", description="Interpreter inside the container (the host's is meaningless there).")
@@ -608,6 +610,11 @@ class LauncherSection(_Section):
         None, description="Pod YAML merged under autodl's pod, as KubernetesPodOperator's pod_template_file.")
     kueue_queue: str | None = Field(
         None, description="Kueue LocalQueue: the pod is created gated and Kueue admits it; autodl does not queue it.")
+
+    @field_validator("type")
+    @classmethod
+    def _known_launcher(cls, value: str) -> str:
+        return check_choice(value, LAUNCHERS, "launcher")
 
     @field_validator("shm_size", "memory_limit", "memory_request", mode="before")
     @classmethod

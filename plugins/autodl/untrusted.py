@@ -14,8 +14,12 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from autodl.redact import REPORT_MAX_BYTES, TrainingReport, sanitize_report
+from autodl.sandbox import read_output
 
 REPORT_LIMIT_BYTES = 1 << 20
 """Largest training report read, bytes (1 MiB): a report is a small JSON object of figures and names."""
@@ -129,5 +133,29 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def read_report(folder: str | os.PathLike, name: str = "report.json",
+                environ: Mapping[str, str] | None = None) -> TrainingReport | None:
+    """The report a training left in its run folder, read without trusting the file and sanitised.
+
+    Read with :func:`autodl.sandbox.read_output` (no symlink followed: a training cannot point it at another run's
+    report or at ``/proc/<pid>/environ``; a regular file of at most :data:`autodl.redact.REPORT_MAX_BYTES` only),
+    then :func:`autodl.redact.sanitize_report`.
+
+    :param folder: the run's folder.
+    :param name: the report's file name in it.
+    :param environ: the environment whose secrets are hidden; default this process's.
+    :returns: the report, or None when there is no file.
+    :raises ValueError: when the file is not a regular file of at most that size, or not a JSON object.
+    """
+    path = os.path.join(folder, name)
+    if not os.path.lexists(path):
+        return None
+    raw = read_output(os.fspath(folder), name, max_bytes=REPORT_MAX_BYTES)
+    if raw is None:
+        raise ValueError(f"{path} is not a regular file of at most {REPORT_MAX_BYTES} bytes (a link, a pipe or "
+                         "too large): refused")
+    return sanitize_report(raw, environ)
+
+
 __all__ = ["LOG_CHUNK_BYTES", "REPORT_LIMIT_BYTES", "STEPS_LIMIT_BYTES", "UntrustedFile", "atomic_write_text",
-           "read_bytes", "read_json_lines", "read_json_object", "read_whole"]
+           "read_bytes", "read_json_lines", "read_json_object", "read_report", "read_whole"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autodl import launch, pipeline
+from autodl import pipeline, registry
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
 from autodl.types import LaunchHandle, MemoryBreakdown, ResourceProfile
@@ -104,7 +104,7 @@ class LabelledLauncher:
 
 @pytest.fixture
 def labelled(monkeypatch):
-    monkeypatch.setitem(launch._REGISTRY, "docker", f"{__name__}:LabelledLauncher")
+    monkeypatch.setitem(registry.LAUNCHERS, "docker", f"{__name__}:LabelledLauncher")
     LabelledLauncher.stopped = []
     LabelledLauncher.pending = None
     return LabelledLauncher

@@ -131,7 +131,7 @@ def test_a_secret_put_into_its_own_report_is_never_stored(sandbox_level, worker,
     """Seen (issue 19): a training handed the worker's secrets into its own report, which autodl stored in the run
     record shown to every viewer. The report is read without trusting it and redacted before it is stored."""
     from autodl.records import RecordStore
-    from autodl.redact import read_report
+    from autodl.untrusted import read_report
     from autodl.types import RunRecord
 
     _log, _l, handle = train(tmp_path, f"""
@@ -158,7 +158,7 @@ def test_a_secret_put_into_its_own_report_is_never_stored(sandbox_level, worker,
 def test_a_report_link_to_another_runs_report_is_refused(worker, tmp_path):
     """A training can make its ``report.json`` a link to another run's report (or ``/proc/<ppid>/environ``): the
     link is never followed."""
-    from autodl.redact import read_report
+    from autodl.untrusted import read_report
 
     mine = worker / "runs" / "mine"
     mine.mkdir()

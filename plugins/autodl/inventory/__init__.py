@@ -5,7 +5,6 @@ Details: docs/reference/hardware.md#autodlinventory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from autodl.catalog import Catalog, load_catalog
@@ -13,25 +12,8 @@ from autodl.config import default_pool_file, pool_source
 from autodl.errors import InventoryError
 from autodl.inventory.declared import read_pool_file
 from autodl.inventory.nvml import NvmlFailed, NvmlUnavailable, read_nvml
+from autodl.registry import INVENTORY_SCHEMES, INVENTORY_SOURCES, load
 from autodl.types import Inventory
-
-
-def _read_prometheus(url: str, catalog: Catalog) -> Inventory:
-    from autodl.inventory.prometheus import read_prometheus
-
-    return read_prometheus(url, catalog)
-
-
-SOURCES: dict[str, Callable[[Catalog], Inventory]] = {
-    "nvml": read_nvml,
-}
-"""Sources chosen by name."""
-
-SCHEMES: dict[str, Callable[[str, Catalog], Inventory]] = {
-    "prometheus+http": _read_prometheus,
-    "prometheus+https": _read_prometheus,
-}
-"""Sources chosen by URL scheme (``scheme://...``); each gets the whole URL."""
 
 _BROKEN_NVML_FIX = (
     "the NVIDIA driver is installed but NVML fails; fix the driver (after a driver upgrade: reboot, or reload "
@@ -55,7 +37,9 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
     """Snapshot of the pool.
 
     :param source: ``'auto'`` (default, or ``$AUTODL_POOL`` / ``[autodl] pool``), a registered source name such as
-        ``'nvml'``, a registered URL (``prometheus+http://127.0.0.1:9090``), or the path of a pool YAML file.
+        ``'nvml'`` (:data:`autodl.registry.INVENTORY_SOURCES`), a URL of a registered scheme
+        (``prometheus+http://127.0.0.1:9090``, :data:`autodl.registry.INVENTORY_SCHEMES`), or the path of a pool
+        YAML file.
     :param catalog: GPU catalog used to name device models; default :func:`load_catalog`.
     :returns: an :class:`~autodl.types.Inventory`; ``declared=True`` when the devices came from a file;
         ``notes`` say why ``auto`` chose what it chose.
@@ -74,11 +58,13 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
         except NvmlFailed as exc:
             raise InventoryError(f"pool source 'auto': {exc}; {_broken_fix(exc)}") from None
     scheme = source.split("://", 1)[0] if "://" in source else None
-    if scheme in SCHEMES:
-        return SCHEMES[scheme](source, catalog)
-    if source in SOURCES:
+    if scheme in INVENTORY_SCHEMES:
+        by_url: Inventory = load(INVENTORY_SCHEMES[scheme])(source, catalog)
+        return by_url
+    if source in INVENTORY_SOURCES:
         try:
-            return SOURCES[source](catalog)
+            by_name: Inventory = load(INVENTORY_SOURCES[source])(catalog)
+            return by_name
         except NvmlUnavailable as exc:
             raise InventoryError(
                 f"pool source {source!r}: {exc}; install the NVIDIA driver or use a pool file (--pool include/pools/demo.yaml)."
@@ -87,8 +73,9 @@ def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None 
             raise InventoryError(f"pool source {source!r}: {exc}; {_broken_fix(exc)}") from None
     if scheme is not None:
         raise InventoryError(f"pool source {source!r}: unknown scheme {scheme!r}; use one of: "
-                             f"{', '.join(sorted(SCHEMES))}, a source name ({', '.join(SOURCES)}), auto, or a pool file.")
+                             f"{', '.join(sorted(INVENTORY_SCHEMES))}, a source name ({', '.join(INVENTORY_SOURCES)}), auto, or a "
+                             "pool file.")
     return read_pool_file(Path(source), catalog)
 
 
-__all__ = ["SCHEMES", "SOURCES", "read_inventory", "read_pool_file", "read_nvml"]
+__all__ = ["read_inventory", "read_pool_file", "read_nvml"]

@@ -1,11 +1,11 @@
 """Launchers: start a training pinned to its devices (local process, Docker container, Kubernetes pod).
 
-Chosen by name from the spec's ``launcher.type``; adding one is a module plus a line in ``_REGISTRY``.
+Chosen by name from the spec's ``launcher.type``; adding one is a module plus a line in
+:data:`autodl.registry.LAUNCHERS`.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 from typing import Any
@@ -13,17 +13,13 @@ from typing import Any
 from autodl import pip_install
 from autodl.errors import LaunchError
 from autodl.launch.base import Launcher, LaunchRequest, pinning_env, shell_line, training_command
-
-_REGISTRY: dict[str, str] = {
-    "local": "autodl.launch.local:LocalLauncher",
-    "docker": "autodl.launch.docker:DockerLauncher",
-    "kubernetes": "autodl.launch.kubernetes:KubernetesLauncher",
-}
+from autodl.registry import LAUNCHERS, load
 
 
 def launcher_names() -> list[str]:
-    """The launcher types autodl knows (``launcher.type``, ``[autodl] default_launcher``), in registry order."""
-    return list(_REGISTRY)
+    """The launcher types autodl knows (``launcher.type``, ``[autodl] default_launcher``), in registry order
+    (:data:`autodl.registry.LAUNCHERS`)."""
+    return list(LAUNCHERS)
 
 
 _NEEDS: dict[str, tuple[str, ...]] = {"docker": ("docker",), "kubernetes": ("kubernetes",)}
@@ -47,21 +43,20 @@ def get_launcher(name: str, **kwargs: Any) -> Launcher:
     :raises LaunchError: for an unknown name (listing the known ones) or a launcher whose module
         cannot be imported (naming the missing package).
     """
-    target = _REGISTRY.get(name)
+    target = LAUNCHERS.get(name)
     if target is None:
-        raise LaunchError(f"unknown launcher {name!r}; set launcher.type to one of: {', '.join(_REGISTRY)}.")
-    module_name, cls_name = target.split(":")
+        raise LaunchError(f"unknown launcher {name!r}; set launcher.type to one of: {', '.join(LAUNCHERS)}.")
     for needed in _NEEDS.get(name, ()):
         if _absent(needed):
             raise LaunchError(f"launcher {name!r} needs the Python package {needed!r}, which is not installed here: "
                               f"install autodl's {name!r} extra ({pip_install(name)}; in a checkout: "
                               "pip install -r requirements.txt), or set launcher.type to 'local'.")
     try:
-        module = importlib.import_module(module_name)
+        launcher_class = load(target)
     except ImportError as exc:
         raise LaunchError(f"launcher {name!r} needs {exc.name}: install autodl's {name!r} extra "
                           f"({pip_install(name)}; in a checkout: pip install -r requirements.txt).") from exc
-    return getattr(module, cls_name)(**kwargs)
+    return launcher_class(**kwargs)
 
 
-__all__ = ["Launcher", "LaunchRequest", "get_launcher", "pinning_env", "shell_line", "training_command"]
+__all__ = ["Launcher", "LaunchRequest", "get_launcher", "launcher_names", "pinning_env", "shell_line", "training_command"]

@@ -12,8 +12,9 @@ from autodl.config import autodl_home
 from autodl.fields import MAX_RUN_KEY_CHARS
 from autodl.launch.local import run_folder
 from autodl.records import RecordStore
-from autodl.redact import read_report, sanitize_report
+from autodl.redact import sanitize_report
 from autodl.store import RunState
+from autodl.untrusted import read_report
 
 GiB = 1 << 30
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from autodl.errors import SpecError
-from autodl.spec import LauncherSection, SchedulerSection, TaskSpec, load_spec
+from autodl.registry import INVENTORY_SOURCES, LAUNCHERS
+from autodl.spec import SchedulerSection, TaskSpec, load_spec
 from autodl.store import RunState
 from autodl.types import PlacementDecision, ProfileResult
 
@@ -39,12 +40,11 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
     """
     from autodl.config import include_dir
     from autodl.inputs import clip
-    from autodl.inventory import SCHEMES, SOURCES
 
     if value is None or not str(value).strip():
         return None
     text = str(value).strip()
-    if text == "auto" or text in SOURCES or "://" in text or text.split("://")[0] in SCHEMES:
+    if text == "auto" or text in INVENTORY_SOURCES or "://" in text:
         return text
     names = pool_names()
     path = Path(text).expanduser()
@@ -80,12 +80,12 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
 
 # ------------------------------------------------------------------------------------ overrides
 OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "launcher": ("launcher", "type", typing.get_args(LauncherSection.model_fields["type"].annotation)),
+    "launcher": ("launcher", "type", tuple(LAUNCHERS)),
     "policy": ("scheduler", "algorithm", typing.get_args(SchedulerSection.model_fields["algorithm"].annotation)),
     "args": ("task", "args", ()),  # a list of strings (templated per run), not one of a set of values
 }
 """Run-time overrides of the spec (e.g. from a DAG's Params): name -> (spec section, field, allowed values).
-The allowed values are the spec's own (``launcher.type``, ``scheduler.algorithm``)."""
+The allowed values are the spec's own (``launcher.type``: :data:`autodl.registry.LAUNCHERS`; ``scheduler.algorithm``)."""
 
 
 KEEP_SPEC = ("", "spec", "None", None)
