@@ -5,9 +5,12 @@ Details: docs/reference/hardware.md#autodlmetrics.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -549,6 +552,33 @@ def _int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+# ------------------------------------------------------------------ the samples file, shared with the launch's sampler
+TAKEN_OVER_FILE = "collect.taken-over"
+"""In the run's folder: a follower has taken over the sampling of this attempt (the launch's sampler,
+:mod:`autodl.sampling`, stops)."""
+SAMPLES_FILE = "samples.jsonl"
+"""The run's samples, one JSON object a line, in its folder: written by the follower and, until it takes over, by the
+launch's sampler (:mod:`autodl.sampling`)."""
+
+
+@contextmanager
+def locked_samples(folder: str | Path) -> Iterator[int]:
+    """Hold an exclusive lock on the run's samples file (created if missing; never through a link) while the block
+    runs; yields its descriptor, open for appending."""
+    fd = os.open(Path(folder) / SAMPLES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def take_over(folder: str | Path) -> None:
+    """A follower starts sampling this attempt: mark it, under the lock, so the launch's sampler writes no more."""
+    with locked_samples(folder):
+        (Path(folder) / TAKEN_OVER_FILE).touch()
+
+
 class Follower:
     """Follows a launched training one poll at a time: streams new log lines to ``log_sink``, samples
     metrics into ``samples_path`` (JSON lines) while it runs, and summarises.
@@ -591,8 +621,6 @@ class Follower:
             folder = Path(samples_path).parent
             self.facts = FactSink(folder / "runfacts.jsonl", folder / "report.json")
         if samples_path:  # the launch's sampler (autodl.sampling) stops: what it wrote is read below
-            from autodl.sampling import take_over
-
             take_over(Path(samples_path).parent)
         if resume:
             self.samples = _rows(samples_path)

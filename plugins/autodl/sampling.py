@@ -6,40 +6,16 @@ Details: docs/reference/hardware.md#autodlsampling.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-TAKEN_OVER_FILE = "collect.taken-over"
-"""In the run's folder: a follower has taken over the sampling of this attempt (the launch's sampler stops)."""
-SAMPLES_FILE = "samples.jsonl"
 MAX_BRIDGE_S = 6 * 3600.0
 """The longest the launch's sampler runs, seconds (6 h): a collect step that never comes (Airflow down) must not
 leave a sampler behind for the whole of a long training; the training's end stops it sooner."""
-
-
-@contextmanager
-def locked_samples(folder: str | Path) -> Iterator[int]:
-    """Hold an exclusive lock on the run's samples file (created if missing; never through a link) while the block
-    runs; yields its descriptor, open for appending."""
-    fd = os.open(Path(folder) / SAMPLES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def take_over(folder: str | Path) -> None:
-    """A follower starts sampling this attempt: mark it, under the lock, so the launch's sampler writes no more."""
-    with locked_samples(folder):
-        (Path(folder) / TAKEN_OVER_FILE).touch()
 
 
 class LaunchSampler:
@@ -76,12 +52,13 @@ class LaunchSampler:
 
 
 def run(folder: Path, interval_s: float, handle_json: str) -> int:
-    """Sample until a follower takes over, the training ends or :data:`MAX_BRIDGE_S` passed; :returns: samples written.
+    """Sample until a follower takes over (:data:`autodl.metrics.TAKEN_OVER_FILE`), the training ends or
+    :data:`MAX_BRIDGE_S` passed; :returns: samples written.
 
     :param handle_json: the training's :class:`~autodl.types.LaunchHandle`; empty: nothing to sample.
     """
     from autodl.launch.local import LocalLauncher
-    from autodl.metrics import make_sampler
+    from autodl.metrics import TAKEN_OVER_FILE, locked_samples, make_sampler
     from autodl.types import LaunchHandle
 
     if not handle_json.strip():
