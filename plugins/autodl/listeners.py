@@ -31,10 +31,10 @@ def _step_of(task_id: str) -> tuple[str, str] | None:
 
 
 def _launcher_kwargs_for(kind: str, host: str | None = None) -> dict[str, Any]:
-    from autodl.operators.steps import launcher_connection_kwargs
+    from autodl.operators.connections import launcher_kwargs
 
     try:
-        return launcher_connection_kwargs(kind, host)
+        return launcher_kwargs(kind, host)
     except Exception:  # noqa: BLE001 - a connection that cannot be read: stop with the launcher's defaults
         return {}
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_profile_steps_dry_run_uses_the_docker_default_connection(monkeypatch, autodl_home):
     """The connection names an engine that does not answer: the profile says so, naming that engine (not the
     local socket), and the estimate is the static bound."""
-    from autodl.operators.steps import launcher_connection_kwargs
+    from autodl.operators.connections import launcher_kwargs
 
     conn = {"conn_type": "docker", "extra": {"base_url": "tcp://127.0.0.1:9", "timeout": "2"}}
     monkeypatch.setenv("AIRFLOW_CONN_DOCKER_DEFAULT", json.dumps(conn))
@@ -26,7 +26,7 @@ def test_the_profile_steps_dry_run_uses_the_docker_default_connection(monkeypatc
     lines: list[str] = []
     out = pipeline.step_profile(str(REPO / "include/scripts/simple_cnn.py"), str(REPO / "include/specs/simple_cnn_docker.yaml"),
                                 pool=str(REPO / "include/pools/demo.yaml"), log=lines.append,
-                                launcher_kwargs_for=launcher_connection_kwargs)
+                                launcher_kwargs_for=launcher_kwargs)
     assert out.profiled_in == "not-run" and out.profile.method == "static"
     (w,) = [f for f in out.profile.findings if f.code == "probe-unavailable"]
     assert "tcp://127.0.0.1:9" in w.message and "launcher's image" in w.message

@@ -91,10 +91,9 @@ def _docker_kwargs(conn_id: str, host: str | None = None) -> dict[str, Any]:
     conn = _get_connection(conn_id)
     if conn is not None:
         kwargs = _default_docker_kwargs(conn)
-    if host and _get_connection(host_conn_id(host)) is not None:
-        from autodl.operators.hooks import GpuHostHook
-
-        engine = GpuHostHook(host_conn_id(host)).engine_kwargs()
+    host_conn = _get_connection(host_conn_id(host)) if host else None
+    if host and host_conn is not None:  # the GPU host's own engine (autodl.operators.hooks.GpuHostHook's connection)
+        engine = docker_engine_kwargs(host_conn, host_conn_id(host))
         if "base_url" not in engine:
             raise LaunchError(
                 f"Airflow connection {host_conn_id(host)} (the Docker engine of GPU host {host}) has no "

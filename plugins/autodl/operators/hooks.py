@@ -15,6 +15,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from autodl.errors import LaunchError
+from autodl.operators.connections import docker_engine_kwargs
 
 
 class GpuHostHook(BaseHook):
@@ -47,8 +48,6 @@ class GpuHostHook(BaseHook):
 
         :raises LaunchError: for a TLS file field that names no file (naming the field).
         """
-        from autodl.operators.connections import docker_engine_kwargs
-
         return docker_engine_kwargs(self.connection, self.conn_id)
 
     @cached_property

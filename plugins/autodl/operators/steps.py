@@ -29,6 +29,7 @@ from autodl.errors import (
     TrainingFailed,
     WaitTimeout,
 )
+from autodl.operators import connections
 from autodl.operators.links import AutoDLRunRecordLink
 from autodl.operators.params import check_conf, override_value
 from autodl.operators.secrets import register_secrets
@@ -120,18 +121,6 @@ STEP_IDS = {
     "collect": "collect_metrics",
     "release": "release_and_record",
 }
-
-
-def launcher_connection_kwargs(launcher_type: str, host: str | None = None) -> dict[str, Any]:
-    """Connection details for the launcher from Airflow connections (docker_default, kubernetes_default,
-    and the booked host's own Docker engine ``docker_<host>``)."""
-    if launcher_type == "local":
-        return {}
-    try:
-        from autodl.operators.connections import launcher_kwargs
-    except ImportError:
-        return {}
-    return launcher_kwargs(launcher_type, host)
 
 
 def _selection_host(selection: Selection | dict[str, Any] | None) -> str | None:
@@ -265,7 +254,7 @@ class AutoDLProfileOperator(_AutoDLStep):
                      "args": self.args}
         return step_profile(self._input(self.script, context), self._input(self.spec, context), pool=_pool(self.pool_source),
                                      probe=self.probe, log=_leveled(self.log), run_key=ctx.run_key,
-                                     overrides=overrides, launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
+                                     overrides=overrides, launcher_kwargs_for=connections.launcher_kwargs).model_dump(mode="json")
 
 
 def _user(context, default: str | None) -> str | None:
@@ -296,7 +285,7 @@ class _Waiting:
         timeout, poke = self._scheduler(context)
         try:
             selection = step_wait(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
-                                           poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=launcher_connection_kwargs)
+                                           poke_interval_s=poke, timeout_s=timeout, launcher_kwargs_for=connections.launcher_kwargs)
             return selection.model_dump(mode="json") if selection is not None else None
         except WaitTimeout as exc:
             note_failure(ctx.run_key, "wait", f"no fitting device became free within {timeout:g} s "
@@ -423,7 +412,7 @@ class AutoDLSelectOperator(_Waiting, _AutoDLStep):
     def run_step(self, ctx, context):
         try:
             return step_select(ctx, self._handed(context, "profile"), pool=self._src(), log=_leveled(self.log),
-                                        launcher_kwargs_for=launcher_connection_kwargs).model_dump(mode="json")
+                                        launcher_kwargs_for=connections.launcher_kwargs).model_dump(mode="json")
         except PoolBusy as exc:
             self.log.info("%s", exc)
         if self.deferrable:
@@ -492,7 +481,7 @@ class AutoDLLaunchOperator(_AutoDLStep):
         while True:  # a booking released while no worker ran this launch: it waits for its turn again, here
             try:
                 return step_launch(ctx, profile_out, selection,
-                                            launcher_kwargs=launcher_connection_kwargs(launcher_type, _selection_host(selection)),
+                                            launcher_kwargs=connections.launcher_kwargs(launcher_type, _selection_host(selection)),
                                             log=_leveled(self.log), sample_interval_s=self.sample_interval_s)
             except PoolBusy as exc:
                 self.log.info("%s", exc)
@@ -544,7 +533,7 @@ class AutoDLCollectOperator(_AutoDLStep):
         else:
             why = "the collect task was stopped by Airflow (SIGTERM); the training was stopped with it"
         note_failure(ctx.run_key, self.step, why)
-        stop_training(handle, launcher_kwargs=launcher_connection_kwargs(handle.get("launcher", "local"), handle.get("host")),
+        stop_training(handle, launcher_kwargs=connections.launcher_kwargs(handle.get("launcher", "local"), handle.get("host")),
                                log=self.log.warning)
 
     def run_step(self, ctx, context):
@@ -568,7 +557,7 @@ class AutoDLCollectOperator(_AutoDLStep):
         self.log.info(NOT_DEFERRING_NOTE.format(what="the training runs"))
         self._following = (handle, ctx)
         return step_collect(ctx, handle, launcher_type=launcher_type,
-                                     launcher_kwargs=launcher_connection_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
+                                     launcher_kwargs=connections.launcher_kwargs(launcher_type, handle.get("host")), log=_leveled(self.log),
                                      interval_s=self.sample_interval_s, limits=limits)
 
     def execute_complete(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -631,5 +620,5 @@ class AutoDLReleaseOperator(_AutoDLStep):
             ctx, script=self._input(self.script, context), spec_path=self._input(self.spec, context),
             profile_out=self._handed(context, "profile"), selection=self._handed(context, "select"),
             handle_json=handle, metrics_json=self._pull(context, "collect"),
-            launcher_kwargs=launcher_connection_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
+            launcher_kwargs=connections.launcher_kwargs(launcher_type, (handle or {}).get("host")), log=_leveled(self.log),
         )

@@ -56,7 +56,7 @@ class CollectTrigger(BaseTrigger):
 
     def _setup(self):
         from autodl.metrics import Follower
-        from autodl.operators.steps import launcher_connection_kwargs
+        from autodl.operators.connections import launcher_kwargs
         from autodl.steps.collect import CollectGuard, CollectLimits, collect_sinks, known_end
         from autodl.steps.context import RunContext, state_dir
         from autodl.types import LaunchHandle
@@ -64,7 +64,7 @@ class CollectTrigger(BaseTrigger):
         ctx = RunContext(**self.run_ctx)
         handle = LaunchHandle.model_validate(self.handle)
         launcher, sampler, samples_path, keep, notes = collect_sinks(ctx, handle, handle.launcher,
-                                                                     launcher_connection_kwargs(handle.launcher, handle.host))
+                                                                     launcher_kwargs(handle.launcher, handle.host))
         offset_file = state_dir(ctx.run_key) / "collect.offset"
         offset = int(offset_file.read_text() or 0) if offset_file.exists() else 0
         follower = Follower(launcher, handle, sampler=sampler, log_sink=self.log_line,

@@ -54,7 +54,7 @@ class PoolTrigger(BaseTrigger):
                  "run": self.run_ctx, "timeout_s": self.timeout_s, "min_deferral_s": self.min_deferral_s})
 
     def _poll(self):
-        from autodl.operators.steps import launcher_connection_kwargs
+        from autodl.operators.connections import launcher_kwargs
         from autodl.steps.context import RunContext
         from autodl.steps.wait import step_wait
         from autodl.types import ProfileResult
@@ -62,7 +62,7 @@ class PoolTrigger(BaseTrigger):
         ctx = RunContext(**self.run_ctx)
         profile_out = ProfileResult.coerce(self.profile_out, what="the admission queue trigger's profile_out")
         return step_wait(ctx, profile_out, pool=self.pool, log=self.log.info, poke_interval_s=self.poke_interval,
-                         timeout_s=self.timeout_s, launcher_kwargs_for=launcher_connection_kwargs)
+                         timeout_s=self.timeout_s, launcher_kwargs_for=launcher_kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         started = time.monotonic()
