@@ -267,6 +267,16 @@ def test_the_triggerer_samples_at_the_configured_interval(autodl_home, tmp_path)
         AutoDLCollectOperator(task_id="c", group_id="g", sample_interval_s=0)
 
 
+def _alive(pid: int) -> bool:
+    """The training process ``pid`` still runs (a zombie counts as ended)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_a_short_run_followed_from_the_triggerer_is_sampled_from_its_launch(autodl_home, tmp_path):
     """Issue 25: the seconds from the launch until the triggerer picked the trigger up (the collect task scheduled,
     deferring) were not sampled, so short runs had near-empty timelines. The launch step samples the training at
@@ -276,12 +286,17 @@ def test_a_short_run_followed_from_the_triggerer_is_sampled_from_its_launch(auto
     from autodl.operators import AutoDLTrainOperator
 
     script = tmp_path / "train.py"
-    script.write_text("import time\nx = bytearray(64 << 20)\ntime.sleep(3)\n")
+    script.write_text("import time\nx = bytearray(64 << 20)\ntime.sleep(6)\n")
     out = profile_out(0.5, str(script))
     ctx = pipeline.RunContext(run_key="dag.g.r1", dag_id="dag", run_id="r1", user="alice")
     sel = pipeline.step_select(ctx, out, log=lambda _l: None)
     handle = pipeline.step_launch(ctx, out, sel, log=lambda _l: None, sample_interval_s=0.2)
-    time.sleep(1.5)  # the pickup gap: the collect task is scheduled, defers, the triggerer picks it up
+    # the pickup gap (the collect task is scheduled, defers, the triggerer picks it up) lasts until the launch's
+    # sampler has written three rows or the training has ended, whichever comes first: on a loaded machine the
+    # sampler's start takes seconds, and a fixed gap made this test fail for the machine, not for the code
+    samples = pipeline.state_dir(ctx.run_key) / "samples.jsonl"
+    while _alive(handle["pid"]) and (not samples.exists() or len(samples.read_text().splitlines()) < 3):
+        time.sleep(0.1)
     picked_up = time.time()
     trigger = collect_trigger(ctx, handle)
     trigger.interval_s = 0.2
