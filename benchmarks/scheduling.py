@@ -188,7 +188,7 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
     """Median ms of one ``place`` call by pool size and gang size, three ways (see the printed legend)."""
     from autodl.catalog import load_catalog
     from autodl.policy import place
-    from autodl.policy.inventory_index import apply_changes
+    from autodl_sim.inventory_index import apply_changes, indexed_partition
     from autodl.spec import ResourcePolicySection
     from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile
 
@@ -213,7 +213,8 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
         for n in gangs:
             def timed(inventory, leased):
                 t = time.perf_counter()
-                d = place(prof, inventory, catalog=cat, policy=pol, leased=leased, num_gpus=n)
+                d = place(prof, inventory, catalog=cat, policy=pol, leased=leased, num_gpus=n,
+                          partitioner=indexed_partition)
                 return time.perf_counter() - t, d
 
             cold = [timed(inv.model_copy(), leases[0])[0] for _ in range(calls)]
@@ -233,7 +234,8 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
                 size = len(dec.model_dump_json())
             warm = [timed(inv, leased)[0] for leased in leases]
             table[(devices, n)] = (statistics.median(cold), statistics.median(inc), statistics.median(warm), size)
-    out("\n## place(): median ms per call (pool of mixed 8-GPU hosts; this machine, 2 shared cores under load)")
+    out("\n## place() on the simulator's columnar index (autodl_sim.inventory_index): median ms per call (pool of mixed "
+        "8-GPU hosts; this machine, 2 shared cores under load)")
     out("cold = a new snapshot each call (columnar index built); incremental = each call's snapshot has 1% of the "
         "devices changed, applied to the previous index (apply_changes) and timed together with place(); "
         "warm = the same snapshot with new leases")

@@ -22,8 +22,6 @@ KNOWN_CYCLES = [
     ["autodl.catalog", "autodl.config", "autodl.launch", "autodl.launch.base", "autodl.redact", "autodl.sandbox",
      "autodl.spec", "autodl.types"],
     ["autodl.metrics", "autodl.sampling"],
-    ["autodl.policy.base", "autodl.policy.baselines", "autodl.policy.rl_based", "autodl.policy.rule_based",
-     "autodl.policy.scoring"],
     ["autodl.operators.connections", "autodl.operators.hooks"],
     ["autodl.operators.steps", "autodl.triggers.collect", "autodl.triggers.pool"],
 ]

@@ -45,9 +45,11 @@ from autodl.policy.admission import (
     decide,
     queue_key,
 )
-from autodl.policy.base import Need, Option, PolicyContext, get_policy
+from autodl.policy.base import Need, Option, PolicyContext
+from autodl.policy.registry import get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
 from autodl.types import Device
+from autodl_sim import baselines  # noqa: F401 - registers the baselines
 from autodl_sim.colocation import load_pair_ratios, pair_ratio
 from autodl_sim.pool import SimPool
 from autodl_sim.workload import ROOFLINE_REFERENCE, SimJob
