@@ -188,9 +188,9 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
     """Median ms of one ``place`` call by pool size and gang size, three ways (see the printed legend)."""
     from autodl.catalog import load_catalog
     from autodl.policy import place
-    from autodl_sim.inventory_index import apply_changes, indexed_partition
     from autodl.spec import ResourcePolicySection
     from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile
+    from autodl_sim.inventory_index import apply_changes, indexed_partition
 
     cat = load_catalog()
     models = ["A100-SXM4-40GB", "V100-PCIE-32GB", "T4", "RTX-3090", "P100-PCIE-16GB"]

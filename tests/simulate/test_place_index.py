@@ -11,11 +11,11 @@ import pytest
 
 from autodl.policy import place, registry
 from autodl.policy.base import Need, Scored
+from autodl.spec import ResourcePolicySection
+from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile
 from autodl_sim import baselines  # noqa: F401 - registers the baselines
 from autodl_sim import inventory_index as module
 from autodl_sim.inventory_index import apply_changes, build_index, indexed_partition, inventory_index
-from autodl.spec import ResourcePolicySection
-from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile
 
 pytestmark = pytest.mark.simulator
 
