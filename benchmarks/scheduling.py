@@ -38,9 +38,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim" / "src"))  # the simulator distribution (autodl-sim)
 
-from autodl.policy.admission import AGING_S, CA_WINDOW, GANG_FIRST_S, WAIT_MARGIN  # noqa: E402
+from autodl.policy.admission import AGING_S, WAIT_MARGIN  # noqa: E402
 from autodl.policy.packing import MAX_TENANTS, MIN_SHARED_MEMORY_BYTES, SLOWDOWN_BAR  # noqa: E402
 from autodl_sim import run_all  # noqa: E402
+from autodl_sim.admission import CA_WINDOW, GANG_FIRST_S  # noqa: E402
 from autodl_sim.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
 from autodl_sim.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
 
