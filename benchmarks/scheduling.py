@@ -38,9 +38,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim" / "src"))  # the simulator distribution (autodl-sim)
 
-from autodl.policy.admission import AGING_S, CA_WINDOW, GANG_FIRST_S, WAIT_MARGIN  # noqa: E402
+from autodl.policy.admission import AGING_S, WAIT_MARGIN  # noqa: E402
 from autodl.policy.packing import MAX_TENANTS, MIN_SHARED_MEMORY_BYTES, SLOWDOWN_BAR  # noqa: E402
 from autodl_sim import run_all  # noqa: E402
+from autodl_sim.admission import CA_WINDOW, GANG_FIRST_S  # noqa: E402
 from autodl_sim.engine import GANG_BUCKETS, LAS_THRESHOLD_GPU_S, SimOptions  # noqa: E402
 from autodl_sim.report import SEED_UTILIZATION_CLAIM, SOURCES  # noqa: E402
 
@@ -188,9 +189,9 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
     """Median ms of one ``place`` call by pool size and gang size, three ways (see the printed legend)."""
     from autodl.catalog import load_catalog
     from autodl.policy import place
-    from autodl.policy.inventory_index import apply_changes
     from autodl.spec import ResourcePolicySection
     from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile
+    from autodl_sim.inventory_index import apply_changes, indexed_partition
 
     cat = load_catalog()
     models = ["A100-SXM4-40GB", "V100-PCIE-32GB", "T4", "RTX-3090", "P100-PCIE-16GB"]
@@ -213,7 +214,8 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
         for n in gangs:
             def timed(inventory, leased):
                 t = time.perf_counter()
-                d = place(prof, inventory, catalog=cat, policy=pol, leased=leased, num_gpus=n)
+                d = place(prof, inventory, catalog=cat, policy=pol, leased=leased, num_gpus=n,
+                          partitioner=indexed_partition)
                 return time.perf_counter() - t, d
 
             cold = [timed(inv.model_copy(), leases[0])[0] for _ in range(calls)]
@@ -233,7 +235,8 @@ def placement_latency(out, sizes=(1_000, 10_000, 100_000), gangs=(1, 2, 4, 8)) -
                 size = len(dec.model_dump_json())
             warm = [timed(inv, leased)[0] for leased in leases]
             table[(devices, n)] = (statistics.median(cold), statistics.median(inc), statistics.median(warm), size)
-    out("\n## place(): median ms per call (pool of mixed 8-GPU hosts; this machine, 2 shared cores under load)")
+    out("\n## place() on the simulator's columnar index (autodl_sim.inventory_index): median ms per call (pool of mixed "
+        "8-GPU hosts; this machine, 2 shared cores under load)")
     out("cold = a new snapshot each call (columnar index built); incremental = each call's snapshot has 1% of the "
         "devices changed, applied to the previous index (apply_changes) and timed together with place(); "
         "warm = the same snapshot with new leases")

@@ -220,7 +220,8 @@ class ResourcePolicySection(_Section):
 
 
 class SchedulerSection(_Section):
-    algorithm: Literal["rule_based", "rl_based"] = "rule_based"
+    algorithm: str = Field(default="rule_based", description="The placement policy, by registry name "
+                                                             "(:data:`autodl.policy.registry.POLICIES`).")
     timeout: WaitSeconds = Field(3600, description="Seconds to wait for a fitting device.")
     poke_interval: WaitSeconds = Field(30, description="Seconds between pool checks while waiting.")
     max_run_time: WaitSeconds | None = Field(None, description="Seconds the training may run; past it autodl "
@@ -235,6 +236,15 @@ class SchedulerSection(_Section):
     train_steps: int | None = Field(default=None, ge=1, le=10**12,
                                     description="Optimizer steps the training runs in all: the queue's runtime estimate "
                                                 "of a run never seen before is this x the estimated step time.")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        from autodl.policy.registry import policy_names
+
+        if value not in policy_names():
+            raise ValueError(f"placement algorithm {short(value)} is unknown; use one of: {', '.join(policy_names())}")
+        return value
 
     @field_validator("priority")
     @classmethod

@@ -59,6 +59,13 @@ def test_wrong_type_names_field_and_value(tmp_path):
         load_spec(p)
 
 
+def test_unknown_algorithm_names_the_field_and_the_registered_policies(tmp_path):
+    """scheduler.algorithm is checked against the policy registry (autodl.policy.registry), not a list of its own."""
+    assert load_spec(write(tmp_path, "scheduler: {algorithm: rl_based}\n")).scheduler.algorithm == "rl_based"
+    with pytest.raises(SpecError, match=r"scheduler.algorithm.*'rule_basd'.*rl_based, rule_based"):
+        load_spec(write(tmp_path, "scheduler: {algorithm: rule_basd}\n"))
+
+
 def test_num_gpus_auto_or_positive_int(tmp_path):
     assert load_spec(write(tmp_path, "task: {num_gpus_estimate: 2}\n")).task.num_gpus_estimate == 2
     with pytest.raises(SpecError, match="num_gpus_estimate"):

@@ -1,17 +1,16 @@
-"""The policy protocol and registry: what a placement policy sees (a run's need, device-set options) and returns (scores with visible terms).
+"""The policy protocol: what a placement policy sees (a run's need, device-set options) and returns (scores with visible terms).
 
 Both :func:`autodl.policy.place` (a real or declared inventory) and the trace-driven simulator
 (:mod:`autodl_sim`) build :class:`Option` values and ask the same policy objects to score
-them, so the simulator measures the code that places real runs.
+them, so the simulator measures the code that places real runs. The registry of policies by name is
+:mod:`autodl.policy.registry`.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
-
-from autodl.errors import AutoDLError
+from typing import Any, Protocol, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,7 @@ class Scored:
 
 
 class Policy(Protocol):
-    """A placement policy. Adding one is one module plus one :func:`register_policy` line.
+    """A placement policy. Adding one is one module plus one line in :data:`autodl.policy.registry.POLICIES`.
 
     :ivar name: registry name.
     :ivar headroom: ``True`` when the policy plans within ``memory_threshold`` of each device;
@@ -107,40 +106,3 @@ class Policy(Protocol):
     def score(self, need: Need, options: Sequence[Option], ctx: PolicyContext) -> list[Scored]:
         """Score every option (all fit the run and are free now); same order as ``options``."""
         ...
-
-
-_REGISTRY: dict[str, Callable[[], Policy]] = {}
-
-
-def register_policy(name: str, factory: Callable[[], Policy]) -> None:
-    """Add a policy to the registry under ``name`` (replacing one of that name)."""
-    _REGISTRY[name] = factory
-
-
-def policy_names() -> list[str]:
-    """Registered policy names, sorted."""
-    _ensure_builtin()
-    return sorted(_REGISTRY)
-
-
-def get_policy(name: str) -> Policy:
-    """A fresh policy object by registry name.
-
-    :raises SpecError: naming the unknown policy (cut to a line) and the known ones.
-    """
-    from autodl.errors import SpecError
-    from autodl.inputs import short
-
-    _ensure_builtin()
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise SpecError(
-            f"placement algorithm {short(name)} is unknown (scheduler.algorithm or --policies); "
-            f"use one of: {', '.join(sorted(_REGISTRY))}."
-        ) from None
-
-
-def _ensure_builtin() -> None:
-    # Importing the modules registers their policies.
-    from autodl.policy import baselines, rl_based, rule_based  # noqa: F401

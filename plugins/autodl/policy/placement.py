@@ -5,15 +5,14 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import Protocol
 
 from autodl.catalog import Catalog, GPUModel
 from autodl.errors import CatalogError
 from autodl.inventory.effective import effective_model
-from autodl.policy.base import Need, Option, PolicyContext, get_policy
-from autodl.policy.inventory_index import INT_LIMIT, first_appearance_codes, inventory_index
+from autodl.policy.base import Need, Option, PolicyContext
 from autodl.policy.need import needed_bytes, size_unknown, unknown_size_reason
+from autodl.policy.registry import get_policy
 from autodl.spec import ResourcePolicySection
 from autodl.types import Candidate, Device, Inventory, PlacementDecision, ResourceProfile, RunRecord
 
@@ -41,7 +40,7 @@ def _gib(n: int | float) -> str:
 
 
 @dataclass
-class _Group:
+class Group:
     """Devices of one model on one host that could ever hold the run."""
 
     host: str
@@ -54,8 +53,15 @@ class _Group:
     chosen: tuple[list[Device], bool, str | None] | None = None  # _choose_set's answer, when known
 
 
+class Partitioner(Protocol):
+    """The per-device pass of ``place``: :func:`partition`'s signature and answer."""
+
+    def __call__(self, inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int, n: int,
+                 leased: frozenset[str]) -> "Partition": ...
+
+
 @dataclass
-class _Partition:
+class Partition:
     """What ``place`` scores and lists, before scoring.
 
     :ivar fits: some group holds ``n`` devices that could ever hold the run.
@@ -67,7 +73,7 @@ class _Partition:
 
     fits: bool
     total_ready: int
-    ready: list[_Group]
+    ready: list[Group]
     dropped: list[tuple[str, str, list[str], str]]
 
 
@@ -82,6 +88,7 @@ def place(
     num_gpus: int | None = None,
     store_url: str | None = None,
     seed: int = 0,
+    partitioner: Partitioner | None = None,
 ) -> PlacementDecision:
     """Rank the pool's device sets for a run and choose the best.
 
@@ -93,22 +100,21 @@ def place(
     ``leased``, at most :data:`MAX_LOAD_PCT` busy, and ``peak_memory_bytes <= memory_free_bytes``.
     Declared (non-real) devices are treated the same.
 
-    The per-device pass runs on a columnar index of ``inventory`` built on the first call for that
-    object and cached while it lives (:func:`autodl.policy.inventory_index.inventory_index`), so
-    repeated decisions on one snapshot with different ``leased`` sets skip re-reading the devices.
-    The decision is the same as without the index.
+    The per-device pass is :func:`partition` (about 20 ms for a pool of 10,000 devices), unless ``partitioner``
+    gives another that decides the same (the simulator's columnar index, ``autodl_sim.inventory_index``).
 
     :param profile: the run's profile (per-device peak memory, FLOPs per step, gang size).
-    :param inventory: the pool snapshot; treat its ``devices`` list as immutable (see the index).
+    :param inventory: the pool snapshot.
     :param catalog: device models (TFLOPS, bandwidth, price, tags).
     :param policy: the spec's ``resource_policy`` section (threshold, preferred order, tag
         priorities, allowed vendors; ``None`` vendors = :data:`DEFAULT_ALLOWED_VENDORS`).
-    :param algorithm: registry name: ``rule_based``, ``rl_based``, ``fifo_first_fit``, ``random``,
-        ``best_fit_memory``, ``gavel_max_throughput``.
+    :param algorithm: registry name (:mod:`autodl.policy.registry`): ``rule_based``, ``rl_based``, or one another
+        distribution registered (the simulator's baselines).
     :param leased: device ids booked by live leases.
     :param num_gpus: gang size; default ``profile.num_gpus``.
     :param store_url: store holding the rl_based bandit (default :func:`autodl.config.store_url`).
-    :param seed: seed of the random baseline's draws.
+    :param seed: seed of the policy's random draws (the simulator's random baseline).
+    :param partitioner: the per-device pass, a drop-in for :func:`partition` (same arguments, same answer); None: it.
     :returns: the decision: ``fits``, ``available``, ranked candidates with reasons and terms,
         ``chosen``, and ``suggestions`` when nothing in the pool could ever hold the run.
     :raises AutoDLError: when ``algorithm`` is not registered.
@@ -118,7 +124,7 @@ def place(
     threshold = policy.memory_threshold if pol.headroom else 1.0
     allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
     need = needed_bytes(profile, inventory.devices, allowed, threshold)
-    part = _partition(inventory, catalog, allowed, threshold, need, n, leased)
+    part = (partitioner or partition)(inventory, catalog, allowed, threshold, need, n, leased)
 
     step_cache: dict[str, float | None] = {}
     options: list[Option] = []
@@ -151,7 +157,7 @@ def place(
                 memory_total_bytes=min(d.memory_total_bytes for d in devs),
                 step_time_s=step_cache[grp.model],
                 cost_per_hour_usd=grp.gpu.cost_per_hour_usd if grp.gpu else None,
-                load=sum(_load_pct(d) for d in devs) / (100.0 * n),
+                load=sum(load_pct(d) for d in devs) / (100.0 * n),
                 tags=tuple(grp.gpu.tags) if grp.gpu else (),
                 order=grp.order,
                 nvlink=nvlink,
@@ -217,30 +223,30 @@ def place(
     )
 
 
-def _load_pct(device: Device) -> float:
+def load_pct(device: Device) -> float:
     """A device's utilization for scoring; unknown counts as fully busy (100%), so a device whose load
     is known to be low ranks first."""
     return 100.0 if device.utilization_pct is None else device.utilization_pct
 
 
-def _resolve(model: str, device: Device, catalog: Catalog) -> GPUModel | None:
+def resolve_model(model: str, device: Device, catalog: Catalog) -> GPUModel | None:
     """The catalog entry for a device model spelling, or the device's effective model (a MIG instance,
     ``'A100-SXM4-40GB MIG 1g.5gb'``, is its parent scaled to its share: :func:`autodl.inventory.effective.effective_model`)."""
     return catalog.find(model) or effective_model(device, catalog)
 
 
-def _vendor_reason(vendor: str, allowed: set[str]) -> str:
+def vendor_reason(vendor: str, allowed: set[str]) -> str:
     return (
         f"vendor {vendor!r} needs a Paddle build for it; add '{vendor}' to "
         f"resource_policy.allowed_vendors to use it (allowed: {', '.join(sorted(allowed))})"
     )
 
 
-def _never_reason(need: int, threshold: float, total: int) -> str:
+def never_reason(need: int, threshold: float, total: int) -> str:
     return f"never fits: needs {_gib(need)} > {threshold:g} x {_gib(total)} = {_gib(threshold * total)}"
 
 
-def _gang_reason(n: int, never: bool, hosts: int, lo: int, hi: int, first_host: str) -> str:
+def gang_reason(n: int, never: bool, hosts: int, lo: int, hi: int, first_host: str) -> str:
     """One reason for all the hosts of a model where a gang of ``n`` does not fit (grouped, not one entry per host).
 
     :param never: the hosts hold fewer than ``n`` devices that could ever hold the run (else: fewer free now).
@@ -256,233 +262,48 @@ def _gang_reason(n: int, never: bool, hosts: int, lo: int, hi: int, first_host: 
     return f"gang of {n}: only {span} device(s) free now on each of {hosts} hosts"
 
 
-def _free_reasons(need: int) -> tuple[str, str, str, str]:
+def free_reasons(need: int) -> tuple[str, str, str, str]:
     """Why a device that could ever hold the run is not free now, in the order they are checked."""
     return ("unhealthy", "leased by another run", f"busy: utilization above {MAX_LOAD_PCT:.0f}%",
             f"not enough free memory now: needs {_gib(need)}")
 
 
-def _partition(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int, n: int,
-               leased: frozenset[str]) -> _Partition:
-    """Sort the pool's devices into groups and dropped sets, on the inventory's cached columnar index.
+def partition(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int,
+              n: int, leased: frozenset[str]) -> Partition:
+    """Sort the pool's devices into the groups ``place`` scores and the dropped sets it lists, in one loop over
+    ``inventory.devices``.
 
-    Same result as :func:`_partition_reference` (``tests/policy/test_place_index.py`` checks it on
-    random pools), which it falls back to when the inventory cannot be indexed exactly. Per call it
-    looks up each distinct model spelling in the catalog once, decides vendor and never-fits once per
-    distinct (model, memory) kind (split by the devices' own vendor for models the catalog lacks),
-    tests health, leases, load and free memory on arrays, and touches :class:`Device` objects only for
-    the groups it keeps for scoring.
+    :param allowed: the allowed vendors; ``threshold``: the fraction of device memory the run may plan to use;
+        ``need``: its per-device bytes; ``n``: its gang size; ``leased``: device ids booked by live leases.
+    :returns: the :class:`Partition`.
     """
-    idx = inventory_index(inventory)
-    if idx is None or not -INT_LIMIT < need < INT_LIMIT or any(d.health_reason for d in idx.devices):
-        return _partition_reference(inventory, catalog, allowed, threshold, need, n, leased)
-    ndev = len(idx.devices)
-
-    # Per model spelling: catalog entry (or the effective model of its first device) and name; names
-    # are coded in order of first appearance.
-    _, first_of_model = np.unique(idx.model_code, return_index=True)
-    gpus = [_resolve(m, idx.devices[int(first_of_model[i])], catalog) for i, m in enumerate(idx.models)]
-    names = [g.name if g is not None else m for g, m in zip(gpus, idx.models)]
-    name_code: dict[str, int] = {}
-    cm_of_raw = np.array([name_code.setdefault(nm, len(name_code)) for nm in names], dtype=np.intp)
-    cmodels = list(name_code)
-    dev_cm = cm_of_raw[idx.model_code]
-
-    # Per kind (model spelling, memory): vendor, and the dropped key when the vendor is not allowed or
-    # the run never fits. A device's own vendor counts only when the catalog lacks its model
-    # (Device.vendor defaults to nvidia), so only such kinds are split by the devices' vendors.
-    kind_code = idx.kind_code
-    kinds: list[tuple[int, str | None, int]] = [(mc, None, total) for mc, total in idx.kinds]
-    unknown = np.array([gpus[mc] is None for mc, _ in idx.kinds], dtype=np.bool_)
-    if unknown.any():
-        vendors, vcode = idx.vendor_codes
-        kind_code, first = first_appearance_codes(
-            idx.kind_code * (len(vendors) + 1) + np.where(unknown[idx.kind_code], vcode + 1, 0))
-        kinds = []
-        for i in first.tolist():
-            mc, total = idx.kinds[idx.kind_code[i]]
-            kinds.append((mc, vendors[vcode[i]] if gpus[mc] is None else None, total))
-    # Dropped keys are coded through one dict of (model, reason), so equal pairs share a code.
-    keys: dict[tuple[str, str], int] = {}
-    kind_key = np.full(len(kinds), -1, dtype=np.intp)
-    kind_vendor: list[str] = []
-    fit_models: set[int] = set()
-    for k, (mc, own_vendor, total) in enumerate(kinds):
-        gpu, model = gpus[mc], names[mc]
-        vendor = gpu.vendor if gpu is not None else own_vendor
-        kind_vendor.append(vendor)
-        if vendor not in allowed:
-            reason = _vendor_reason(vendor, allowed)
-        elif need > threshold * total:
-            reason = _never_reason(need, threshold, total)
-        else:
-            fit_models.add(int(cm_of_raw[mc]))
-            continue
-        kind_key[k] = keys.setdefault((model, reason), len(keys))
-    kind_fit = kind_key < 0
-    # reason_key[model code, r]: dropped key of reason r of _free_reasons; column 4 = free now (-1)
-    reason_key = np.full((len(cmodels), 5), -1, dtype=np.intp)
-    for cm in sorted(fit_models):
-        for r, text in enumerate(_free_reasons(need)):
-            reason_key[cm, r] = keys.setdefault((cmodels[cm], text), len(keys))
-
-    # Per device: the first failing check, as in the reference loop (later assignments win).
-    fit = kind_fit[kind_code]
-    r = np.full(ndev, 4, dtype=np.intp)
-    r[need > idx.memory_free_bytes] = 3
-    r[idx.utilization_pct > MAX_LOAD_PCT] = 2
-    if leased:
-        r[idx.mask(leased)] = 1
-    r[~idx.healthy] = 0
-    avail = fit & (r == 4)
-    dkey = np.where(fit, reason_key[dev_cm, r], kind_key[kind_code])
-
-    # Groups: (host, model) of devices that could ever hold the run, numbered by first appearance.
-    fpos = np.flatnonzero(fit)
-    ready: list[_Group] = []
-    gang: list[tuple[str, str, np.ndarray]] = []
-    fits = False
-    total_ready = 0
-    if fpos.size:
-        g_of_f, first = first_appearance_codes(idx.host_code[fpos] * len(cmodels) + dev_cm[fpos])
-        gfirst = fpos[first]                       # first device of each group; g_of_f: group of each
-        ngroups = gfirst.size
-        nfit = np.bincount(g_of_f, minlength=ngroups)
-        favail = avail[fpos]
-        ag = g_of_f[favail]
-        navail = np.bincount(ag, minlength=ngroups)
-        apos = fpos[favail][np.argsort(ag, kind="stable")]   # free devices, by group, pool order inside
-        astart = np.concatenate(([0], np.cumsum(navail)[:-1]))
-        fits = bool((nfit >= n).any())
-        ready_g = np.flatnonzero(navail >= n)
-        total_ready = int(ready_g.size)
-
-        def groups_of(gs: np.ndarray) -> list[_Group]:
-            """The groups numbered ``gs``, without their devices."""
-            at = gfirst[gs]
-            return [
-                _Group(idx.hosts[h], names[mc], kind_vendor[k], gpus[mc], g, nf)
-                for g, h, mc, k, nf in zip(gs.tolist(), idx.host_code[at].tolist(), idx.model_code[at].tolist(),
-                                           kind_code[at].tolist(), nfit[gs].tolist())
-            ]
-
-        if n > 1:
-            # gangs that do not fit a host, grouped per (model, never/not now) in order of first appearance
-            gs = np.flatnonzero(((nfit < n) | (navail < n)) & (navail > 0))
-            if gs.size:
-                never = nfit[gs] < n
-                gmc = dev_cm[gfirst[gs]]
-                kcode, kfirst = first_appearance_codes(gmc * 2 + never)
-                val = np.where(never, nfit[gs], navail[gs])
-                lens = navail[gs]
-                ends = np.cumsum(lens)
-                elem = np.repeat(astart[gs] - (ends - lens), lens) + np.arange(int(ends[-1]))
-                elem_kind = np.repeat(kcode, lens)
-                by_kind = apos[elem][np.argsort(elem_kind, kind="stable")]
-                bounds = np.concatenate(([0], np.cumsum(np.bincount(elem_kind, minlength=kfirst.size))))
-                for k, f in enumerate(kfirst.tolist()):
-                    vk = val[kcode == k]
-                    host = idx.hosts[idx.host_code[gfirst[gs[f]]]]
-                    why = _gang_reason(n, bool(never[f]), int(vk.size), int(vk.min()), int(vk.max()), host)
-                    gang.append((cmodels[gmc[f]], why, by_kind[bounds[k]:bounds[k + 1]]))
-        # Within one device model every term but load is equal, so only the least-loaded
-        # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
-        gcm = dev_cm[gfirst[ready_g]]
-        counts = np.bincount(gcm, minlength=len(cmodels))
-        if (counts > MAX_KEPT_CANDIDATES).any():
-            if n == 1:
-                lowest = np.full(ngroups, np.inf)
-                has = navail > 0
-                lowest[has] = np.minimum.reduceat(idx.utilization_pct[apos], astart[has])
-            parts = [ready_g[np.isin(gcm, np.flatnonzero(counts <= MAX_KEPT_CANDIDATES))]]
-            for cm in np.flatnonzero(counts > MAX_KEPT_CANDIDATES).tolist():
-                gs = ready_g[gcm == cm]
-                if n == 1:
-                    gs = gs[np.lexsort((gs, lowest[gs]))]
-                parts.append(gs[:MAX_KEPT_CANDIDATES])
-            ready_g = np.sort(np.concatenate(parts))
-        if ready_g.size:
-            ready = groups_of(ready_g)
-            # the kept groups' free devices, by group, pool order inside
-            ag_sorted = np.repeat(np.arange(ngroups), navail)
-            kept = np.zeros(ngroups, dtype=np.bool_)
-            kept[ready_g] = True
-            sel = kept[ag_sorted]
-            kp, kg = apos[sel], ag_sorted[sel]
-            kept_devices = list(map(idx.devices.__getitem__, kp.tolist()))
-            end = 0
-            for grp, m in zip(ready, navail[ready_g].tolist()):
-                grp.available = kept_devices[end:end + m]
-                end += m
-            if n == 1:
-                # _choose_set for one device: the least loaded, then most free memory, then lowest
-                # index; ties go to pool order (lexsort is stable and kp is in pool order per group).
-                try:    # Device.index is read here, for the kept groups' devices only
-                    on_host = np.fromiter((d.index for d in kept_devices), np.int64, len(kept_devices))
-                except OverflowError:   # an index beyond int64: _choose_set decides
-                    pass
-                else:
-                    o = np.lexsort((on_host, -np.maximum(idx.memory_free_bytes[kp], 0), idx.utilization_pct[kp], kg))
-                    kg_o = kg[o]
-                    best = o[np.concatenate(([True], kg_o[1:] != kg_o[:-1]))].tolist()   # one per kept group
-                    for grp, b in zip(ready, best):
-                        grp.chosen = ([kept_devices[b]], False, None)
-
-    # Dropped sets: per-device keys in order of first appearance, then the gang groups in group order.
-    dropped_pos: dict[tuple[str, str], list[np.ndarray]] = {}
-    dpos = np.flatnonzero(dkey >= 0)
-    if dpos.size:
-        kd = dkey[dpos]
-        kr, kfirst = first_appearance_codes(kd)
-        sorted_pos = dpos[np.argsort(kr, kind="stable")]
-        key_of_code = list(keys)
-        start = 0
-        for code, end in zip(kd[kfirst].tolist(), np.cumsum(np.bincount(kr)).tolist()):
-            dropped_pos[key_of_code[code]] = [sorted_pos[start:end]]
-            start = end
-    for model, why, pos in gang:
-        dropped_pos.setdefault((model, why), []).append(pos)
-    dropped: list[tuple[str, str, list[str], str]] = []
-    for (model, reason), chunks in dropped_pos.items():
-        pos = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-        if not pos.size:
-            continue
-        hc = idx.host_code[pos]
-        host = idx.hosts[hc[0]] if (hc == hc[0]).all() else "*"
-        dropped.append((model, reason, list(map(idx.device_ids.__getitem__, pos.tolist())), host))
-    return _Partition(fits, total_ready, ready, dropped)
-
-
-def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int,
-                         n: int, leased: frozenset[str]) -> _Partition:
-    """The straightforward per-device loop over ``inventory.devices``: the definition :func:`_partition` must match."""
     gpu_cache: dict[str, tuple[GPUModel | None, str]] = {}   # inventory model name -> (catalog entry, name)
-    groups: dict[tuple[str, str], _Group] = {}
+    groups: dict[tuple[str, str], Group] = {}
     dropped: dict[tuple[str, str], list[Device]] = {}   # (model, reason) -> devices
-    never_reason: dict[tuple[str, int], str] = {}
-    vendor_reason: dict[str, str] = {}
-    unhealthy, leased_reason, busy_reason, free_reason = _free_reasons(need)
+    never_cache: dict[tuple[str, int], str] = {}
+    vendor_cache: dict[str, str] = {}
+    unhealthy, leased_reason, busy_reason, free_reason = free_reasons(need)
     for dev in inventory.devices:
         hit = gpu_cache.get(dev.model)
         if hit is None:
-            gpu = _resolve(dev.model, dev, catalog)
+            gpu = resolve_model(dev.model, dev, catalog)
             hit = gpu_cache[dev.model] = (gpu, gpu.name if gpu else dev.model)
         gpu, model = hit
         vendor = gpu.vendor if gpu is not None else dev.vendor   # Device.vendor defaults to nvidia
         total = dev.memory_total_bytes
         if vendor not in allowed:
-            reason = vendor_reason.get(vendor)
+            reason = vendor_cache.get(vendor)
             if reason is None:
-                reason = vendor_reason[vendor] = _vendor_reason(vendor, allowed)
+                reason = vendor_cache[vendor] = vendor_reason(vendor, allowed)
         elif need > threshold * total:
-            reason = never_reason.get((model, total))
+            reason = never_cache.get((model, total))
             if reason is None:
-                reason = never_reason[(model, total)] = _never_reason(need, threshold, total)
+                reason = never_cache[(model, total)] = never_reason(need, threshold, total)
         else:
             key = (dev.host, model)
             grp = groups.get(key)
             if grp is None:
-                grp = groups[key] = _Group(dev.host, model, vendor, gpu, len(groups))
+                grp = groups[key] = Group(dev.host, model, vendor, gpu, len(groups))
             grp.nfit += 1
             if not dev.healthy:
                 reason = f"{unhealthy}: {dev.health_reason}" if dev.health_reason else unhealthy
@@ -512,11 +333,11 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
                 per_kind.setdefault((grp.model, False), []).append((grp.host, len(grp.available), grp.available))
         for (model, never), hosts in per_kind.items():
             counts = [v for _, v, _ in hosts]
-            why = _gang_reason(n, never, len(hosts), min(counts), max(counts), hosts[0][0])
+            why = gang_reason(n, never, len(hosts), min(counts), max(counts), hosts[0][0])
             dropped.setdefault((model, why), []).extend(d for _, _, devs in hosts for d in devs)
     # Within one device model every term but load is equal, so only the least-loaded
     # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
-    by_model: dict[str, list[_Group]] = {}
+    by_model: dict[str, list[Group]] = {}
     for g in ready:
         by_model.setdefault(g.model, []).append(g)
     total_ready = len(ready)
@@ -526,7 +347,7 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
             if len(v) > MAX_KEPT_CANDIDATES:
                 v = heapq.nsmallest(
                     MAX_KEPT_CANDIDATES, v,
-                    key=lambda g: (min(_load_pct(d) for d in g.available) if n == 1 else 0.0, g.order),
+                    key=lambda g: (min(load_pct(d) for d in g.available) if n == 1 else 0.0, g.order),
                 )
             ready.extend(v)
         ready.sort(key=lambda g: g.order)
@@ -536,13 +357,13 @@ def _partition_reference(inventory: Inventory, catalog: Catalog, allowed: set[st
             continue
         hosts = {d.host for d in devs}
         out.append((model, reason, [d.device_id for d in devs], next(iter(hosts)) if len(hosts) == 1 else "*"))
-    return _Partition(fits, total_ready, ready, out)
+    return Partition(fits, total_ready, ready, out)
 
 
 def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, str | None]:
     """Pick ``n`` devices: inside the smallest NVLink group holding ``n`` free when topology is known,
     else the ``n`` least loaded (then lowest index)."""
-    key = lambda d: (_load_pct(d), -(d.memory_free_bytes or 0), d.index)  # noqa: E731
+    key = lambda d: (load_pct(d), -(d.memory_free_bytes or 0), d.index)  # noqa: E731
     if n == 1:
         return [min(available, key=key)], False, None
     by_group: dict[str, list[Device]] = {}
@@ -562,7 +383,7 @@ def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> 
     (its own memory: a MIG slice, a declared card; :func:`autodl.inventory.effective.effective_model`)."""
     models: dict[tuple[str, int], GPUModel | None] = {}
     for d in inventory.devices:
-        gpu = _resolve(d.model, d, catalog)
+        gpu = resolve_model(d.model, d, catalog)
         name = gpu.name if gpu else d.model
         if (gpu.vendor if gpu else d.vendor or "nvidia") not in allowed or not d.memory_total_bytes:
             continue

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from autodl.policy.base import Need, Option, PolicyContext, Scored, register_policy
+from autodl.policy.base import Need, Option, PolicyContext, Scored
 from autodl.policy.scoring import DEFAULT_WEIGHTS, rule_terms
 
 FEATURES = ("bias", "speed", "fit", "load", "cost")
@@ -175,8 +175,6 @@ class RLBased:
                 out.append(Scored(s.score - 1000.0, terms, (f"outside the rule's top {bandit.top_k}",)))
         return out
 
-
-register_policy("rl_based", RLBased)
 
 
 # ------------------------------------------------------------------------------ store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from autodl.policy.base import Need, Option, PolicyContext, Scored, register_policy
+from autodl.policy.base import Need, Option, PolicyContext, Scored
 from autodl.policy.scoring import rule_terms
 
 
@@ -19,5 +19,3 @@ class RuleBased:
         """:returns: one :class:`Scored` per option (see :func:`rule_terms`)."""
         return rule_terms(need, options, ctx)
 
-
-register_policy("rule_based", RuleBased)

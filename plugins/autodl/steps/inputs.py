@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import typing
 from pathlib import Path
 from typing import Any
 
 from autodl.errors import SpecError
+from autodl.policy.registry import POLICIES
 from autodl.registry import INVENTORY_SOURCES, LAUNCHERS
-from autodl.spec import SchedulerSection, TaskSpec, load_spec
+from autodl.spec import TaskSpec, load_spec
 from autodl.store import RunState
 from autodl.types import PlacementDecision, ProfileResult
 
@@ -81,11 +81,12 @@ def resolve_pool_source(value: str | None, *, field: str = "pool", cwd: Path | N
 # ------------------------------------------------------------------------------------ overrides
 OVERRIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "launcher": ("launcher", "type", tuple(LAUNCHERS)),
-    "policy": ("scheduler", "algorithm", typing.get_args(SchedulerSection.model_fields["algorithm"].annotation)),
+    "policy": ("scheduler", "algorithm", tuple(POLICIES)),
     "args": ("task", "args", ()),  # a list of strings (templated per run), not one of a set of values
 }
 """Run-time overrides of the spec (e.g. from a DAG's Params): name -> (spec section, field, allowed values).
-The allowed values are the spec's own (``launcher.type``: :data:`autodl.registry.LAUNCHERS`; ``scheduler.algorithm``)."""
+The allowed values are the spec's own (``launcher.type``: :data:`autodl.registry.LAUNCHERS`; ``scheduler.algorithm``:
+autodl's own policies, :data:`autodl.policy.registry.POLICIES`)."""
 
 
 KEEP_SPEC = ("", "spec", "None", None)

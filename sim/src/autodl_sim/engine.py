@@ -15,8 +15,8 @@ What a policy sees is kept apart from what happens:
   :data:`EVAL_PEAK_FRACTION` of its runtime for an evaluation-pass peak) and the *true* speed
   (the measured heterogeneity matrix).
 
-Non-preemptive schedulers decide with :func:`autodl.policy.admission.admit`, the function that orders
-the product's waiting runs; ``tiresias_las`` is the preemptive reference (discretized two-dimensional
+Non-preemptive schedulers decide with :func:`autodl_sim.admission.decide`: the product's admission
+decision (:mod:`autodl.policy.admission`) with the simulator's queue rules; ``tiresias_las`` is the preemptive reference (discretized two-dimensional
 least-attained-service, Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning",
 NSDI 2019), paying :data:`CHECKPOINT_S` per preemption.
 """
@@ -35,19 +35,13 @@ from typing import Sequence
 
 from autodl.catalog import Catalog
 from autodl.policy import packing
-from autodl.policy.admission import (
-    AGING_S,
-    CA_WINDOW,
-    GANG_FIRST_MIN_GPUS,
-    WAIT_MARGIN,
-    QueuedRun,
-    RunningRun,
-    decide,
-    queue_key,
-)
-from autodl.policy.base import Need, Option, PolicyContext, get_policy
+from autodl.policy.admission import AGING_S, WAIT_MARGIN, QueuedRun, RunningRun
+from autodl.policy.base import Need, Option, PolicyContext
+from autodl.policy.registry import get_policy
 from autodl.policy.rl_based import REFERENCE_MODEL, LinUCB, features_from_terms
 from autodl.types import Device
+from autodl_sim import baselines  # noqa: F401 - registers the baselines
+from autodl_sim.admission import CA_WINDOW, GANG_FIRST_MIN_GPUS, decide, sim_queue_key
 from autodl_sim.colocation import load_pair_ratios, pair_ratio
 from autodl_sim.pool import SimPool
 from autodl_sim.workload import ROOFLINE_REFERENCE, SimJob
@@ -98,13 +92,14 @@ class SimOptions:
         headroom for all, unless ``own_headroom``).
     :ivar own_headroom: each policy keeps its own ``headroom`` attribute (baselines 1.0), as before
         the benchmark was made fair.
-    :ivar order, backfill, aging_s: the admission queue (:func:`autodl.policy.admission.decide`).
+    :ivar order, backfill, aging_s: the admission queue (:func:`autodl_sim.admission.decide`).
     :ivar window: comparative-advantage window; 1 = off.
     :ivar wait_margin: the queue's wait-for-a-faster-device rule with this margin; None = off; ``"policy"``
         (the default) = autodl's own policies (``rule_based``, ``rl_based``) use
         :data:`autodl.policy.admission.WAIT_MARGIN`, the baselines place on what is free now.
-    :ivar gang_first_s: after this wait, seconds, the queue serves first the longest-waiting gang of :data:`autodl.policy.admission.GANG_FIRST_MIN_GPUS`
-        or more devices, seconds (:data:`autodl.policy.admission.GANG_FIRST_S`); None = off (the default).
+    :ivar gang_first_s: after this wait, seconds, the queue serves first the longest-waiting gang of
+        :data:`autodl_sim.admission.GANG_FIRST_MIN_GPUS` or more devices (:data:`autodl_sim.admission.GANG_FIRST_S`);
+        None = off (the default).
     :ivar own_queue: each policy keeps its classic queue (``fifo``: FCFS with no backfill; ``backfill``:
         FCFS with greedy backfill), overriding order/backfill/window.
     :ivar quotas: per-owner device quotas (the trace's virtual cluster is the owner).
@@ -493,7 +488,7 @@ class _Sim:
         return out
 
     def earliest(self, run: QueuedRun, free, timeline) -> tuple[tuple, int] | None:
-        """The reservation search's fast path (:data:`autodl.policy.admission.Earliest`): per-host free
+        """The reservation search's fast path (:data:`autodl_sim.admission.Earliest`): per-host free
         counts updated as the timeline's devices free, the policy asked only once the run fits."""
         jid = self.key_of[run.run_key]
         n = run.num_gpus
@@ -626,7 +621,7 @@ class _Sim:
         q = self.make_qrun(jid, t_enq)
         self.qrun[jid] = q
         if not self.preemptive:
-            k = queue_key(q, order=self.order, aging_s=self.opt.aging_s)
+            k = sim_queue_key(q, order=self.order, aging_s=self.opt.aging_s)
             self.wkey_of[jid] = k
             b = (self.feasible[jid], q.num_gpus)
             self.bucket_of[jid] = b

@@ -1,4 +1,9 @@
-"""A columnar index of one inventory snapshot (numpy arrays of the device fields placement reads), built once per ``Inventory`` and cached."""
+"""A columnar index of one inventory snapshot (numpy arrays of the device fields placement reads), cached per ``Inventory``, and ``place``'s per-device pass on it.
+
+:func:`indexed_partition` is a drop-in for :func:`autodl.policy.placement.partition` (``place(...,
+partitioner=indexed_partition)``) that decides the same (``tests/simulate/test_place_index.py``) and pays off on
+pools of 100,000 devices (``benchmarks/scheduling.py``'s latency table); the product's pools use the reference loop.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,19 @@ from operator import itemgetter
 
 import numpy as np
 
+from autodl.catalog import Catalog
+from autodl.policy.placement import (
+    MAX_KEPT_CANDIDATES,
+    MAX_LOAD_PCT,
+    Group,
+    Partition,
+    free_reasons,
+    gang_reason,
+    never_reason,
+    partition,
+    resolve_model,
+    vendor_reason,
+)
 from autodl.types import Device, Inventory
 
 INT_LIMIT = 2**62
@@ -271,3 +289,194 @@ def build_index(inventory: Inventory) -> InventoryIndex | None:
         utilization_pct=util_a, healthy=healthy_a,
         kinds=kinds, kind_code=kind_code,
     )
+
+
+def indexed_partition(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int, n: int,
+                      leased: frozenset[str]) -> Partition:
+    """Sort the pool's devices into groups and dropped sets, on the inventory's cached columnar index.
+
+    Same result as :func:`autodl.policy.placement.partition` (``tests/simulate/test_place_index.py`` checks it
+    on random pools), which it falls back to when the inventory cannot be indexed exactly. Per call it
+    looks up each distinct model spelling in the catalog once, decides vendor and never-fits once per
+    distinct (model, memory) kind (split by the devices' own vendor for models the catalog lacks),
+    tests health, leases, load and free memory on arrays, and touches :class:`Device` objects only for
+    the groups it keeps for scoring.
+    """
+    idx = inventory_index(inventory)
+    if idx is None or not -INT_LIMIT < need < INT_LIMIT or any(d.health_reason for d in idx.devices):
+        return partition(inventory, catalog, allowed, threshold, need, n, leased)
+    ndev = len(idx.devices)
+
+    # Per model spelling: catalog entry (or the effective model of its first device) and name; names
+    # are coded in order of first appearance.
+    _, first_of_model = np.unique(idx.model_code, return_index=True)
+    gpus = [resolve_model(m, idx.devices[int(first_of_model[i])], catalog) for i, m in enumerate(idx.models)]
+    names = [g.name if g is not None else m for g, m in zip(gpus, idx.models)]
+    name_code: dict[str, int] = {}
+    cm_of_raw = np.array([name_code.setdefault(nm, len(name_code)) for nm in names], dtype=np.intp)
+    cmodels = list(name_code)
+    dev_cm = cm_of_raw[idx.model_code]
+
+    # Per kind (model spelling, memory): vendor, and the dropped key when the vendor is not allowed or
+    # the run never fits. A device's own vendor counts only when the catalog lacks its model
+    # (Device.vendor defaults to nvidia), so only such kinds are split by the devices' vendors.
+    kind_code = idx.kind_code
+    kinds: list[tuple[int, str | None, int]] = [(mc, None, total) for mc, total in idx.kinds]
+    unknown = np.array([gpus[mc] is None for mc, _ in idx.kinds], dtype=np.bool_)
+    if unknown.any():
+        vendors, vcode = idx.vendor_codes
+        kind_code, first = first_appearance_codes(
+            idx.kind_code * (len(vendors) + 1) + np.where(unknown[idx.kind_code], vcode + 1, 0))
+        kinds = []
+        for i in first.tolist():
+            mc, total = idx.kinds[idx.kind_code[i]]
+            kinds.append((mc, vendors[vcode[i]] if gpus[mc] is None else None, total))
+    # Dropped keys are coded through one dict of (model, reason), so equal pairs share a code.
+    keys: dict[tuple[str, str], int] = {}
+    kind_key = np.full(len(kinds), -1, dtype=np.intp)
+    kind_vendor: list[str] = []
+    fit_models: set[int] = set()
+    for k, (mc, own_vendor, total) in enumerate(kinds):
+        gpu, model = gpus[mc], names[mc]
+        vendor = gpu.vendor if gpu is not None else own_vendor
+        kind_vendor.append(vendor)
+        if vendor not in allowed:
+            reason = vendor_reason(vendor, allowed)
+        elif need > threshold * total:
+            reason = never_reason(need, threshold, total)
+        else:
+            fit_models.add(int(cm_of_raw[mc]))
+            continue
+        kind_key[k] = keys.setdefault((model, reason), len(keys))
+    kind_fit = kind_key < 0
+    # reason_key[model code, r]: dropped key of reason r of _free_reasons; column 4 = free now (-1)
+    reason_key = np.full((len(cmodels), 5), -1, dtype=np.intp)
+    for cm in sorted(fit_models):
+        for r, text in enumerate(free_reasons(need)):
+            reason_key[cm, r] = keys.setdefault((cmodels[cm], text), len(keys))
+
+    # Per device: the first failing check, as in the reference loop (later assignments win).
+    fit = kind_fit[kind_code]
+    r = np.full(ndev, 4, dtype=np.intp)
+    r[need > idx.memory_free_bytes] = 3
+    r[idx.utilization_pct > MAX_LOAD_PCT] = 2
+    if leased:
+        r[idx.mask(leased)] = 1
+    r[~idx.healthy] = 0
+    avail = fit & (r == 4)
+    dkey = np.where(fit, reason_key[dev_cm, r], kind_key[kind_code])
+
+    # Groups: (host, model) of devices that could ever hold the run, numbered by first appearance.
+    fpos = np.flatnonzero(fit)
+    ready: list[Group] = []
+    gang: list[tuple[str, str, np.ndarray]] = []
+    fits = False
+    total_ready = 0
+    if fpos.size:
+        g_of_f, first = first_appearance_codes(idx.host_code[fpos] * len(cmodels) + dev_cm[fpos])
+        gfirst = fpos[first]                       # first device of each group; g_of_f: group of each
+        ngroups = gfirst.size
+        nfit = np.bincount(g_of_f, minlength=ngroups)
+        favail = avail[fpos]
+        ag = g_of_f[favail]
+        navail = np.bincount(ag, minlength=ngroups)
+        apos = fpos[favail][np.argsort(ag, kind="stable")]   # free devices, by group, pool order inside
+        astart = np.concatenate(([0], np.cumsum(navail)[:-1]))
+        fits = bool((nfit >= n).any())
+        ready_g = np.flatnonzero(navail >= n)
+        total_ready = int(ready_g.size)
+
+        def groups_of(gs: np.ndarray) -> list[Group]:
+            """The groups numbered ``gs``, without their devices."""
+            at = gfirst[gs]
+            return [
+                Group(idx.hosts[h], names[mc], kind_vendor[k], gpus[mc], g, nf)
+                for g, h, mc, k, nf in zip(gs.tolist(), idx.host_code[at].tolist(), idx.model_code[at].tolist(),
+                                           kind_code[at].tolist(), nfit[gs].tolist())
+            ]
+
+        if n > 1:
+            # gangs that do not fit a host, grouped per (model, never/not now) in order of first appearance
+            gs = np.flatnonzero(((nfit < n) | (navail < n)) & (navail > 0))
+            if gs.size:
+                never = nfit[gs] < n
+                gmc = dev_cm[gfirst[gs]]
+                kcode, kfirst = first_appearance_codes(gmc * 2 + never)
+                val = np.where(never, nfit[gs], navail[gs])
+                lens = navail[gs]
+                ends = np.cumsum(lens)
+                elem = np.repeat(astart[gs] - (ends - lens), lens) + np.arange(int(ends[-1]))
+                elem_kind = np.repeat(kcode, lens)
+                by_kind = apos[elem][np.argsort(elem_kind, kind="stable")]
+                bounds = np.concatenate(([0], np.cumsum(np.bincount(elem_kind, minlength=kfirst.size))))
+                for k, f in enumerate(kfirst.tolist()):
+                    vk = val[kcode == k]
+                    host = idx.hosts[idx.host_code[gfirst[gs[f]]]]
+                    why = gang_reason(n, bool(never[f]), int(vk.size), int(vk.min()), int(vk.max()), host)
+                    gang.append((cmodels[gmc[f]], why, by_kind[bounds[k]:bounds[k + 1]]))
+        # Within one device model every term but load is equal, so only the least-loaded
+        # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
+        gcm = dev_cm[gfirst[ready_g]]
+        counts = np.bincount(gcm, minlength=len(cmodels))
+        if (counts > MAX_KEPT_CANDIDATES).any():
+            if n == 1:
+                lowest = np.full(ngroups, np.inf)
+                has = navail > 0
+                lowest[has] = np.minimum.reduceat(idx.utilization_pct[apos], astart[has])
+            parts = [ready_g[np.isin(gcm, np.flatnonzero(counts <= MAX_KEPT_CANDIDATES))]]
+            for cm in np.flatnonzero(counts > MAX_KEPT_CANDIDATES).tolist():
+                gs = ready_g[gcm == cm]
+                if n == 1:
+                    gs = gs[np.lexsort((gs, lowest[gs]))]
+                parts.append(gs[:MAX_KEPT_CANDIDATES])
+            ready_g = np.sort(np.concatenate(parts))
+        if ready_g.size:
+            ready = groups_of(ready_g)
+            # the kept groups' free devices, by group, pool order inside
+            ag_sorted = np.repeat(np.arange(ngroups), navail)
+            kept = np.zeros(ngroups, dtype=np.bool_)
+            kept[ready_g] = True
+            sel = kept[ag_sorted]
+            kp, kg = apos[sel], ag_sorted[sel]
+            kept_devices = list(map(idx.devices.__getitem__, kp.tolist()))
+            end = 0
+            for grp, m in zip(ready, navail[ready_g].tolist()):
+                grp.available = kept_devices[end:end + m]
+                end += m
+            if n == 1:
+                # _choose_set for one device: the least loaded, then most free memory, then lowest
+                # index; ties go to pool order (lexsort is stable and kp is in pool order per group).
+                try:    # Device.index is read here, for the kept groups' devices only
+                    on_host = np.fromiter((d.index for d in kept_devices), np.int64, len(kept_devices))
+                except OverflowError:   # an index beyond int64: _choose_set decides
+                    pass
+                else:
+                    o = np.lexsort((on_host, -np.maximum(idx.memory_free_bytes[kp], 0), idx.utilization_pct[kp], kg))
+                    kg_o = kg[o]
+                    best = o[np.concatenate(([True], kg_o[1:] != kg_o[:-1]))].tolist()   # one per kept group
+                    for grp, b in zip(ready, best):
+                        grp.chosen = ([kept_devices[b]], False, None)
+
+    # Dropped sets: per-device keys in order of first appearance, then the gang groups in group order.
+    dropped_pos: dict[tuple[str, str], list[np.ndarray]] = {}
+    dpos = np.flatnonzero(dkey >= 0)
+    if dpos.size:
+        kd = dkey[dpos]
+        kr, kfirst = first_appearance_codes(kd)
+        sorted_pos = dpos[np.argsort(kr, kind="stable")]
+        key_of_code = list(keys)
+        start = 0
+        for code, end in zip(kd[kfirst].tolist(), np.cumsum(np.bincount(kr)).tolist()):
+            dropped_pos[key_of_code[code]] = [sorted_pos[start:end]]
+            start = end
+    for model, why, pos in gang:
+        dropped_pos.setdefault((model, why), []).append(pos)
+    dropped: list[tuple[str, str, list[str], str]] = []
+    for (model, reason), chunks in dropped_pos.items():
+        pos = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        if not pos.size:
+            continue
+        hc = idx.host_code[pos]
+        host = idx.hosts[hc[0]] if (hc == hc[0]).all() else "*"
+        dropped.append((model, reason, list(map(idx.device_ids.__getitem__, pos.tolist())), host))
+    return Partition(fits, total_ready, ready, dropped)

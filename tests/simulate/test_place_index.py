@@ -1,4 +1,4 @@
-"""``place`` on the cached columnar inventory index decides exactly as the straightforward per-device loop."""
+"""``place`` on the simulator's cached columnar inventory index decides exactly as the product's per-device loop."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import random
 
 import pytest
 
-from autodl.policy import base, place, placement
+from autodl.policy import place, registry
 from autodl.policy.base import Need, Scored
-from autodl.policy.inventory_index import inventory_index
 from autodl.spec import ResourcePolicySection
 from autodl.types import Device, Inventory, MemoryBreakdown, ResourceProfile
+from autodl_sim import baselines  # noqa: F401 - registers the baselines
+from autodl_sim import inventory_index as module
+from autodl_sim.inventory_index import apply_changes, build_index, indexed_partition, inventory_index
+
+pytestmark = pytest.mark.simulator
 
 GIB = 2**30
 MIB = 2**20
@@ -76,12 +80,10 @@ class OptionsProbe:
         return [Scored(-float(o.order), {"order": -float(o.order)}) for o in options]
 
 
-def both(monkeypatch, prf, inventory, **kw):
+def both(prf, inventory, **kw):
     """(indexed decision, reference decision) as JSON text (NaN loads compare equal as text)."""
-    fast = json.dumps(place(prf, inventory, **kw).model_dump(mode="json"))
-    with monkeypatch.context() as m:
-        m.setattr(placement, "_partition", placement._partition_reference)
-        ref = json.dumps(place(prf, inventory, **kw).model_dump(mode="json"))
+    fast = json.dumps(place(prf, inventory, partitioner=indexed_partition, **kw).model_dump(mode="json"))
+    ref = json.dumps(place(prf, inventory, **kw).model_dump(mode="json"))
     return fast, ref
 
 
@@ -91,7 +93,7 @@ def test_indexed_place_equals_reference_on_random_pools(catalog, monkeypatch, se
     for every algorithm, gang sizes 1-4, several needs, and new leases on the same (cached) snapshot; so
     are the options (every field) handed to the policy."""
     probed: list = []
-    monkeypatch.setitem(base._REGISTRY, "options_probe", lambda: OptionsProbe(probed))
+    monkeypatch.setitem(registry._EXTRA, "options_probe", lambda: OptionsProbe(probed))
     rng = random.Random(seed)
     inventory = random_pool(catalog, rng)
     ids = [d.device_id for d in inventory.devices]
@@ -112,7 +114,7 @@ def test_indexed_place_equals_reference_on_random_pools(catalog, monkeypatch, se
         if trial == 0:
             algorithms.append("rl_based")
         for algorithm in algorithms:
-            fast, ref = both(monkeypatch, prof(need, n), inventory, catalog=catalog, policy=policy,
+            fast, ref = both(prof(need, n), inventory, catalog=catalog, policy=policy,
                              algorithm=algorithm, leased=leased, seed=seed)
             assert fast == ref, (trial, algorithm)
             if algorithm == "options_probe" and probed:
@@ -125,7 +127,7 @@ def test_indexed_place_equals_reference_on_random_pools(catalog, monkeypatch, se
             "gang"} <= seen
 
 
-def test_indexed_place_equals_reference_when_many_sets_are_free(catalog, monkeypatch):
+def test_indexed_place_equals_reference_when_many_sets_are_free(catalog):
     """More than MAX_KEPT_CANDIDATES free sets per model: the least-loaded ones are kept, ties by pool order."""
     rng = random.Random(7)
     devices = [
@@ -137,13 +139,13 @@ def test_indexed_place_equals_reference_when_many_sets_are_free(catalog, monkeyp
     inventory = Inventory(source="test", declared=True, devices=devices)
     for n in (1, 2):
         for algorithm in ("rule_based", "random", "fifo_first_fit"):
-            fast, ref = both(monkeypatch, prof(4 * GIB, n), inventory, catalog=catalog,
+            fast, ref = both(prof(4 * GIB, n), inventory, catalog=catalog,
                              policy=ResourcePolicySection(), algorithm=algorithm, leased=frozenset({"h3:1"}))
             assert fast == ref
             assert "more free device sets not listed" in fast
 
 
-def test_pools_the_index_cannot_hold_use_the_reference_loop(catalog, monkeypatch):
+def test_pools_the_index_cannot_hold_use_the_reference_loop(catalog):
     """A NaN utilization (not indexed: the reference loop decides) or repeated device ids (indexed): the
     decision is the reference one."""
     rng = random.Random(3)
@@ -155,7 +157,7 @@ def test_pools_the_index_cannot_hold_use_the_reference_loop(catalog, monkeypatch
     assert inventory_index(twice) is not None
     for inventory in (nan, twice):
         for n in (1, 2):
-            fast, ref = both(monkeypatch, prof(3 * GIB, n), inventory, catalog=catalog,
+            fast, ref = both(prof(3 * GIB, n), inventory, catalog=catalog,
                              policy=ResourcePolicySection(), leased=frozenset({pool.devices[0].device_id}))
             assert fast == ref
 
@@ -163,8 +165,6 @@ def test_pools_the_index_cannot_hold_use_the_reference_loop(catalog, monkeypatch
 def test_index_is_built_once_per_inventory_and_dropped_with_it(catalog):
     """Repeated decisions on one snapshot reuse its index; another object (a copy) gets its own; the
     cache does not keep an inventory alive."""
-    from autodl.policy import inventory_index as module
-
     inventory = random_pool(catalog, random.Random(1), size=40)
     first = inventory_index(inventory)
     assert inventory_index(inventory) is first
@@ -194,11 +194,9 @@ def _same_index(a, b) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_incremental_index_equals_a_rebuilt_one(catalog, monkeypatch, seed):
+def test_incremental_index_equals_a_rebuilt_one(catalog, seed):
     """apply_changes patches the changed positions of the previous index; the result equals the index
     built from scratch on the new device list, and place() decides the same on it, round after round."""
-    from autodl.policy.inventory_index import apply_changes, build_index
-
     rng = random.Random(seed)
     cur = random_pool(catalog, rng, size=300)
     inventory_index(cur)
@@ -212,15 +210,14 @@ def test_incremental_index_equals_a_rebuilt_one(catalog, monkeypatch, seed):
         assert new is not cur and len(new.devices) == len(cur.devices)
         by_id = {d.device_id: d for d in changed}
         assert new.devices == [by_id.get(d.device_id, d) for d in cur.devices]
-        from autodl.policy import inventory_index as module
-
         assert module._CACHE[id(new)][1] is not None          # derived, not rebuilt
         _same_index(inventory_index(new), build_index(new))
         fresh = new.model_copy()                              # same devices, indexed from scratch
         n = rng.choice([1, 2, 4])
         policy = ResourcePolicySection(allowed_vendors=["nvidia", "amd", "ascend"])
-        a = place(prof(rng.choice([2, 9, 30]) * GIB, n), new, catalog=catalog, policy=policy)
-        b = place(prof(a.needed_bytes, n), fresh, catalog=catalog, policy=policy)
+        a = place(prof(rng.choice([2, 9, 30]) * GIB, n), new, catalog=catalog, policy=policy,
+                  partitioner=indexed_partition)
+        b = place(prof(a.needed_bytes, n), fresh, catalog=catalog, policy=policy, partitioner=indexed_partition)
         assert a.model_dump_json() == b.model_dump_json()
         cur = new
 
@@ -228,8 +225,6 @@ def test_incremental_index_equals_a_rebuilt_one(catalog, monkeypatch, seed):
 def test_changes_an_index_cannot_patch_rebuild_it(catalog):
     """A device that changes model, host or total memory, or a new device: the new snapshot is indexed from
     scratch (and a new device is appended)."""
-    from autodl.policy.inventory_index import apply_changes, build_index
-
     pool = random_pool(catalog, random.Random(9), size=50)
     inventory_index(pool)
     d0 = pool.devices[0]
@@ -239,26 +234,3 @@ def test_changes_an_index_cannot_patch_rebuild_it(catalog):
     extra = d0.model_copy(update={"device_id": "brand-new"})
     new = apply_changes(pool, [extra])
     assert new.devices[-1] == extra and len(new.devices) == 51
-
-
-def test_gang_drops_are_grouped_by_reason_not_listed_per_host(catalog):
-    """A gang of 8 on 200 hosts that each have 1-7 free devices, and on 50 hosts of 4 devices: two dropped
-    entries (one per reason), not 250; every device is still listed."""
-    devices = []
-    for h in range(200):
-        for i in range(8):
-            devices.append(Device(device_id=f"a{h}:{i}", host=f"a{h}", index=i, model="A100-SXM4-40GB", declared=True,
-                                  memory_total_bytes=catalog.get("A100-SXM4-40GB").memory_bytes,
-                                  utilization_pct=100.0 if i <= h % 7 else 0.0))
-    for h in range(50):
-        for i in range(4):
-            devices.append(Device(device_id=f"t{h}:{i}", host=f"t{h}", index=i, model="T4", declared=True,
-                                  memory_total_bytes=catalog.get("T4").memory_bytes))
-    d = place(prof(4 * GIB, 8), Inventory(source="t", declared=True, devices=devices), catalog=catalog,
-              policy=ResourcePolicySection())
-    gang = [c for c in d.candidates if not c.kept and c.reasons[0].startswith("gang")]
-    assert [c.reasons[0] for c in gang] == [
-        "gang of 8: only 1-7 device(s) free now on each of 200 hosts",
-        "gang of 8 needs 8 fitting devices on one host; 50 hosts have 4",
-    ]
-    assert all(c.host == "*" for c in gang) and len(gang[1].devices) == 200

@@ -1,14 +1,16 @@
-"""Baseline policies for the simulator (and for comparison in ``place``): FIFO first-fit, random, best-fit memory, Gavel-like max throughput.
+"""The simulator's baseline placement policies: FIFO first-fit, random, best-fit memory, Gavel-like max throughput.
 
-None keeps headroom: each trusts the memory estimate up to 100% of device memory, which is how
-they OOM when the estimate is low.
+None keeps headroom: each trusts the memory estimate up to 100% of device memory, which is how they OOM
+when the estimate is low. Importing this module adds them to autodl's policy registry
+(:func:`autodl.policy.registry.register_policy`), so ``place`` and the simulator find them by name.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
-from autodl.policy.base import Need, Option, PolicyContext, Scored, register_policy
+from autodl.policy.base import Need, Option, Policy, PolicyContext, Scored
+from autodl.policy.registry import register_policy
 
 
 class FifoFirstFit:
@@ -76,7 +78,13 @@ class GavelMaxThroughput:
         return out
 
 
-register_policy("fifo_first_fit", FifoFirstFit)
-register_policy("random", RandomFit)
-register_policy("best_fit_memory", BestFitMemory)
-register_policy("gavel_max_throughput", GavelMaxThroughput)
+BASELINES: dict[str, Callable[[], Policy]] = {
+    "fifo_first_fit": FifoFirstFit,
+    "random": RandomFit,
+    "best_fit_memory": BestFitMemory,
+    "gavel_max_throughput": GavelMaxThroughput,
+}
+"""The baselines by registry name."""
+
+for _name, _factory in BASELINES.items():
+    register_policy(_name, _factory)
