@@ -362,9 +362,11 @@ def _structure(v, d=0):
 
 
 def _batch_of(sig):
+    """The batch of a call's inputs: the first dimension of its first tensor with a shape; None when unknown or
+    empty (a slice past the end of a tensor the dry run shrank has 0 rows: no batch, not a batch of 0)."""
     for d in sig:
         if d["shape"]:
-            return d["shape"][0]
+            return d["shape"][0] or None
     return None
 
 

@@ -9,23 +9,36 @@ state = {"on": False, "flops": 0.0}
 _hooked = set()
 
 
+def _numel(t):
+    """Elements of ``t`` from its shape, or None when a dimension is not known: inside a ``paddle.jit.to_static``
+    trace a tensor is a graph value whose ``int(numel())`` raises (a script that trains fine failed the dry run)
+    and whose shape may hold -1."""
+    try:
+        dims = list(t.shape)
+    except Exception:  # noqa: BLE001 - not a tensor: not counted
+        return None
+    if any(type(d) is not int or d < 0 for d in dims):
+        return None
+    return math.prod(dims)
+
+
 def _conv_hook(layer, inputs, output):
     if not state["on"]:
         return
     w = layer.weight
     kprod = math.prod(w.shape[2:])
-    if "Transpose" in type(layer).__name__:
-        macs = int(inputs[0].numel()) * w.shape[1] * kprod
-    else:
-        macs = int(output.numel()) * w.shape[1] * kprod
-    state["flops"] += 2.0 * macs
+    n = _numel(inputs[0]) if "Transpose" in type(layer).__name__ else _numel(output)
+    if n is not None:
+        state["flops"] += 2.0 * n * w.shape[1] * kprod
 
 
 def _linear_hook(layer, inputs, output):
     if not state["on"]:
         return
     fin, fout = layer.weight.shape
-    state["flops"] += 2.0 * (int(output.numel()) // fout) * fin * fout
+    n = _numel(output)
+    if n is not None:
+        state["flops"] += 2.0 * (n // fout) * fin * fout
 
 
 def _rnn_hook(layer, inputs, output):
@@ -33,6 +46,8 @@ def _rnn_hook(layer, inputs, output):
         return
     x = inputs[0]
     b, t = (x.shape[1], x.shape[0]) if getattr(layer, "time_major", False) else (x.shape[0], x.shape[1])
+    if min(b, t) < 0:
+        return
     gates = {"LSTM": 4, "GRU": 3}.get(type(layer).__name__, 1)
     h = layer.hidden_size
     dirs = layer.num_directions
@@ -76,6 +91,8 @@ def _count_matmul(x, y, tx=False, ty=False):
         xs[-1], xs[-2] = xs[-2], xs[-1]
     if ty:
         ys[-1], ys[-2] = ys[-2], ys[-1]
+    if any(type(d) is not int or d < 0 for d in xs + ys):
+        return
     bx, by = xs[:-2], ys[:-2]
     nb = max(len(bx), len(by))
     bx, by = [1] * (nb - len(bx)) + bx, [1] * (nb - len(by)) + by

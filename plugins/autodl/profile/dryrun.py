@@ -479,14 +479,15 @@ def run_dry_run(
                               batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
     except SandboxUnavailable as exc:  # user code never runs unisolated
         return DryRun(outcome="no-isolation", reason=str(exc), seconds=round(time.monotonic() - t0, 3))
-    dr = summarize(raw, res, target_batch=target, timeout=timeout)
+    dr = summarize(raw, res, target_batch=_target_for(raw, target, batch_from_spec), timeout=timeout)
     if dr.outcome == "tool-failure" and raw.get("error", {}) and raw["error"].get("batch_reduced") \
-            and not dr.raw.get("steps") and time.monotonic() - t0 < timeout * 0.5:
-        # the reduced batch broke the script (e.g. a label tensor of the full batch): once more at its own batch
+            and not any(s.get("measured") for s in dr.raw.get("steps") or []) and time.monotonic() - t0 < timeout * 0.5:
+        # the reduced batch broke the script (e.g. a label tensor of the full batch, or a slice of a data tensor the
+        # dry run shrank, after its warm-up step): once more at its own batch
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
-        dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
+        dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
         dr = dr2
@@ -501,7 +502,7 @@ def run_dry_run(
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
-        dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
+        dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
         if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
             dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
                 f"the script ended after batch sizes {dr.batch_sizes}, far below its batch {dr.batch}; the dry run "
@@ -519,7 +520,7 @@ def run_dry_run(
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
-        dr2 = summarize(raw2, res2, target_batch=target, timeout=timeout)
+        dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
         if dr2.ok and dr2.batch in dr2.batch_sizes:
             dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
                 f"which input dimension the batch grows could not be told from one loader size ({dr.reason}); "
@@ -848,14 +849,29 @@ def axis_ratio(steps: list[dict]) -> float | None:
 
 def script_native(raw: dict) -> int | None:
     """The batch the script itself trains with, as the dry run saw it: its training DataLoader's batch size, or
-    the first dimension of the tensors it created before the dry run reduced them."""
+    the first dimension of the tensors it created before the dry run reduced them, when the model was called at
+    their reduced size (a tensor of 64 rows the script slices micro-batches of 2 out of is a data set, not the
+    batch)."""
     plan = raw.get("plan") or {}
     if plan.get("native"):
         return int(plan["native"])
-    created = [c[0] for c in raw.get("created_batches") or []]
+    seen = {s.get("batch") for s in raw.get("steps") or [] if s.get("batch")}
+    created = [c[0] for c in raw.get("created_batches") or [] if not seen or c[1] in seen]
     if created:
         return max(created)
     return None
+
+
+def _target_for(raw: dict, batch: int | None, from_spec: bool) -> int | None:
+    """The batch a dry run's figure is for: the spec's; else, when the dry run changed nothing (no loader driven,
+    no tensor shrunk) and measured steps, the batch the script was seen to train at (None: summarize takes it),
+    not the static reading's guess; else that guess."""
+    if from_spec or batch is None:
+        return batch
+    plan = raw.get("plan") or {}
+    if raw.get("steps") and not raw.get("reduced") and not plan.get("native") and not plan.get("target"):
+        return None
+    return batch
 
 
 def step_flops_per_sample(steps: list[dict], unit: Any = lambda s: s["batch"]) -> float | None:

@@ -1,0 +1,49 @@
+"""Kinds found by the fresh scripts of issue 18 (benchmarks/fresh_scripts/, written without the estimator's code), each
+kept as a small case in tests/cases/estimator/fresh/ with its truth.
+
+Truth = Paddle 3.3.1's CPU allocator peak of the second training step (``benchmarks/user_scripts/measure.py
+--no-ref-flops SCRIPT``). Held to issue 18's targets: never under by more than 5%, never over by more than 10%. These
+run Paddle in the sandbox and are ``slow``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autodl.profile import profile_script
+from autodl.spec import parse_spec
+
+CASES = Path(__file__).resolve().parents[1] / "cases" / "estimator" / "fresh"
+
+pytestmark = pytest.mark.slow
+
+
+def _profile(name: str):
+    p = profile_script(CASES / f"{name}.py", parse_spec({"task": {}}), probe=True)
+    assert p.errors == [], [f.message for f in p.errors]  # the scripts train as written: no false error
+    assert p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    return p
+
+
+def _close(est: int, truth: int) -> bool:
+    return -0.05 <= (est - truth) / truth <= 0.10
+
+
+def test_a_forward_compiled_with_to_static_full_graph_is_measured_not_called_a_script_error():
+    """mixer_to_static.py: the dry run's FLOPs hooks called int(numel()) on the graph values of a
+    ``to_static(full_graph=True)`` trace; the TypeError was reported as the script's error (it trains as written).
+    Truth 8,929,008 B."""
+    p = _profile("to_static_full_graph")
+    assert _close(p.tensor_peak_bytes, 8_929_008)
+
+
+def test_micro_batches_sliced_from_a_created_data_tensor_are_the_batch_not_its_rows():
+    """gpt_medium_presets.py: micro-batches of 2 sliced from a 64-row token tensor the script creates. The dry run
+    shrank the 64 rows, a slice came out empty, its batch of 0 made the report unusable, and the model-only probe
+    at batch 64 said 15.2 GB for a 7.0 GB need; measured natively, the figure was still extrapolated to the 64 rows
+    (+340% here). Truth 79,563,312 B at the script's batch of 2."""
+    p = _profile("slices_of_a_data_tensor")
+    assert p.batch_size == 2
+    assert _close(p.tensor_peak_bytes, 79_563_312)
