@@ -383,7 +383,8 @@ def _end_one_of_many_steps(opt):
     if opt is not None:
         state["opt"] = opt
     if len(state["step_peaks"]) == max_over_steps:
-        report(max(state["step_peaks"]), f"gradient clear number {max_over_steps + 1} (max over {max_over_steps} steps)")
+        report(max(state["step_peaks"]),
+               f"gradient clear number {max_over_steps + 1} (max over {max_over_steps} steps)")
     gc.collect()
     core.host_memory_stat_reset_peak_value("Allocated", 0)
     state["t_step"] = time.time()
