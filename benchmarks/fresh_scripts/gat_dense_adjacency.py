@@ -84,6 +84,7 @@ class GAT(nn.Layer):
 
 def run():
     paddle.seed(CFG["seed"])
+    np.random.seed(CFG["seed"])  # DataLoader(shuffle=True) draws its order from NumPy's global generator
     data = PPILike(CFG["data"], CFG["seed"])
     loader = paddle.io.DataLoader(data, batch_size=CFG["data"]["graphs_per_batch"], shuffle=True,
                                   collate_fn=block_diag_collate)

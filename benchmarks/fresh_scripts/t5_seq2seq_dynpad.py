@@ -155,6 +155,7 @@ class T5ForConditionalGeneration(nn.Layer):
 def main():
     args = parse_args()
     paddle.seed(args.seed)
+    np.random.seed(args.seed)  # DataLoader(shuffle=True) draws its order from NumPy's global generator
     ds = SummaryDataset(args)
     loader = paddle.io.DataLoader(ds, batch_size=args.per_device_train_batch_size, shuffle=True, collate_fn=collate)
     model = T5ForConditionalGeneration(args)
