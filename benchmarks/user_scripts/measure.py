@@ -1,6 +1,6 @@
 """Ground truth for one training script, in a fresh Python process (truth.py's method, widened to more styles).
 
-    python measure.py [--phase train|eval] [--no-ref-flops] SCRIPT [script args...]
+    python measure.py [--phase train|eval] [--no-ref-flops] [--max-over-steps N] SCRIPT [script args...]
 
 Prints one line ``TRUTH {json}``. Adapted from ``tests/cases/estimator/truth.py`` (the handed cases' truth); the
 method is the same:
@@ -46,6 +46,14 @@ Also reported:
   BatchNorm/activations/pooling, and zero for layers it has no rule for (e.g. RNNs, Embedding, attention
   matmuls inside custom layers);
 * ``step_s``: wall seconds of the measured step; ``total_s``: wall seconds from start to the reading.
+
+``--max-over-steps N`` (train phase; default off, so a plain run is unchanged): for scripts whose inputs change
+size between steps (variable image sizes, graphs of different sizes, bucketed lengths) one step is not the truth.
+After the warm-up step, N consecutive steps are measured, each from its own ``gc.collect()`` + peak reset at the
+clear that starts it to the clear that ends it; ``peak`` is the largest of them, ``per_step_peak_bytes`` and
+``per_step_s`` list them all, ``max_over_steps`` is N and ``peak_step`` the 0-based index of the largest.
+``fwd_flops_per_call`` is then averaged over the N steps' forward calls.  If the script ends before N steps were
+measured, the steps measured so far are reported with ``ended_by`` saying so (none measured is an error).
 """
 import gc
 import json
@@ -64,6 +72,7 @@ paddle.set_device("cpu")
 args = sys.argv[1:]
 phase = "train"
 ref_flops_wanted = True
+max_over_steps = 0
 while args and args[0].startswith("--"):
     opt = args.pop(0)
     if opt == "--phase":
@@ -72,14 +81,19 @@ while args and args[0].startswith("--"):
         phase = opt.split("=", 1)[1]
     elif opt == "--no-ref-flops":
         ref_flops_wanted = False
+    elif opt == "--max-over-steps":
+        max_over_steps = int(args.pop(0))
+    elif opt.startswith("--max-over-steps="):
+        max_over_steps = int(opt.split("=", 1)[1])
     else:
-        sys.exit(f"measure.py: unknown option {opt!r}; use --phase train|eval, --no-ref-flops")
-if phase not in ("train", "eval") or not args:
-    sys.exit("usage: measure.py [--phase train|eval] [--no-ref-flops] SCRIPT [script args...]")
+        sys.exit(f"measure.py: unknown option {opt!r}; use --phase train|eval, --no-ref-flops, --max-over-steps N")
+if phase not in ("train", "eval") or not args or max_over_steps < 0 or (max_over_steps and phase != "train"):
+    sys.exit("usage: measure.py [--phase train|eval] [--no-ref-flops] [--max-over-steps N (train only)] "
+             "SCRIPT [script args...]")
 script, argv = args[0], args[1:]
 state = {"model": None, "updates_since_clear": 0, "updates": 0, "clears": 0, "counting": False, "flops": 0.0,
          "fwd_calls": 0, "input": None, "single_float_input": False, "t0": time.time(), "in_rnn": 0,
-         "eval_calls": 0, "eval_measuring": False, "done": False, "opt": None}
+         "eval_calls": 0, "eval_measuring": False, "done": False, "opt": None, "step_peaks": [], "step_s": []}
 
 
 # --------------------------------------------------------------------------- FLOP reference (forward), as truth.py
@@ -238,6 +252,12 @@ def report(peak, what):
            "paddle": paddle.__version__}
     if phase == "eval":
         out["first_eval_peak"] = state.get("first_eval_peak")
+    if max_over_steps:
+        out["max_over_steps"] = max_over_steps
+        out["per_step_peak_bytes"] = state["step_peaks"]
+        out["per_step_s"] = state["step_s"]
+        out["peak_step"] = state["step_peaks"].index(peak)
+        out["step_s"] = max(state["step_s"])
     if phase == "train":
         out["ref_flops"], out["ref_flops_input"] = _ref_flops(m)
     print("\nTRUTH " + json.dumps(out), flush=True)  # a newline first: a progress bar may hold the line
@@ -348,10 +368,26 @@ def on_clear(opt):
         core.host_memory_stat_reset_peak_value("Allocated", 0)
         state["counting"] = True
         state["t_step"] = time.time()
+    elif max_over_steps:
+        _end_one_of_many_steps(opt)
     elif state["clears"] == 2:
         if opt is not None:
             state["opt"] = opt
         report(int(core.host_memory_stat_peak_value("Allocated", 0)), "the second gradient clear")
+
+
+def _end_one_of_many_steps(opt):
+    """``--max-over-steps N``: record the step that this clear ends; report the max after N, else start the next."""
+    state["step_peaks"].append(int(core.host_memory_stat_peak_value("Allocated", 0)))
+    state["step_s"].append(round(time.time() - state["t_step"], 2))
+    if opt is not None:
+        state["opt"] = opt
+    if len(state["step_peaks"]) == max_over_steps:
+        report(max(state["step_peaks"]),
+               f"gradient clear number {max_over_steps + 1} (max over {max_over_steps} steps)")
+    gc.collect()
+    core.host_memory_stat_reset_peak_value("Allocated", 0)
+    state["t_step"] = time.time()
 
 
 orig_clear = paddle.optimizer.Optimizer.clear_grad
@@ -408,6 +444,9 @@ sys.argv = [script, *argv]
 sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
 runpy.run_path(script, run_name="__main__")
 _end_eval("the end of the script")
+if max_over_steps and state["step_peaks"] and not state["done"]:
+    report(max(state["step_peaks"]), f"the end of the script after {len(state['step_peaks'])} of {max_over_steps} "
+                                     "measured steps")
 print("TRUTH " + json.dumps({"error": f"the script ended before the {phase} step was measured",
                              "clears": state["clears"], "updates": state["updates"],
                              "eval_calls": state["eval_calls"]}), flush=True)
