@@ -282,6 +282,40 @@ def test_a_paddle_data_set_that_downloads_is_stood_in_for_and_measured(tmp_path)
     assert p.phases[0].input_shapes == [[28, 28]]
 
 
+def test_the_amp_level_and_distributed_calls_the_child_saw_are_read():
+    """The dry-run child reports what the script called (issue 20: the symbolic reading once gave these): O2 over
+    O1, fleet over data-parallel markers; worker counts of fleet are not a marker; an unknown level is dropped."""
+    from autodl.profile.dryrun import called_amp, called_distributed, dryrun_report
+
+    raw = dryrun_report(json.dumps({"amp": ["O1", "O2", "O3"], "distributed_calls": ["get_rank", "init_parallel_env"],
+                                    "conv": True}))
+    assert raw["amp"] == ["O1", "O2"] and raw["conv"] is True
+    assert called_amp(raw) == "O2" and called_distributed(raw) == "data_parallel"
+    assert called_distributed({"distributed_calls": ["fleet.init", "DataParallel"]}) == "fleet"
+    assert called_distributed({"distributed_calls": ["fleet.worker_num", "get_world_size"]}) is None
+    assert called_amp({"amp": []}) is None and called_amp(dryrun_report("{}")) is None
+
+
+@pytest.mark.slow
+def test_amp_and_data_parallel_from_a_config_file_are_what_the_dry_run_saw(tmp_path):
+    """The AMP level and the parallel setup read from a JSON file: the call-site reading cannot know the level (it
+    says O1, auto_cast's default) nor see a call made through getattr; the dry run saw both called."""
+    (tmp_path / "config.json").write_text(json.dumps({"amp_level": "O2", "init": "init_parallel_env"}))
+    script = tmp_path / "train.py"
+    script.write_text(MLP.replace('WIDTH = 1024', 'WIDTH = 1024\nimport json\nCFG = json.load(open("config.json"))')
+                      .replace('if __name__ == "__main__":\n',
+                               'if __name__ == "__main__":\n    getattr(paddle.distributed, CFG["init"])()\n')
+                      .replace("        loss = F.cross_entropy(model(x), y)\n",
+                               "        with paddle.amp.auto_cast(level=CFG['amp_level']):\n"
+                               "            loss = F.cross_entropy(model(x), y)\n"))
+    read = profile_script(script, probe=False)
+    assert read.amp == "O1" and read.distributed is None
+    p = profile_script(script, probe=True)
+    assert p.method == "dry_run", p.method_reason
+    assert p.amp == "O2" and p.dtype == "float16" and p.distributed == "data_parallel"
+    assert "cudnn_workspace" not in p.workspace_terms_bytes  # the model it trained has no convolution
+
+
 @pytest.mark.slow
 def test_num_workers_from_a_config_file(tmp_path):
     """num_workers read from a JSON file: static analysis cannot know it and acts conservatively (None: the
