@@ -3,7 +3,7 @@
 Seen with the old probe: the model's ``__init__`` read the CLI's ``/proc/<pid>/environ`` and autodl
 echoed the store URL's password in a ``probe-failed`` finding; it connected to Unix sockets, left a
 ``setsid`` daemon behind, forked 100 children and wrote outside its folder. Now the same script
-yields a ``probe-failed`` warning that quotes only what the sandbox could see, and a static estimate.
+yields a ``probe-failed`` warning that quotes only what the sandbox could see, and the conservative bound.
 """
 
 from __future__ import annotations
