@@ -3,7 +3,7 @@
 For each script: the truth is measured by running the real script in a fresh process (its own ``__main__``, its own
 training loop) with hooks (``benchmarks/truth.py``: the host allocator's peak of the second full training step,
 ``core.host_memory_stat_peak_value("Allocated", 0)``, and with ``--eval`` of its first evaluation call); the
-estimate is ``profile_script(...)`` with the sandboxed paths on (dry run, else probe, else static), its
+estimate is ``profile_script(...)`` with the sandboxed paths on (dry run, else probe, else the conservative bound), its
 ``tensor_peak_bytes`` (the tensor part of the peak: the GPU-only workspace terms cannot be seen on CPU and are
 excluded on both sides). Where a script has an evaluation pass, the truth is the larger of the two phases, as the
 profile's peak is. Truth values are cached in ``benchmarks/results/truth.json`` (``--remeasure`` to redo them);
@@ -12,7 +12,6 @@ theirs.
 
     .venv/bin/python benchmarks/estimate_accuracy.py             # all scripts (tens of minutes on 2 cores)
     .venv/bin/python benchmarks/estimate_accuracy.py --only gpt   # scripts whose name contains 'gpt'
-    .venv/bin/python benchmarks/estimate_accuracy.py --ops        # per-op measurements behind layers.py
 """
 
 from __future__ import annotations
@@ -110,23 +109,13 @@ def measure(script: Path, argv: list[str], opts: tuple[str, ...] = ()) -> dict:
     raise RuntimeError(f"{script}: no measurement ({r.stderr.strip().splitlines()[-3:]})")
 
 
-def run_ops() -> None:
-    """Per-op activation measurements (the constants of autodl/profile/layers.py)."""
-    code = (ROOT / "benchmarks" / "models" / "op_memory.py")
-    subprocess.run([sys.executable, str(code)], check=False)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run scripts whose name contains this text")
-    ap.add_argument("--ops", action="store_true", help="print the per-op measurements instead")
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--remeasure", action="store_true", help="measure the truth again instead of using the cache")
     ap.add_argument("--no-profile", action="store_true", help="only measure the truth (fills the cache)")
     opts = ap.parse_args()
-    if opts.ops:
-        run_ops()
-        return
     from autodl.profile import profile_script
     from autodl.spec import load_spec, parse_spec
 

@@ -117,7 +117,7 @@ class ResourceProfile(_Frozen):
     distributed: str | None = Field(None, description="None, 'data_parallel' or 'fleet'.")
     num_workers: int | None = Field(0, description="DataLoader worker processes; None when the script's value could "
                                                    "not be read (acted on as > 0: the launcher gives /dev/shm).")
-    method: str = Field("static", description="'dry_run', 'probe', 'static' or 'cold_start'.")
+    method: str = Field("static", description="'dry_run', 'probe' or 'cold_start' (the conservative bound); 'static' in profiles made before issue 20.")
     method_reason: str | None = Field(None, description="Why this path was taken (and why the ones before it were not).")
     phases: list[PhasePeak] = Field(default_factory=list, description="Tensor peak per phase; the profile's is their maximum.")
     dry_run_seconds: float | None = None
@@ -524,7 +524,7 @@ class ProfileResult(_StepValue):
     declared_pool: bool = False
     profiled_in: Literal["worker", "docker", "kubernetes", "not-run"] = Field(
         "not-run", description="Where the script ran for the estimate (the dry run's venue); 'not-run': the "
-                               "estimate is the static bound (the profile's findings say why).")
+                               "estimate is the conservative bound (the profile's findings say why).")
     overrides: dict[str, str | list[str]] = Field(
         default_factory=dict, description="Run-time spec overrides, e.g. {'launcher': 'docker', 'args': ['--epochs', '3']}.")
 

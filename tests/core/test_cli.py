@@ -27,10 +27,10 @@ def test_profile_json_has_the_documented_keys():
     for key in ("params", "peak_memory_bytes", "breakdown", "flops_per_step", "num_gpus", "findings",
                 "max_batch_size_by_device"):
         assert key in out
-    # conv1 3*32*9+32, bn1 4*32, conv2 32*64*9+64, bn2 4*64, fc1 4096*256+256, fc2 256*10+10
-    assert out["params"] == 896 + 128 + 18496 + 256 + 1048832 + 2570
+    # unmeasured (--no-probe): the conservative bound, the model's size unknown (null, never 0)
+    assert out["params"] is None and out["method"] == "cold_start"
     assert out["batch_size"] == 64
-    assert out["max_batch_size_by_device"]["A100-SXM4-40GB"] > out["max_batch_size_by_device"]["T4"] > 64
+    assert out["max_batch_size_by_device"] == {}
     assert out["peak_memory_bytes"] == sum(out["breakdown"].values())
 
 

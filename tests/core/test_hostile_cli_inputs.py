@@ -78,7 +78,8 @@ def test_a_script_in_a_declared_encoding_is_read_as_python_reads_it(cases, capsy
     """Seen: a latin-1 script with ``# -*- coding: latin-1 -*-`` (Python runs it) was refused as "not UTF-8"."""
     code, out, err = run(capsys, "profile", "st_s_latin1_cookie.py", "--no-probe", "--json")
     assert code == 0, err
-    assert json.loads(out)["params"] == 32 * 4 + 4
+    out = json.loads(out)
+    assert out["model_name"] == "Net" and out["params"] is None  # read (the model class found), unmeasured
 
 
 @pytest.mark.parametrize("name, needle", [
@@ -107,7 +108,7 @@ def test_a_large_but_bounded_script_is_still_profiled(cases, capsys):
     body = "1," * 50_000
     Path("st_big_ok.py").write_text("import paddle.nn as nn\nT = [" + body + "]\nmodel = nn.Linear(4, 4)\n")
     code, out, err = run(capsys, "profile", "st_big_ok.py", "--no-probe", "--json")
-    assert code == 0 and json.loads(out)["params"] == 20, err
+    assert code == 0 and json.loads(out)["model_name"] == "Linear", err
 
 
 def _mount_spec(folder: Path, source: str) -> str:

@@ -100,7 +100,7 @@ class _NoPolicyApi:
 
 def test_without_the_deny_all_policy_no_pod_is_created(tmp_path, monkeypatch):
     """No network is not a pod field: where the namespace lacks the policy, the venue refuses (the profile falls
-    back to the static bound and says why) rather than run the script with the namespace's network."""
+    back to the conservative bound and says why) rather than run the script with the namespace's network."""
     api = _NoPolicyApi()
     spec = parse_spec({"launcher": {"type": "kubernetes", "namespace": "ml"}})
     venue = PodVenue(spec.launcher, {"api": api})

@@ -166,14 +166,15 @@ def test_first_batch_is_the_runs_own_when_a_step_is_cheap():
 
 
 def test_no_isolation_means_the_script_is_not_run(monkeypatch):
-    """Where the sandbox cannot isolate anything, the user's code does not run at all: static, with a warning."""
+    """Where the sandbox cannot isolate anything, the user's code does not run at all: the conservative bound, with a
+    warning."""
     import autodl.profile as prof
 
     monkeypatch.setattr(prof, "isolation", lambda: "none")
     p = profile_script(FIX / "simple_cnn.py", probe=True)
-    assert p.method == "static" and p.dry_run_seconds is None and p.probe_seconds is None
+    assert p.method == "cold_start" and p.params is None and p.dry_run_seconds is None and p.probe_seconds is None
     (w,) = [f for f in p.findings if f.code == "probe-unavailable"]
-    assert w.severity == "warning" and "not run" in w.message and "static" in w.message
+    assert w.severity == "warning" and "not run" in w.message and "conservative bound" in w.message
 
 
 # --------------------------------------------------------------------------------------------- slow: Paddle
@@ -257,7 +258,7 @@ def test_paddles_own_error_on_the_users_code_is_the_error_finding():
     (err,) = p.errors
     assert err.code == "script-error" and err.line == 18  # return self.fc(x), in forward()
     assert "4096" in err.message and "16384" in err.message
-    assert not [f for f in p.findings if f.code == "shape-mismatch"]  # the static reading is not repeated
+    assert not [f for f in p.findings if f.code == "shape-mismatch"]  # no shape is read from the text
 
 
 @pytest.mark.slow
@@ -279,6 +280,40 @@ def test_a_paddle_data_set_that_downloads_is_stood_in_for_and_measured(tmp_path)
     assert p.method == "dry_run" and p.params == 7850, p.method_reason
     assert any(f.code == "dry-run-note" and "stood in" in f.message for f in p.findings)
     assert p.phases[0].input_shapes == [[28, 28]]
+
+
+def test_the_amp_level_and_distributed_calls_the_child_saw_are_read():
+    """The dry-run child reports what the script called (issue 20: the symbolic reading once gave these): O2 over
+    O1, fleet over data-parallel markers; worker counts of fleet are not a marker; an unknown level is dropped."""
+    from autodl.profile.dryrun import called_amp, called_distributed, dryrun_report
+
+    raw = dryrun_report(json.dumps({"amp": ["O1", "O2", "O3"], "distributed_calls": ["get_rank", "init_parallel_env"],
+                                    "conv": True}))
+    assert raw["amp"] == ["O1", "O2"] and raw["conv"] is True
+    assert called_amp(raw) == "O2" and called_distributed(raw) == "data_parallel"
+    assert called_distributed({"distributed_calls": ["fleet.init", "DataParallel"]}) == "fleet"
+    assert called_distributed({"distributed_calls": ["fleet.worker_num", "get_world_size"]}) is None
+    assert called_amp({"amp": []}) is None and called_amp(dryrun_report("{}")) is None
+
+
+@pytest.mark.slow
+def test_amp_and_data_parallel_from_a_config_file_are_what_the_dry_run_saw(tmp_path):
+    """The AMP level and the parallel setup read from a JSON file: the call-site reading cannot know the level (it
+    says O1, auto_cast's default) nor see a call made through getattr; the dry run saw both called."""
+    (tmp_path / "config.json").write_text(json.dumps({"amp_level": "O2", "init": "init_parallel_env"}))
+    script = tmp_path / "train.py"
+    script.write_text(MLP.replace('WIDTH = 1024', 'WIDTH = 1024\nimport json\nCFG = json.load(open("config.json"))')
+                      .replace('if __name__ == "__main__":\n',
+                               'if __name__ == "__main__":\n    getattr(paddle.distributed, CFG["init"])()\n')
+                      .replace("        loss = F.cross_entropy(model(x), y)\n",
+                               "        with paddle.amp.auto_cast(level=CFG['amp_level']):\n"
+                               "            loss = F.cross_entropy(model(x), y)\n"))
+    read = profile_script(script, probe=False)
+    assert read.amp == "O1" and read.distributed is None
+    p = profile_script(script, probe=True)
+    assert p.method == "dry_run", p.method_reason
+    assert p.amp == "O2" and p.dtype == "float16" and p.distributed == "data_parallel"
+    assert "cudnn_workspace" not in p.workspace_terms_bytes  # the model it trained has no convolution
 
 
 @pytest.mark.slow
@@ -357,7 +392,7 @@ def test_texts_from_the_report_are_cut_and_printable():
 def test_a_sandbox_that_fails_when_the_dry_run_starts_runs_nothing(monkeypatch):
     """isolation() said a sandbox could be made, but it cannot when the dry run starts (bubblewrap removed, its
     user namespaces refused): run_sandboxed raises SandboxUnavailable. Nothing runs -- neither the dry run nor the
-    model-only probe (sandboxed too) -- and the profile is static with the same ``probe-unavailable`` warning as
+    model-only probe (sandboxed too) -- and the profile is the conservative bound with the same ``probe-unavailable`` warning as
     when isolation() says "none", naming the reason."""
     import autodl.profile as prof
     import autodl.sandbox as sandbox
@@ -369,7 +404,7 @@ def test_a_sandbox_that_fails_when_the_dry_run_starts_runs_nothing(monkeypatch):
         p = profile_script(FIX / "simple_cnn.py", probe=True)
     finally:
         sandbox._bwrap_check.cache_clear()
-    assert p.method == "static" and p.probe_seconds is None and p.errors == []
+    assert p.method == "cold_start" and p.probe_seconds is None and p.errors == []
     (w,) = [f for f in p.findings if f.code == "probe-unavailable"]
     assert w.severity == "warning" and "bubblewrap" in w.message and "not run" in w.message, w.message
     assert not [f for f in p.findings if f.code == "dry-run-failed"]
@@ -484,39 +519,19 @@ def test_a_script_writing_a_big_checkpoint_is_stopped_at_the_disk_bound(tmp_path
     assert list((tmp_path / "ckpt").iterdir()) == []  # nothing written beside the script
 
 
-def test_without_paddle_the_static_estimate_says_why(monkeypatch):
+def test_without_paddle_the_conservative_bound_says_why(monkeypatch):
     """Found on an install without the paddle extra: the dry run and the probe were skipped silently ("static",
     no finding). Now a warning names why and what to install."""
     import autodl.profile as prof
 
     monkeypatch.setattr(prof, "paddle_available", lambda: False)
     p = profile_script(FIX / "simple_cnn.py")
-    assert p.method == "static" and p.dry_run_seconds is None and p.probe_seconds is None
+    assert p.method == "cold_start" and p.params is None and p.dry_run_seconds is None and p.probe_seconds is None
     (w,) = [f for f in p.findings if f.code == "paddle-unavailable"]
-    assert w.severity == "warning" and "not importable" in w.message and "static" in w.message
+    assert w.severity == "warning" and "not importable" in w.message and "largest allowed device" in w.message
     assert "PaddlePaddle is not installed" in p.method_reason
 
 
-@pytest.mark.slow
-def test_no_static_shape_warning_when_the_dry_run_trained(tmp_path, monkeypatch):
-    """Issue 18: a `shape-mismatch` from static analysis alone on a script that trains is untrue. The spec's
-    input_shape (64x64) is not the script's own 32x32 data; the dry run trains it (each step sleeps, so its time
-    runs out after a step), the probe cannot call forward(x, scale) and the static figure stands: the static
-    reading is not said as a warning."""
-    script = tmp_path / "slow_cnn.py"
-    text = (FIX / "simple_cnn.py").read_text().replace(
-        "        opt.clear_grad()\n", "        opt.clear_grad()\n        __import__('time').sleep(60)\n")
-    text = text.replace("def forward(self, x):", "def forward(self, x, scale):").replace(
-        "return self.fc2(x)", "return self.fc2(x) * scale").replace("model(x), y)", "model(x, 0.5), y)")
-    script.write_text(text)
-    monkeypatch.setenv("AUTODL_DRYRUN_TIMEOUT_S", "25")
-    spec = parse_spec({"task": {"input_shape": [3, 64, 64]}})
-    p = profile_script(script, spec, probe=True, dry_run=True)
-    static = profile_script(script, spec, probe=False)
-    assert [f.code for f in static.findings if f.code == "shape-mismatch"]  # what static analysis alone says
-    assert p.method == "cold_start" and p.errors == []
-    assert not [f for f in p.findings if f.code == "shape-mismatch"], [f.message for f in p.findings]
-    assert [f for f in p.findings if f.code == "static-shape-unconfirmed"]
 # ------------------------------------------------------------------ an allocation larger than the dry run's limit
 def test_the_failed_request_is_read_from_paddles_and_numpys_messages():
     from autodl.profile.dryrun import failed_batch, failed_request

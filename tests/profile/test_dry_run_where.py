@@ -53,33 +53,33 @@ def test_a_bad_configured_venue_names_the_variable_and_the_choices(monkeypatch):
     assert configured(None)[0] == "launcher"
 
 
-def test_without_paddle_and_without_an_image_the_finding_says_static_and_why(monkeypatch):
+def test_without_paddle_and_without_an_image_the_finding_says_the_bound_and_why(monkeypatch):
     import autodl.profile as prof
 
     monkeypatch.setattr(prof, "paddle_available", lambda: False)
     p = profile_script(FIX / "simple_cnn.py", parse_spec({"launcher": {"type": "local"}}))
-    assert p.method == "static" and p.dry_run_in is None
+    assert p.method == "cold_start" and p.params is None and p.dry_run_in is None
     (w,) = [f for f in p.findings if f.code == "paddle-unavailable"]
-    assert "static" in w.message and "'local', which has no image" in w.message
+    assert "conservative bound" in w.message and "'local', which has no image" in w.message
 
 
 def test_forcing_the_launcher_with_a_local_launcher_runs_nothing_and_says_so():
     p = profile_script(FIX / "simple_cnn.py", parse_spec({"task": {"dry_run_in": "launcher"}, "launcher": "local"}))
-    assert p.method == "static" and p.dry_run_in is None and p.dry_run_seconds is None
+    assert p.method == "cold_start" and p.dry_run_in is None and p.dry_run_seconds is None
     (w,) = [f for f in p.findings if f.code == "dry-run-nowhere"]
-    assert "static bound" in w.message and "dry_run_in is launcher" in w.message
+    assert "conservative bound" in w.message and "dry_run_in is launcher" in w.message
 
 
-def test_an_unreachable_engine_leaves_the_static_bound_with_the_engines_reason(monkeypatch):
-    """The launcher's engine does not answer: nothing ran, the estimate is static, the finding names the engine."""
+def test_an_unreachable_engine_leaves_the_conservative_bound_with_the_engines_reason(monkeypatch):
+    """The launcher's engine does not answer: nothing ran, the estimate is the conservative bound, the finding names the engine."""
     import autodl.profile as prof
 
     monkeypatch.setattr(prof, "paddle_available", lambda: False)
     spec = parse_spec({"launcher": {"type": "docker", "image": "autodl-none:0", "image_pull_policy": "Never"}})
     p = profile_script(FIX / "simple_cnn.py", spec, engine={"base_url": "tcp://127.0.0.1:9", "timeout": 2})
-    assert p.method == "static" and p.dry_run_in is None
+    assert p.method == "cold_start" and p.dry_run_in is None
     (w,) = [f for f in p.findings if f.code == "probe-unavailable"]
-    assert "launcher's image" in w.message and "127.0.0.1:9" in w.message and "static" in w.message
+    assert "launcher's image" in w.message and "127.0.0.1:9" in w.message and "conservative bound" in w.message
 
 
 # --------------------------------------------------------------------------- the entry's report, untrusted

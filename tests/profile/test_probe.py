@@ -83,7 +83,7 @@ def test_dry_run_of_a_hanging_script_times_out_and_falls_back(tmp_path, monkeypa
 
 def test_probe_reports_a_shape_error_with_layer_and_shapes(tmp_path):
     """The probe feeds inputs autodl made up, so its shape error is a warning naming the layer and both shapes,
-    never an error (issue 8, kind 2). The static pass cannot follow this forward() (a while loop), and the
+    never an error (issue 8, kind 2). Nothing reads this forward() (the static forward is gone), and the
     script has no training loop, so the dry run has nothing to measure."""
     s = tmp_path / "late.py"
     s.write_text(

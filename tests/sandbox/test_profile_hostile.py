@@ -3,7 +3,7 @@
 Seen with the old probe: the model's ``__init__`` read the CLI's ``/proc/<pid>/environ`` and autodl
 echoed the store URL's password in a ``probe-failed`` finding; it connected to Unix sockets, left a
 ``setsid`` daemon behind, forked 100 children and wrote outside its folder. Now the same script
-yields a ``probe-failed`` warning that quotes only what the sandbox could see, and a static estimate.
+yields a ``probe-failed`` warning that quotes only what the sandbox could see, and the conservative bound.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_autodl_profile_on_a_hostile_model_init(sandbox_level, hostile, marker):
 
 
 def test_profile_falls_back_to_static_when_no_sandbox_can_be_made(hostile, marker, monkeypatch):
-    """No isolation here: the probe is not run at all (a warning says so), the estimate is static."""
+    """No isolation here: the probe is not run at all (a warning says so), the estimate is the conservative bound."""
     import autodl.sandbox as sandbox
 
     script, spec, outside, server = hostile
@@ -147,8 +147,8 @@ def test_profile_falls_back_to_static_when_no_sandbox_can_be_made(hostile, marke
         sandbox._bwrap_check.cache_clear()
     (f,) = [f for f in p.findings if f.code == "probe-unavailable"]
     assert f.severity == "warning"
-    assert "bubblewrap" in f.message and "static" in f.message
-    assert p.method in ("static", "cold_start") and p.peak_memory_bytes > 0
+    assert "bubblewrap" in f.message and "conservative bound" in f.message
+    assert p.method == "cold_start" and p.params is None and p.peak_memory_bytes > 0
     _assert_nothing_escaped(outside, server, marker)
 
 

@@ -15,7 +15,7 @@ from autodl.catalog import Catalog, load_catalog
 from autodl.errors import ProfileError
 from autodl.profile import memory as E
 from autodl.profile.advice import advice
-from autodl.profile.analysis import ScriptFacts, scan
+from autodl.profile.facts import ScriptFacts, scan
 from autodl.profile.runtime import estimate_step_time_s
 from autodl.profile import paths as P
 from autodl.profile.paths import BATCH_SIZE_ENV, COLD_START_FACTOR, DEFAULT_BATCH_SIZE
@@ -151,27 +151,28 @@ def profile_script(
     findings: list[Finding] = list(facts.findings)
     _spec_batch_check(facts, spec, source, findings)
     inputs = P.run_inputs(facts, spec)
-    static = P.static_path(facts, inputs)
-    reasons = [static.reason]
+    bound = P.bound_path(inputs)
+    reasons: list[str] = []
     if probe is None and task is not None:
         probe = task.probe  # the spec's task.probe, unless the caller (CLI flag, operator) decided
     where, do_probe, do_dry = _where(path, spec, probe, dry_run, findings, reasons)
-    dry = P.dry_run_path(path, spec, facts, source, inputs, static, engine, where, do_probe, findings, reasons) \
+    dry = P.dry_run_path(path, spec, facts, source, inputs, bound, engine, where, do_probe, findings, reasons) \
         if do_dry else None
     dr = dry.dr if dry is not None else None
     user_error = dry is not None and dry.user_error
     measured = dry.estimate if dry is not None else None
     probed, probe_seconds = None, None
     if (dry.probe_still if dry is not None else do_probe) and measured is None and not user_error:
-        probed, probe_seconds = P.probe_path(path, facts, inputs, static, dr, findings, reasons)
-    chosen = P.choose(static.estimate, measured, probed)
-    findings.extend(P.kept_findings(chosen, static, trained=dr is not None and bool(dr.raw.get("steps")),
-                                    user_error=user_error))
-    ran = {"estimates_bytes": {e.method: e.figure_bytes for e in (static.estimate, measured, probed)
+        probed, probe_seconds = P.probe_path(path, facts, inputs, dr, findings, reasons)
+    chosen = P.choose(bound.estimate, measured, probed)
+    if chosen is bound.estimate:
+        reasons.insert(0, bound.reason)
+    findings.extend(P.kept_findings(chosen, bound))
+    ran = {"estimates_bytes": {e.method: e.figure_bytes for e in (bound.estimate, measured, probed)
                                if e is not None and e.figure_bytes is not None},
            "dry_run_seconds": dr.seconds if dr is not None else None,
            "dry_run_in": dry.ran_in if dry is not None else None, "probe_seconds": probe_seconds}
-    prof = _assemble(path, spec, facts, source, static, chosen, dr, user_error, findings, reasons, ran)
+    prof = _assemble(path, spec, facts, source, chosen, dr, user_error, findings, reasons, ran)
     prof = prof.model_copy(update={"max_batch_size_by_device": _max_batches(prof, catalog or load_catalog(), threshold)})
     if dr is not None and dr.failed_alloc is not None:
         prof = with_failed_allocation(prof, dr.failed_alloc, threshold)
@@ -230,13 +231,11 @@ def _num_gpus(spec: TaskSpec | None, facts: ScriptFacts, distributed, batch: int
 
 def _loader_buffer(est: P.Estimate, facts: ScriptFacts, findings: list[Finding]) -> None:
     """Add the batches the script's single-process DataLoader keeps in Paddle's allocator through the step to a
-    probe or static estimate (they feed the model directly; the dry run measures them)."""
+    probe or bound estimate (they feed the model directly; the dry run measures them)."""
     if est.method == "dry_run" or not facts.loader_depth or not est.input_shape:
         return
-    from autodl.profile.trace import DTYPE_BYTES
-
     batch = est.batch or 1
-    sample = math.prod(int(d) for d in est.input_shape) * DTYPE_BYTES.get(facts.input_dtype, 4)
+    sample = math.prod(int(d) for d in est.input_shape) * E.DTYPE_BYTES.get(facts.input_dtype, 4)
     held = int(facts.loader_depth * batch * sample)
     if not held:
         return
@@ -299,8 +298,7 @@ def _breakdown(est: P.Estimate, facts: ScriptFacts, optimizer, has_conv: bool, f
     return bd, terms, tensor_peak, act_per_sample
 
 
-def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, static: P.StaticPath,
-              est: P.Estimate, dr, user_error: bool, findings: list[Finding], reasons: list[str],
+def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, est: P.Estimate, dr, user_error: bool, findings: list[Finding], reasons: list[str],
               ran: dict) -> ResourceProfile:
     """The profile from the chosen estimate: the conservative corrections (data-loader buffers, the spec's sequence
     length, a larger reading), the device breakdown, and the findings that say so."""
@@ -328,8 +326,8 @@ def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str
             w, g, o = E.model_states(est.params or 0, est.trainable or 0, optimizer, None)
             per_sample = max(0, est.measured_peak - (w + g + o)) // max(1, batch)
             est.act_per_sample = max(int(est.act_per_sample or 0), int(per_sample))
-    _measured_floor(est, dr, user_error, facts, static.st.has_conv, findings)
-    bd, terms, tensor_peak, act_per_sample = _breakdown(est, facts, optimizer, static.st.has_conv, findings)
+    _measured_floor(est, dr, user_error, facts, facts.has_conv, findings)
+    bd, terms, tensor_peak, act_per_sample = _breakdown(est, facts, optimizer, facts.has_conv, findings)
     if bd.total_bytes > INT64_MAX or (est.params or 0) > INT64_MAX:
         findings.append(Finding(severity="error", code="beyond-int64",
                                 message=f"this run needs {bd.total_bytes:.3g} bytes per device for {est.params or 0:.3g} "
@@ -394,7 +392,7 @@ def with_failed_allocation(prof: ResourceProfile, failed, threshold: float | Non
 def _where(path: Path, spec: TaskSpec | None, probe: bool | None, dry_run: bool | None, findings: list[Finding],
            reasons: list[str]):
     """Whether the dry run and the probe run, and where (:func:`autodl.profile.where.choose`); when nowhere, the
-    warning saying the estimate is the static bound and why. :returns: ``(choice or None, do_probe, do_dry)``."""
+    warning saying the estimate is the conservative bound and why. :returns: ``(choice or None, do_probe, do_dry)``."""
     from autodl.profile.where import choose, configured
     from autodl.sandbox import unavailable_reason
 
@@ -411,18 +409,18 @@ def _where(path: Path, spec: TaskSpec | None, probe: bool | None, dry_run: bool 
     if not paddle_available() and setting != "launcher":
         findings.append(Finding(severity="warning", code="paddle-unavailable", message=(
             f"{path}: PaddlePaddle is not importable by this interpreter ({sys.executable}), so the script was not "
-            "run (no dry run, no probe): the estimate is static, read from the script's text, and less certain "
-            f"(see its other findings); {choice.reason}. Install paddlepaddle where autodl profiles (the paddle "
+            "run (no dry run, no probe): the estimate is the conservative bound, the model's size unknown and "
+            f"placed as the largest allowed device (see its other findings); {choice.reason}. Install paddlepaddle where autodl profiles (the paddle "
             "extra), or give the spec a docker or kubernetes launcher with the training's image to measure it.")))
         reasons.append("the script was not run: PaddlePaddle is not installed here")
     elif no_sandbox and setting != "launcher":
         findings.append(Finding(severity="warning", code="probe-unavailable", message=(
             f"{path}: the script was not run (no dry run, no probe): no sandbox can be made on this host "
-            f"({no_sandbox}), and user code never runs unisolated. The estimate is static; {choice.reason}.")))
+            f"({no_sandbox}), and user code never runs unisolated. The estimate is the conservative bound; {choice.reason}.")))
         reasons.append("the script was not run: no sandbox isolation on this host")
     else:
         findings.append(Finding(severity="warning", code="dry-run-nowhere", message=(
-            f"{path}: the script was not run: {choice.reason}. The estimate is the static bound.")))
+            f"{path}: the script was not run: {choice.reason}. The estimate is the conservative bound.")))
         reasons.append(f"the script was not run: {choice.reason}")
     return choice, False, False
 
@@ -443,11 +441,11 @@ def _for_the_launcher(findings: list[Finding], launcher: str) -> list[Finding]:
 
 
 def _static_tensor_peak(params, trainable, facts, act_per_sample, batch, fixed, has_conv) -> int:
-    """The tensor peak the static or cold-start figures give (bytes), to compare with a dry-run reading."""
+    """The tensor peak the conservative bound's figures give (bytes), to compare with a dry-run reading."""
     act = int(act_per_sample or 0) * batch
     if facts.recompute:
         act = int(act * E.RECOMPUTE_FACTOR)
-    return int(E.breakdown(params or 0, trainable or 0, facts.optimizer, facts.amp, act, fixed, has_conv)[2])
+    return int(E.breakdown(params or 0, trainable or 0, facts.optimizer, facts.amp, act, fixed or 0, has_conv)[2])
 
 
 def _to_sequence_length(peak: int, seq_len: int, phases: list[PhasePeak], params, trainable, optimizer,

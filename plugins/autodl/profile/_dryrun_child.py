@@ -28,7 +28,7 @@ class _DryRunDone(BaseException):
 R = {
     "status": "starting", "steps": [], "evals": [], "replay": [], "params": None, "trainable": None,
     "model": None, "optimizer": None, "inputs": None, "num_workers": [], "datasets": [], "devices_asked": [],
-    "distributed_calls": [], "loaders": [], "error": None, "end": None, "notes": [], "seconds": {},
+    "distributed_calls": [], "amp": [], "conv": None, "loaders": [], "error": None, "end": None, "notes": [], "seconds": {},
     "train_done": False, "eval_seen": False, "created_batches": [],
     "max_reading": None, "max_reading_batch": None,
 }
@@ -559,6 +559,7 @@ def _count_params():
             trainable += n
     R["params"], R["trainable"] = total, trainable
     R["model"] = [type(m).__name__ for m in layers]
+    R["conv"] = any(type(s).__name__.startswith("Conv") for m in layers for s in m.sublayers(include_self=True))
 
 
 def _opt_params(opt):
@@ -1307,6 +1308,36 @@ try:
     _fleet.worker_index = _noop("fleet.worker_index", 0)
 except Exception:
     pass
+
+
+# ---------------------------------------------------------------------------------------- AMP, as called
+AMP_LEVEL_ARG = {"auto_cast": 3, "amp_guard": 3, "decorate": 2}
+"""Position of ``level`` in ``paddle.amp.auto_cast(enable, custom_white_list, custom_black_list, level, ...)``,
+``amp_guard`` (the same) and ``paddle.amp.decorate(models, optimizers, level, ...)`` (Paddle 3.3)."""
+
+
+def _amp_seen(name, orig):
+    def f(*a, **k):
+        pos = AMP_LEVEL_ARG[name]
+        level = k.get("level", a[pos] if len(a) > pos else "O1")
+        enabled = k.get("enable", a[0] if a and name != "decorate" else True)
+        if enabled is not False and str(level) in ("O1", "O2") and str(level) not in R["amp"]:
+            R["amp"].append(str(level))
+        return orig(*a, **k)
+    return f
+
+
+for _name in AMP_LEVEL_ARG:
+    if callable(getattr(paddle.amp, _name, None)):
+        setattr(paddle.amp, _name, _amp_seen(_name, getattr(paddle.amp, _name)))
+if isinstance(getattr(paddle.amp, "GradScaler", None), type):
+    class _GradScaler(paddle.amp.GradScaler):
+        def __init__(self, *a, **k):
+            if k.get("enable", a[0] if a else True) is not False and "O1" not in R["amp"] and not R["amp"]:
+                R["amp"].append("O1")
+            super().__init__(*a, **k)
+
+    setattr(paddle.amp, "GradScaler", _GradScaler)
 
 
 # ---------------------------------------------------------------------------------------- slope by replay

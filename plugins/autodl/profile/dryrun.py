@@ -152,6 +152,9 @@ class DryRun:
     inputs: list[dict] | None = None
     loaders: list[dict] = field(default_factory=list)
     num_workers: int | None = None
+    amp: str | None = None
+    distributed: str | None = None
+    has_conv: bool | None = None
     findings: list[Finding] = field(default_factory=list)
     raw: dict = field(default_factory=dict)
     error_line: int | None = None
@@ -450,7 +453,8 @@ def run_dry_run(
     :param script_batch: the batch the script itself uses (static reading), for tensors it creates itself.
     :param batch_from_spec: the batch comes from the spec (then it reaches the script as
         ``AUTODL_BATCH_SIZE_PER_GPU`` and the loaders are driven up to it).
-    :param hints: the static estimate's ``act_bytes_per_sample``, ``forward_flops_per_sample``, ``params``.
+    :param hints: ``act_bytes_per_sample``, ``forward_flops_per_sample``, ``params`` when known beforehand (the profile
+        passes none: nothing is estimated before the dry run).
     :param eval_expected: the script has an evaluation pass (``no_grad``/``eval()``): wait for it.
     :param timeout_s: hard limit; default ``$AUTODL_DRYRUN_TIMEOUT_S`` or :data:`DRY_RUN_TIMEOUT_S`.
     :param budget_s: soft budget of the measured steps; default ``$AUTODL_DRYRUN_BUDGET_S`` or :data:`DRY_RUN_BUDGET_S`.
@@ -694,6 +698,9 @@ def dryrun_report(text: str) -> dict[str, Any]:
         "trainable": _int(data.get("trainable"), "trainable", none=True),
         "optimizer": [report_text(o) for o in _list(data.get("optimizer"), "optimizer", 64)],
         "model": [report_text(o) for o in _list(data.get("model"), "model", 64)],
+        "amp": [a for a in _list(data.get("amp"), "amp", 4) if a in ("O1", "O2")],
+        "distributed_calls": [report_text(c) for c in _list(data.get("distributed_calls"), "distributed_calls")[:64]],
+        "conv": data.get("conv") if isinstance(data.get("conv"), bool) else None,
         "inputs": _sig(data.get("inputs"), "inputs"),
         "loaders": [], "num_workers": [],
         "error": None, "end": report_text(data.get("end")),
@@ -903,6 +910,25 @@ def _axis_findings(dr: DryRun, main: list[dict], target: int, src: str) -> list[
     return []
 
 
+def called_amp(raw: dict) -> str | None:
+    """The AMP level the script ran under, as the dry run saw it called (``paddle.amp.auto_cast``/``decorate``/
+    ``GradScaler``): ``O2`` over ``O1``; None when the script called none."""
+    levels = raw.get("amp") or []
+    return "O2" if "O2" in levels else ("O1" if levels else None)
+
+
+def called_distributed(raw: dict) -> str | None:
+    """The distributed strategy the script's calls in the dry run mark: ``fleet`` (``fleet.init``/
+    ``distributed_model``/``distributed_optimizer``), else ``data_parallel`` (``init_parallel_env``,
+    ``DataParallel``, ``spawn``); None when it made none."""
+    calls = [str(c) for c in raw.get("distributed_calls") or []]
+    if any(c.startswith("fleet.") and c not in ("fleet.worker_num", "fleet.worker_index") for c in calls):
+        return "fleet"
+    if any(c in ("init_parallel_env", "DataParallel") or c.startswith("spawn(") for c in calls):
+        return "data_parallel"
+    return None
+
+
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
     """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
     seconds = res.seconds if res is not None else 0.0
@@ -910,6 +936,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
     dr.params, dr.trainable = raw.get("params"), raw.get("trainable")
     dr.optimizer = (raw.get("optimizer") or [None])[0]
+    dr.amp, dr.distributed, dr.has_conv = called_amp(raw), called_distributed(raw), raw.get("conv")
     dr.inputs = raw.get("inputs")
     dr.loaders = raw.get("loaders") or []
     nws = [n for n in raw.get("num_workers") or []]

@@ -1,10 +1,9 @@
-"""A small evaluator over a training script's syntax tree: builds the model symbolically and traces ``forward()``.
+"""A small evaluator over a training script's syntax tree: the values at its call sites and the model's construction.
 
-Nothing of the script is imported or executed. The evaluator understands constants, ``argparse``
-defaults, helper functions, ``paddle.nn.Layer`` subclasses (``__init__`` and ``forward``, with loops
-over ``range``/lists, ``LayerList``/``Sequential``), the ``paddle.nn`` layers of
-:mod:`autodl.profile.layers`, and the common tensor functions (flatten, reshape, transpose, concat,
-matmul, residual adds). What it cannot follow becomes :class:`Opaque` and is reported by the caller.
+Nothing of the script is imported or executed. The evaluator understands constants, ``argparse`` defaults, helper
+functions and ``paddle.nn.Layer`` subclasses' ``__init__`` (loops over ``range``/lists, ``LayerList``/``Sequential``,
+the ``paddle.nn`` layers of :mod:`autodl.profile.layers`); it never runs ``forward()``. What it cannot follow
+becomes :class:`Opaque`.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autodl.profile import layers as L
-from autodl.profile import zoo
 from autodl.profile.bounds import MAX_ELEMENTS, Budget, result_too_big, too_big
-from autodl.profile.trace import Tensor, Trace
 
 MAX_LOOP = 10_000
 
@@ -141,22 +138,14 @@ DATASET_SHAPES = {
 }
 """Per-sample image shapes of ``paddle.vision.datasets`` (their documented sample formats)."""
 
-TENSOR_CREATORS = {"randn", "rand", "zeros", "ones", "full", "empty", "uniform", "normal", "randint",
-                   "standard_normal", "zeros_like", "ones_like", "randn_like", "to_tensor", "arange", "eye",
-                   "tril", "triu"}
-
-
 class Interp:
-    """Evaluates one module. ``trace`` is set while a forward pass is being traced."""
+    """Evaluates one module's constants and constructions."""
 
     def __init__(self, tree: ast.Module, budget: Budget | None = None):
         self.tree = tree
         self.budget = budget or Budget()  # steps, time and memory of the whole analysis (autodl.profile.bounds)
         self.globals: dict[str, Any] = {}
-        self.trace: Trace | None = None
-        self.unknown: dict[str, int] = {}
         self.argparse: dict[str, Any] = {}
-        self.layer_lines: dict[int, int] = {}
         self._collect_argparse()
         self._load_module()
 
@@ -251,9 +240,6 @@ class Interp:
         return True
 
     # --------------------------------------------------------------------------------- helpers
-    def note_unknown(self, what: str) -> None:
-        self.unknown[what] = self.unknown.get(what, 0) + 1
-
     def lookup(self, name: str, env: dict) -> Any:
         if name in env:
             return env[name]
@@ -267,8 +253,8 @@ class Interp:
         if isinstance(target, ast.Name):
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
-            if isinstance(value, Tensor) or isinstance(value, Opaque):
-                vals = [value if isinstance(value, Opaque) else Opaque("unpacked tensor")] * len(target.elts)
+            if isinstance(value, Opaque):
+                vals = [value] * len(target.elts)
             else:
                 vals = list(value)
             for t, v in zip(target.elts, vals):
@@ -312,16 +298,6 @@ class Interp:
                 return Bound(obj, FuncRef(found[1]), found[0])
             if attr == "training":
                 return True
-            return Bound(obj, attr)
-        if isinstance(obj, Tensor):
-            if attr == "shape":
-                return list(obj.shape)
-            if attr == "ndim":
-                return obj.ndim
-            if attr == "dtype":
-                return obj.dtype
-            if attr == "T":
-                return self.tensor_fn("transpose", [obj, list(range(obj.ndim))[::-1]], {})
             return Bound(obj, attr)
         if isinstance(obj, LayerObj):
             if attr in obj.args:
@@ -406,17 +382,13 @@ class Interp:
     def truth(self, v: Any) -> bool:
         if isinstance(v, Opaque):
             return False
-        if isinstance(v, Tensor):
-            return True
         return bool(v)
 
     def _e_UnaryOp(self, n, env):
         v = self.eval(n.operand, env)
         if isinstance(n.op, ast.Not):
             return not self.truth(v)
-        if isinstance(v, Tensor):
-            return L.scale(self.trace, v) if self.trace else v
-        if isinstance(v, Opaque):
+        if isinstance(v, (Opaque, ParamObj)):
             return v
         return -v if isinstance(n.op, ast.USub) else (+v if isinstance(n.op, ast.UAdd) else ~v)
 
@@ -425,21 +397,7 @@ class Interp:
         return self.binop(n.op, a, b)
 
     def binop(self, op, a, b):
-        if isinstance(a, ParamObj):
-            a = self.param_tensor(a)
-        if isinstance(b, ParamObj):
-            b = self.param_tensor(b)
-        if isinstance(a, Tensor) or isinstance(b, Tensor):
-            if self.trace is None:
-                return a if isinstance(a, Tensor) else b
-            if isinstance(op, ast.MatMult):
-                return L.matmul(self.trace, a, b)
-            if isinstance(a, Tensor) and isinstance(b, Tensor):
-                kind = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide"}.get(type(op), "elementwise")
-                return L.add(self.trace, a, b, kind)
-            t = a if isinstance(a, Tensor) else b
-            return L.scale(self.trace, t)
-        if isinstance(a, Opaque) or isinstance(b, Opaque):
+        if isinstance(a, (Opaque, ParamObj)) or isinstance(b, (Opaque, ParamObj)):
             return Opaque("arith")
         f = _BINOPS.get(type(op))
         if f is None:
@@ -455,7 +413,7 @@ class Interp:
         left = self.eval(n.left, env)
         for op, right_node in zip(n.ops, n.comparators):
             right = self.eval(right_node, env)
-            if isinstance(left, (Opaque, Tensor)) or isinstance(right, (Opaque, Tensor)):
+            if isinstance(left, (Opaque, ParamObj)) or isinstance(right, (Opaque, ParamObj)):
                 if isinstance(op, (ast.Is, ast.IsNot)) and right is None:
                     r = (left is None) == isinstance(op, ast.Is)
                     if not r:
@@ -473,8 +431,6 @@ class Interp:
 
     def _e_Subscript(self, n, env):
         obj = self.eval(n.value, env)
-        if isinstance(obj, Tensor):
-            return self.tensor_index(obj, n.slice, env)
         key = self.eval(n.slice, env)
         if isinstance(obj, LayerObj):
             kids = [v for _, v in obj.children]
@@ -526,7 +482,7 @@ class Interp:
     def iterate(self, it):
         if isinstance(it, LayerObj):
             return [v for _, v in it.children]
-        if isinstance(it, (Opaque, Tensor)):
+        if isinstance(it, (Opaque, ParamObj)):
             raise L.Unsupported("iteration over an unknown value")
         if too_big(it):
             raise L.Unsupported(f"iteration over more than {MAX_ELEMENTS:,} items")
@@ -567,10 +523,9 @@ class Interp:
         if isinstance(func, Bound):
             return self.call_method(func, args, kwargs, line)
         if isinstance(func, (LayerObj, UserObj)):
-            return self.forward(func, args, kwargs)
+            return Opaque("forward")  # the forward pass is what the dry run measures, never followed here
         if callable(func) and getattr(func, "_autodl_builtin", False):
             return func(self, *args, **kwargs)
-        self.note_unknown(repr(func)[:40])
         return Opaque("call")
 
     def call_func(self, f: FuncRef, args, kwargs, self_obj=None):
@@ -625,10 +580,8 @@ class Interp:
         if isinstance(f, FuncRef):
             return self.call_func(f, args, dict(kwargs), self_obj=obj)
         name = f
-        if isinstance(obj, Tensor):
-            return self.tensor_fn(name, [obj, *args], kwargs)
         if isinstance(obj, ParamObj):
-            return self.tensor_fn(name, [self.param_tensor(obj), *args], kwargs)
+            return Opaque(str(name))
         if isinstance(obj, list):
             if name == "append":
                 obj.append(args[0])
@@ -659,7 +612,6 @@ class Interp:
                 return obj
             if name == "__init__":
                 return None
-            self.note_unknown(f"self.{name}")
             return Opaque(name)
         if isinstance(obj, LayerObj):
             if name in ("append", "add_sublayer"):
@@ -681,7 +633,7 @@ class Interp:
         last = parts[-1]
         if last in L.LAYERS and (path.startswith("paddle") or len(parts) == 1):
             return self.make_layer(last, args, kwargs, line)
-        if zoo.is_zoo(path):
+        if L.is_zoo(path):
             return LayerObj(f"zoo:{last}", {"args": args, **kwargs}, line)
         if last == "super":
             return Opaque("super")
@@ -697,7 +649,7 @@ class Interp:
         if last in ("getenv", "get") and parts[0] == "os":
             return args[1] if len(args) > 1 else Opaque("env")
         if parts[0] == "paddle" or parts[0] == "F":
-            return self.tensor_fn(last, list(args), kwargs, lib=path)
+            return Opaque(path)  # a tensor: its value is the dry run's to see
         if parts[0] == "math" and hasattr(math, last):
             if any(too_big(a) for a in args) or (last in ("factorial", "comb", "perm") and
                                                  any(isinstance(a, int) and a > 10_000 for a in args)):
@@ -706,7 +658,6 @@ class Interp:
                 return getattr(math, last)(*args)
             except Exception:
                 return Opaque("math")
-        self.note_unknown(path)
         return Opaque(path)
 
     def make_layer(self, type_: str, args, kwargs, line):
@@ -807,252 +758,6 @@ class Interp:
             self.globals = saved
         # pass, assert, raise, delete, global: nothing to model
 
-    # ----------------------------------------------------------------------------------- tensors
-    def param_tensor(self, p: ParamObj) -> Tensor:
-        return Tensor(p.shape, "float32", True, view_of=Tensor(()))
-
-    def tensor_index(self, x: Tensor, sl: ast.AST, env) -> Tensor:
-        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        vals = [self.eval(i, env) if not isinstance(i, ast.Slice) else self._e_Slice(i, env) for i in items]
-        out: list[int] = []
-        dim = 0
-        nell = sum(1 for v in vals if v is not Ellipsis and v is not None)
-        for v in vals:
-            if v is Ellipsis:
-                skip = x.ndim - nell
-                out.extend(x.shape[dim:dim + skip])
-                dim += skip
-            elif v is None:
-                out.append(1)
-            elif isinstance(v, slice):
-                if any(isinstance(q, (Opaque, Tensor)) for q in (v.start, v.stop, v.step)):
-                    raise L.Unsupported("slice with unknown bounds")
-                out.append(len(range(*v.indices(x.shape[dim]))))
-                dim += 1
-            elif isinstance(v, int):
-                dim += 1
-            else:
-                raise L.Unsupported("tensor indexing by tensor")
-        out.extend(x.shape[dim:])
-        if self.trace is None:
-            return Tensor(tuple(out), x.dtype)
-        return L.view(self.trace, x, tuple(out), "slice")
-
-    def tensor_fn(self, name: str, args: list, kwargs: dict, lib: str = "") -> Any:
-        """paddle.* / paddle.nn.functional.* / Tensor methods on symbolic tensors."""
-        tr = self.trace
-        args = [self.param_tensor(a) if isinstance(a, ParamObj) else a for a in args]
-        x = args[0] if args else kwargs.get("x", kwargs.get("input"))
-        if name == "arange":
-            nums = [a for a in args if isinstance(a, (int, float))]
-            if not nums and "end" in kwargs:
-                nums = [kwargs.get("start", 0), kwargs["end"]]
-            if len(nums) == 1:
-                nums = [0, nums[0]]
-            if len(nums) >= 2 and all(isinstance(v, (int, float)) for v in nums):
-                step = nums[2] if len(nums) > 2 else kwargs.get("step", 1)
-                t = Tensor((max(0, math.ceil((nums[1] - nums[0]) / step)),), "int64", requires_grad=False)
-                if tr:
-                    tr.inputs.append(t)
-                return t
-            return Opaque("paddle.arange")
-        if name in TENSOR_CREATORS or name in ("to_tensor", "triu", "tril", "full_like"):
-            shape = args[0] if args else kwargs.get("shape")
-            if name in ("randint",):
-                shape = kwargs.get("shape", args[2] if len(args) > 2 else None)
-            if name.endswith("_like") and isinstance(x, Tensor):
-                shape = x.shape
-            if name in ("triu", "tril") and isinstance(x, Tensor):
-                return tr.op(name, [x], x.shape) if tr else x
-            if isinstance(shape, (list, tuple)) and all(isinstance(s, int) for s in shape):
-                dt = "int64" if name in ("randint", "arange") else "float32"
-                t = Tensor(tuple(shape), dt, requires_grad=False)
-                if tr:
-                    tr.inputs.append(t)
-                return t
-            return Opaque(f"paddle.{name}")
-        if name in ("no_grad", "set_device", "seed", "device", "get_device", "is_compiled_with_cuda"):
-            return Opaque(name)
-        if not isinstance(x, Tensor):
-            if name in ("concat", "stack", "add_n") and isinstance(x, (list, tuple)) and x and all(isinstance(t, Tensor) for t in x):
-                pass
-            else:
-                self.note_unknown(f"{lib or 'Tensor'}.{name}")
-                return Opaque(name)
-        if tr is None:
-            return Opaque(name)
-        kind = name.rstrip("_")
-        if kind in ("relu", "relu6", "sigmoid", "tanh", "gelu", "silu", "swish", "leaky_relu", "elu", "hardswish",
-                    "hardsigmoid", "mish", "softplus", "exp", "log", "sqrt", "rsqrt", "abs", "square", "erf", "sin",
-                    "cos", "pow", "hardtanh", "selu", "log_sigmoid", "sign", "clip", "floor", "round"):
-            return L.unary(tr, x, "silu" if kind == "swish" else kind)
-        if kind in ("softmax", "log_softmax"):
-            return L.softmax(tr, x)
-        if kind == "dropout":
-            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-            training = kwargs.get("training", args[3] if len(args) > 3 else True)
-            return L.dropout(tr, x, float(p) if self.truth(training) else 0.0)
-        if kind in ("flatten",):
-            start = args[1] if len(args) > 1 else kwargs.get("start_axis", 0)
-            stop = args[2] if len(args) > 2 else kwargs.get("stop_axis", -1)
-            return L.copy_like(tr, x, L.flatten_shape(x, int(start), int(stop)), "flatten")
-        if kind in ("reshape", "view"):
-            shape = args[1:] if len(args) > 2 else (args[1] if len(args) > 1 else kwargs.get("shape"))
-            if isinstance(shape, Tensor) or any(isinstance(s, (Opaque, Tensor)) for s in shape):
-                raise L.Unsupported("reshape to an unknown shape")
-            return L.view(tr, x, L.resolve_reshape(x, list(shape)))
-        if kind in ("transpose", "permute"):
-            perm = args[1:] if len(args) > 2 else (args[1] if len(args) > 1 else kwargs.get("perm"))
-            if isinstance(perm, int):
-                perm = list(range(x.ndim))
-            perm = list(perm)
-            return tr.op("transpose", [x], tuple(x.shape[p] for p in perm), view=True, inplace_grad=True)
-        if kind in ("unsqueeze",):
-            ax = args[1] if len(args) > 1 else kwargs.get("axis")
-            axes = [ax] if isinstance(ax, int) else list(ax)
-            shape = list(x.shape)
-            for a in axes:
-                shape.insert(a if a >= 0 else len(shape) + a + 1, 1)
-            return L.view(tr, x, tuple(shape), "unsqueeze")
-        if kind in ("squeeze",):
-            ax = args[1] if len(args) > 1 else kwargs.get("axis")
-            if ax is None:
-                shape = tuple(d for d in x.shape if d != 1)
-            else:
-                axes = [ax] if isinstance(ax, int) else list(ax)
-                axes = [a % x.ndim for a in axes]
-                shape = tuple(d for i, d in enumerate(x.shape) if not (i in axes and d == 1))
-            return L.view(tr, x, shape, "squeeze")
-        if kind in ("concat", "stack"):
-            xs = list(x)
-            ax = args[1] if len(args) > 1 else kwargs.get("axis", 0)
-            if kind == "stack":
-                xs = [L.view(tr, t, t.shape[:ax] + (1,) + t.shape[ax:], "unsqueeze") for t in xs] if ax >= 0 else xs
-            return L.concat(tr, xs, int(ax))
-        if kind in ("add", "subtract", "multiply", "divide", "maximum", "minimum"):
-            y = args[1] if len(args) > 1 else kwargs.get("y")
-            if isinstance(y, Tensor):
-                return L.add(tr, x, y, kind)
-            return L.scale(tr, x)
-        if kind in ("matmul", "mm", "bmm"):
-            y = args[1] if len(args) > 1 else kwargs.get("y")
-            return L.matmul(tr, x, y, bool(kwargs.get("transpose_x", False)), bool(kwargs.get("transpose_y", False)))
-        if kind in ("linear",):
-            w = args[1] if len(args) > 1 else kwargs.get("weight")
-            b = args[2] if len(args) > 2 else kwargs.get("bias")
-            return L.linear(tr, x, w.shape[0], w.shape[1], b is not None, "F.linear")
-        if kind in ("mean", "sum", "max", "min", "prod", "amax", "amin", "logsumexp", "norm", "var", "std"):
-            ax = args[1] if len(args) > 1 else kwargs.get("axis")
-            keep = bool(kwargs.get("keepdim", False))
-            if ax is None:
-                shape: tuple = ()
-            else:
-                axes = [ax] if isinstance(ax, int) else list(ax)
-                axes = [a % x.ndim for a in axes]
-                shape = tuple((1 if i in axes else d) for i, d in enumerate(x.shape) if keep or i not in axes)
-            return tr.op(kind, [x], shape, flops=x.numel)
-        if kind in ("scale", "cast", "astype", "detach", "clone", "contiguous", "float", "numpy"):
-            if kind == "detach":
-                return Tensor(x.shape, x.dtype, False, view_of=x)
-            return L.scale(tr, x)
-        if kind in ("max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d"):
-            n = int(kind[-2])
-            a = {"kernel_size": args[1] if len(args) > 1 else kwargs.get("kernel_size"),
-                 "stride": args[2] if len(args) > 2 else kwargs.get("stride"),
-                 "padding": args[3] if len(args) > 3 else kwargs.get("padding", 0)}
-            return L.pool(tr, x, a, n, kind[:8], f"F.{kind}")
-        if kind in ("adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_avg_pool1d"):
-            n = int(kind[-2])
-            return L.adaptive_pool(tr, x, args[1] if len(args) > 1 else kwargs.get("output_size"), n, kind, f"F.{kind}")
-        if kind in ("cross_entropy", "softmax_with_cross_entropy"):
-            return L.cross_entropy(tr, x)
-        if kind in ("layer_norm",):
-            ns = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
-            ns = (ns,) if isinstance(ns, int) else tuple(ns)
-            return L.layer_norm(tr, x, ns, False, "F.layer_norm")
-        if kind in ("split", "chunk"):
-            n = args[1] if len(args) > 1 else kwargs.get("num_or_sections", kwargs.get("chunks"))
-            ax = args[2] if len(args) > 2 else kwargs.get("axis", 0)
-            ax = ax % x.ndim
-            sizes = [x.shape[ax] // n] * n if isinstance(n, int) else list(n)
-            return [L.view(tr, x, x.shape[:ax] + (s,) + x.shape[ax + 1:], "split") for s in sizes]
-        if kind in ("scaled_dot_product_attention",):
-            q, k, v = args[0], args[1], args[2]
-            b, lq, h, d = q.shape
-            lk = k.shape[1]
-            # flash/math path keeps q, k, v, out and softmax statistics; the math fallback on CPU
-            # materialises the [b, h, lq, lk] weights (measured: 16 x 64K floats for B=16,L=256,H=4)
-            w = tr.op("sdpa_weights", [q, k], (b, h, lq, lk), saves="o", flops=2.0 * b * h * lq * lk * d)
-            return tr.op("sdpa", [w, v], q.shape, saves="i", flops=2.0 * b * h * lq * lk * d)
-        if kind in ("embedding",):
-            w = args[1] if len(args) > 1 else kwargs.get("weight")
-            return L.embedding(tr, x, w.shape[0], w.shape[1], "F.embedding")
-        if kind in ("one_hot",):
-            n = args[1] if len(args) > 1 else kwargs.get("num_classes")
-            return Tensor(x.shape + (int(n),), "float32", False)
-        if kind in ("numel", "dim", "size"):
-            return x.numel if kind != "dim" else x.ndim
-        if kind in ("expand", "tile", "broadcast_to", "expand_as"):
-            shape = args[1] if len(args) > 1 else kwargs.get("shape")
-            if isinstance(shape, Tensor):
-                shape = shape.shape
-            shape = tuple(x.shape[i - (len(shape) - x.ndim)] if s == -1 else s for i, s in enumerate(shape))
-            return tr.op(kind, [x], shape)
-        if kind in ("masked_fill", "where", "interpolate", "pad", "normalize", "cumsum", "roll", "flip", "gather"):
-            t = x if isinstance(x, Tensor) else next(a for a in args if isinstance(a, Tensor))
-            return tr.op(kind, [t], t.shape, saves="x")
-        self.note_unknown(f"{lib or 'Tensor'}.{name}")
-        return tr.op(kind, [x], x.shape, saves="x")
-
-    # ---------------------------------------------------------------------------------- forward
-    def forward(self, layer: Any, args: list, kwargs: dict) -> Any:
-        if self.trace is None:
-            return Opaque("forward outside trace")
-        tr = self.trace
-        if isinstance(layer, UserObj):
-            f = layer.cls.find("forward")
-            if f is None:
-                raise L.Unsupported(f"class {layer.cls.name} has no forward()")
-            return self.call_func(FuncRef(f[1]), list(args), dict(kwargs), self_obj=layer)
-        t = layer.type
-        a = layer.args
-        name = layer.name or t
-        x = args[0] if args else next(iter(kwargs.values()), None)
-        if isinstance(x, ParamObj):
-            x = self.param_tensor(x)
-        if t == "Sequential":
-            for _, sub in layer.children:
-                x = self.forward(sub, [x], {})
-            return x
-        if t in ("TransformerEncoder",):
-            mask = args[1] if len(args) > 1 else kwargs.get("src_mask")
-            for _, sub in layer.children:
-                x = self.forward(sub, [x, mask] if mask is not None else [x], {})
-            return x
-        if t.startswith("zoo:"):
-            return zoo.forward(tr, layer, x)
-        if not isinstance(x, Tensor):
-            raise L.Unsupported(f"layer '{name}' ({t}) called with a value the estimator cannot follow")
-        if t == "MultiHeadAttention":
-            k = args[1] if len(args) > 1 else kwargs.get("key")
-            v = args[2] if len(args) > 2 else kwargs.get("value")
-            mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
-            return L.mha_forward(tr, a, name, x, k if isinstance(k, Tensor) else None,
-                                 v if isinstance(v, Tensor) else None, causal_mask=isinstance(mask, Tensor))
-        if t == "TransformerEncoderLayer":
-            mask = args[1] if len(args) > 1 else kwargs.get("src_mask")
-            return L.encoder_layer_forward(tr, a, name, x, mask=isinstance(mask, Tensor))
-        if t in ("LSTM", "GRU", "SimpleRNN"):
-            out = L.rnn_forward(tr, t, a, name, x)
-            h = Tensor((int(a.get("num_layers", 1)), out.shape[0], int(a["hidden_size"])))
-            return (out, (h, h)) if t == "LSTM" else (out, h)
-        d = L.LAYERS.get(t)
-        if d is None or d.forward is None:
-            raise L.Unsupported(f"layer type {t} has no symbolic forward")
-        if not layer.training and t.startswith("Dropout"):
-            return x
-        return d.forward(tr, a, name, x)
-
 
 def _builtin(f):
     f._autodl_builtin = True
@@ -1070,8 +775,6 @@ def _range(interp, *a):
 def _len(interp, x):
     if isinstance(x, LayerObj):
         return len(x.children)
-    if isinstance(x, Tensor):
-        return x.shape[0]
     if isinstance(x, Opaque):
         return Opaque("len")
     try:
@@ -1083,7 +786,7 @@ def _len(interp, x):
 def _pure(fn):
     @_builtin
     def f(interp, *a, **k):
-        if any(isinstance(v, (Opaque, Tensor)) or too_big(v) for v in a):
+        if any(isinstance(v, (Opaque, ParamObj)) or too_big(v) for v in a):
             return Opaque(fn.__name__)
         try:
             return fn(*a, **k)

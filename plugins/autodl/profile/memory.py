@@ -5,10 +5,16 @@ Details: docs/reference/estimator.md#autodlprofilememory.
 
 from __future__ import annotations
 
-from autodl.profile.analysis import OPTIMIZER_STATE_SLOTS
+from autodl.profile.facts import OPTIMIZER_STATE_SLOTS
 from autodl.types import MemoryBreakdown
 
 MIB = 1 << 20
+
+DTYPE_BYTES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+    "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1,
+}
+"""Element sizes in bytes (IEEE 754 / C integer widths)."""
 
 CUDA_CONTEXT_BYTES = 512 * MIB
 """CUDA context + Paddle's kernel images per process. Assumption: NVML shows 300-600 MiB for an idle

@@ -1,5 +1,5 @@
-"""The profile's estimate paths: static analysis, the dry run, the model-only probe, each giving an :class:`Estimate`,
-and :func:`choose`, the precedence between them (dry run > probe > static bound)."""
+"""The profile's estimate paths: the dry run, the model-only probe, the conservative bound, each giving an
+:class:`Estimate`, and :func:`choose`, the precedence between them (dry run > probe > conservative bound)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autodl.profile import layers as L
-from autodl.profile import memory as E
-from autodl.profile.analysis import ScriptFacts
-from autodl.profile.static import StaticEstimate, estimate, layer_line
+from autodl.profile.facts import ScriptFacts
 from autodl.spec import TaskSpec
 from autodl.types import Finding, PhasePeak, Severity
 
@@ -29,7 +26,7 @@ COLD_START_FACTOR = 1.5
 hidden state per token, 1.5x for the tensors kept around it)."""
 
 PROBE_KEEPS = ("assumed-batch-size", "assumed-input")
-"""The static path's assumptions that still hold when the probe measured the model (it ran at that batch/input)."""
+"""The bound path's assumptions that still hold when the probe measured the model (it ran at that batch)."""
 
 
 @dataclass
@@ -38,7 +35,7 @@ class Estimate:
 
     :ivar figure_bytes: the path's own tensor-peak figure (``ResourceProfile.estimates_bytes[method]``); None
         when it has none (a cold start with no parameter count).
-    :ivar measured_peak: a peak an allocator read (dry run, probe), bytes; None for the static paths.
+    :ivar measured_peak: a peak an allocator read (dry run, probe), bytes; None for the conservative bound.
     """
 
     method: str
@@ -67,18 +64,6 @@ class RunInputs:
     assumptions: list[Finding] = field(default_factory=list)
 
 
-@dataclass
-class StaticPath:
-    """The static pre-screen: its estimate, the analysis behind it, and the findings that hold only if it is chosen."""
-
-    estimate: Estimate
-    st: StaticEstimate
-    reason: str
-    assumptions: list[Finding]
-    cold: Finding | None = None
-    shape: Finding | None = None
-
-
 def run_inputs(facts: ScriptFacts, spec: TaskSpec | None) -> RunInputs:
     """The batch, sequence length and input shape the estimate is for, and the assumption made where none is known."""
     task = spec.task if spec else None
@@ -99,105 +84,62 @@ def run_inputs(facts: ScriptFacts, spec: TaskSpec | None) -> RunInputs:
                      assumptions=assumptions)
 
 
-def _shape_finding(exc: L.ShapeMismatch, facts: ScriptFacts) -> Finding:
-    """A shape error met by the static trace: an error when Paddle refuses the arguments whatever the input, else a
-    warning (a shape met with an input autodl inferred: its reading, not Paddle running the script; issue 8, kind 2)."""
-    msg = str(exc)
-    line = None
-    for token in msg.split("'"):
-        line = line or layer_line(facts.model, token)
-    where = f"line {line}: " if line else ""
-    if isinstance(exc, L.Refused):
-        return Finding(severity="error", code="shape-mismatch", line=line or facts.model_line, message=where + msg + ".")
-    return Finding(severity="warning", code="shape-mismatch", line=line or facts.model_line,
-                   message=where + msg + " (found by reading the script, not by running it; the dry run did not "
-                                         "confirm it).")
+COLD_START_HIDDEN = 768
+"""Hidden size the cold-start formula assumes: BERT-base's and GPT-2 small's (Devlin et al. 2019; Radford et al.
+2019), the common size of the models the formula was written for (issue 2)."""
 
 
-def _trace(facts: ScriptFacts, inputs: RunInputs) -> tuple[StaticEstimate, Finding | None]:
-    """The static trace at the run's batch; a shape error stops it (and is returned as a finding)."""
-    st = StaticEstimate()
-    try:
-        return estimate(facts, inputs.batch, inputs.input_shape, inputs.seq_len), None
-    except OverflowError as exc:  # a size past what floats hold: the analysis' limit, said, and the work goes on
-        st.why_not = f"a size in the model is too large to follow ({exc})"
-        return st, None
-    except L.ShapeMismatch as exc:
-        st.why_not = "a shape error stops the forward trace"
-        from autodl.profile.analysis import count_params
-        try:
-            t, nt = count_params(facts.model)
-            st.params, st.trainable = t + nt, t
-        except Exception:
-            pass
-        return st, _shape_finding(exc, facts)
-
-
-def _cold_start(st: StaticEstimate, inputs: RunInputs, est: Estimate) -> Finding:
-    """``est`` as the cold-start formula (static analysis could not pin the model down), and the warning saying so."""
-    hidden = st.hidden or 768
+def _cold_start(inputs: RunInputs, est: Estimate) -> Finding:
+    """``est`` as the conservative bound (nothing ran or measured the script): parameters unknown (None, never 0), the
+    cold-start formula for the activations, and the warning saying what was assumed and how it is placed."""
     t = inputs.seq_len or (math.prod(inputs.input_shape) if inputs.input_shape else 512)
     est.method = "cold_start"
-    est.act_per_sample = int(t * hidden * 4 * COLD_START_FACTOR)
-    if est.params is None:
-        est.params = est.trainable = 0
+    est.act_per_sample = int(t * COLD_START_HIDDEN * 4 * COLD_START_FACTOR)
     # FLOPs from the parameter count; unknown (null) with it, never 0
     est.flops_fwd = 2.0 * est.params * (inputs.seq_len or 1) if est.params else None
     return Finding(
         severity="warning", code="cold-start",
-        message=f"static analysis could not pin the model down ({st.why_not}); activations use the cold-start "
-                f"formula batch x seq_len({t}) x hidden({hidden}) x 4 B x {COLD_START_FACTOR}"
+        message="the model's size could not be measured (no dry run or probe measured the script); activations use "
+                f"the cold-start formula batch x seq_len({t}) x hidden({COLD_START_HIDDEN}) x 4 B x {COLD_START_FACTOR}"
                 + ("" if est.params else " and parameters are unknown, so this figure is no bound: placement sizes "
                    "the run as the largest allowed device (autodl.policy.need)")
-                + ". Set task.input_shape/sequence_length in the spec or let the dry run run.")
+                + ". Set task.model_name, task.input_shape/sequence_length in the spec or let the dry run run.")
 
 
-def static_path(facts: ScriptFacts, inputs: RunInputs) -> StaticPath:
-    """The static estimate (the pre-screen): the traced model, else the cold-start formula."""
-    st, shape = _trace(facts, inputs)
-    assumptions = list(inputs.assumptions) + list(st.findings)
-    if facts.input_shape and not inputs.input_shape:
-        inputs.input_shape = facts.input_shape
-    if st.unknown_calls and st.traced:
-        names = ", ".join(sorted(st.unknown_calls)[:6])
-        assumptions.append(Finding(severity="info", code="unknown-calls",
-                                   message=f"calls the estimator does not model ({names}) were taken as shape-preserving."))
-    est = Estimate(method="static", params=st.params, trainable=st.trainable, act_per_sample=st.act_bytes_per_sample,
-                   fixed=st.fixed_transient_bytes, flops_fwd=st.forward_flops_per_sample, batch=inputs.batch,
-                   input_shape=inputs.input_shape)
-    cold = None if st.traced else _cold_start(st, inputs, est)
-    w, g, o = E.model_states(est.params or 0, est.trainable or 0, facts.optimizer, None)
-    if est.method != "cold_start" or est.params:
-        est.figure_bytes = int(w + g + o + (est.act_per_sample or 0) * inputs.batch + (est.fixed or 0))
-    reason = "static analysis traced the model" if st.traced else f"static analysis: {st.why_not}"
-    return StaticPath(estimate=est, st=st, reason=reason, assumptions=assumptions, cold=cold, shape=shape)
+@dataclass
+class BoundPath:
+    """The conservative bound (the estimate when nothing measured): its estimate and the findings that hold only if it
+    is chosen."""
+
+    estimate: Estimate
+    reason: str
+    assumptions: list[Finding]
+    cold: Finding
 
 
-def choose(static: Estimate, dry_run: Estimate | None, probe: Estimate | None) -> Estimate:
-    """The precedence: what the dry run measured of the script itself, else the model-only probe, else the static
-    bound (the traced model or the cold-start formula)."""
-    return dry_run or probe or static
+def bound_path(inputs: RunInputs) -> BoundPath:
+    """The conservative bound: the model's size unknown (``params`` None: placed as the largest allowed device by
+    :mod:`autodl.policy.need`), activations by the cold-start formula; what a dry run or the probe measures wins."""
+    est = Estimate(method="cold_start", batch=inputs.batch, input_shape=inputs.input_shape)
+    cold = _cold_start(inputs, est)
+    return BoundPath(estimate=est, reason="nothing measured the model: the conservative bound",
+                     assumptions=list(inputs.assumptions), cold=cold)
 
 
-def kept_findings(chosen: Estimate, static: StaticPath, *, trained: bool, user_error: bool) -> list[Finding]:
-    """The static path's findings that still hold once ``chosen`` is the estimate: its assumptions when it is the
-    estimate itself (those the probe did not replace when the probe measured), and its shape reading unless what ran
-    shows the script trains."""
+def choose(bound: Estimate, dry_run: Estimate | None, probe: Estimate | None) -> Estimate:
+    """The precedence: what the dry run measured of the script itself, else the model-only probe, else the
+    conservative bound."""
+    return dry_run or probe or bound
+
+
+def kept_findings(chosen: Estimate, bound: BoundPath) -> list[Finding]:
+    """The bound path's findings that still hold once ``chosen`` is the estimate: all of them when it is the estimate
+    itself, the assumed batch only when the probe measured (it ran at that batch), none after a dry run."""
     if chosen.method == "dry_run":
         return []
     if chosen.method == "probe":
-        out = [f for f in static.assumptions if f.code in PROBE_KEEPS]
-    else:
-        out = list(static.assumptions) + ([static.cold] if static.cold is not None and chosen.method == "cold_start"
-                                          else [])
-    if static.shape is not None and chosen.method != "probe" and not user_error and not trained:
-        out.append(static.shape)  # what ran shows it builds; a script that trained has no shape error
-    elif static.shape is not None and trained:
-        out.append(Finding(severity="info", code="static-shape-unconfirmed", message=(
-            "static analysis met a shape it could not follow (" + static.shape.message.rstrip(".")
-            + "), but the dry run trained the script: its forward and backward ran, so that reading was "
-            "not the script's; the estimate above does not rest on it.")))
-    return out
+        return [f for f in bound.assumptions if f.code in PROBE_KEEPS]
+    return list(bound.assumptions) + [bound.cold]
 
 
 FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
@@ -284,7 +226,7 @@ class DryRunPath:
     probe_still: bool
 
 
-def _dry(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inputs: RunInputs, st: StaticEstimate,
+def _dry(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inputs: RunInputs,
          engine: dict | None, where):
     """One dry run of the script as the launcher would run it (:func:`autodl.profile.dryrun.run_dry_run`)."""
     from autodl.profile.dryrun import run_dry_run
@@ -292,28 +234,27 @@ def _dry(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inp
     task = spec.task if spec else None
     return run_dry_run(path, argv=list(task.args) if task else [], batch=inputs.spec_batch,
                        script_batch=facts.batch_size, batch_from_spec=bool(inputs.spec_batch),
-                       hints={"act_bytes_per_sample": st.act_bytes_per_sample if st.traced else None,
-                              "forward_flops_per_sample": st.forward_flops_per_sample if st.traced else None,
-                              "params": st.params, "fallback_batch": inputs.batch},
+                       hints={"fallback_batch": inputs.batch},
                        eval_expected=has_eval(source), env=dict(spec.launcher.env) if spec else None,
                        venue=venue(where, spec, engine))
 
 
-def _measured(dr, static: Estimate, inputs: RunInputs, facts: ScriptFacts, findings: list[Finding]) -> Estimate:
+def _measured(dr, bound: Estimate, inputs: RunInputs, facts: ScriptFacts, findings: list[Finding]) -> Estimate:
     """The dry run's estimate (it measured a training step), and the findings what it saw makes true or untrue."""
     from autodl.profile.dryrun import script_native
 
     if inputs.spec_batch and script_native(dr.raw) == inputs.spec_batch:
         # the script, run with its task.args, uses the spec's batch itself (e.g. --batch-size in the args)
         findings[:] = [f for f in findings if f.code != "spec-batch-not-used"]
-    est = Estimate(method="dry_run", params=dr.params or static.params,
-                   trainable=dr.trainable if dr.trainable is not None else static.trainable,
-                   act_per_sample=dr.act_bytes_per_sample, fixed=static.fixed,
-                   flops_fwd=dr.forward_flops_per_sample or static.flops_fwd,
+    est = Estimate(method="dry_run", params=dr.params or bound.params,
+                   trainable=dr.trainable if dr.trainable is not None else bound.trainable,
+                   act_per_sample=dr.act_bytes_per_sample, fixed=bound.fixed,
+                   flops_fwd=dr.forward_flops_per_sample or bound.flops_fwd,
                    step_flops=dr.step_flops_per_sample,  # the whole step: every forward call, recompute (issue 18)
                    measured_peak=dr.tensor_peak_bytes, figure_bytes=int(dr.tensor_peak_bytes),
                    batch=dr.batch or inputs.batch, phases=list(dr.phases),
                    input_shape=list(dr.inputs[0]["shape"][1:]) if dr.inputs else inputs.input_shape)
+    _called(dr, facts)
     if dr.num_workers is not None or dr.loaders:
         facts.num_workers = dr.num_workers
         findings[:] = [f for f in findings if f.code != "dataloader-workers-unknown"]
@@ -328,6 +269,18 @@ def _measured(dr, static: Estimate, inputs: RunInputs, facts: ScriptFacts, findi
     return est
 
 
+def _called(dr, facts: ScriptFacts) -> None:
+    """What the dry run saw the script call, over what the call-site reading found: the AMP level it ran under and its
+    distributed calls (when it made any: a branch the dry run did not take keeps the reading's), and whether the model
+    it trained has convolutions (then the device needs cuDNN's workspace)."""
+    if dr.amp:
+        facts.amp = dr.amp
+    if dr.distributed and facts.distributed != "fleet":
+        facts.distributed = dr.distributed
+    if dr.has_conv is not None:
+        facts.has_conv = dr.has_conv
+
+
 def _script_error(dr, findings: list[Finding]) -> None:
     """The script raised on its own inputs: an error finding (the run would fail the same way)."""
     findings.append(Finding(
@@ -340,17 +293,17 @@ def _script_error(dr, findings: list[Finding]) -> None:
 
 
 def dry_run_path(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inputs: RunInputs,
-                 static: StaticPath, engine: dict | None, where, do_probe: bool, findings: list[Finding],
+                 bound: BoundPath, engine: dict | None, where, do_probe: bool, findings: list[Finding],
                  reasons: list[str]) -> DryRunPath:
     """Run the script itself (in the worker's sandbox, else once more in the launcher's image when the worker lacks a
     package it imports) and read what it measured; ``findings`` and ``reasons`` get what it found, in order."""
     from autodl.profile.where import image_retry
 
-    dr = _dry(path, spec, facts, source, inputs, static.st, engine, where)
+    dr = _dry(path, spec, facts, source, inputs, engine, where)
     again = image_retry(where, spec.launcher.type if spec else "local", dr.raw.get("error") or {}, dr.outcome)
     if again is not None:  # the worker lacks a package the training's image has: measure it there
         first = dr.reason
-        where, dr = again, _dry(path, spec, facts, source, inputs, static.st, engine, again)
+        where, dr = again, _dry(path, spec, facts, source, inputs, engine, again)
         dr.findings.insert(0, Finding(severity="info", code="dry-run-where", message=(
             f"on this worker the script could not run ({first}); {again.reason}.")))
     ran_in = None
@@ -362,7 +315,7 @@ def dry_run_path(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: 
     out = DryRunPath(dr=dr, estimate=None, ran_in=ran_in, user_error=False, probe_still=do_probe)
     if dr.ok:
         reasons.append(f"dry run: {dr.reason}")
-        out.estimate = _measured(dr, static.estimate, inputs, facts, findings)
+        out.estimate = _measured(dr, bound.estimate, inputs, facts, findings)
     elif dr.outcome == "user-error":
         out.user_error = True
         reasons.append(f"dry run: the script raised an error: {dr.reason}")
@@ -370,31 +323,28 @@ def dry_run_path(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: 
     elif dr.outcome == "no-isolation":
         # the sandbox could not be made when it was needed: nothing ran, and the probe (sandboxed too) won't
         findings.append(Finding(severity="warning", code="probe-unavailable", message=(
-            f"{path}: the script was not run (no dry run, no probe): {dr.reason} The estimate is static.")))
+            f"{path}: the script was not run (no dry run, no probe): {dr.reason} The estimate is the conservative bound.")))
         reasons.append("the script was not run: " + ("no sandbox isolation on this host" if ran_in is None and (
             where is None or where.venue == "worker") else dr.reason))
         out.probe_still = False
     else:
-        est = static.estimate
+        est = bound.estimate
         if dr.params and not est.params:  # the model the script built before it stopped: its states bound the need
             est.params, est.trainable = dr.params, dr.trainable if dr.trainable is not None else dr.params
         reasons.append(f"dry run not usable: {dr.reason}")
         findings.append(Finding(severity="warning", code="dry-run-failed", message=(
             f"the dry run (the script itself, run in the sandbox on CPU) could not measure a training step: "
-            f"{dr.reason}. " + ("Falling back to the model-only probe." if do_probe else "The estimate is static."))))
+            f"{dr.reason}. " + ("Falling back to the model-only probe." if do_probe else "The estimate is the conservative bound."))))
     return out
 
 
-def probe_path(path: Path, facts: ScriptFacts, inputs: RunInputs, static: StaticPath, dr, findings: list[Finding],
+def probe_path(path: Path, facts: ScriptFacts, inputs: RunInputs, dr, findings: list[Finding],
                reasons: list[str]) -> tuple[Estimate | None, float | None]:
     """The model-only probe (:func:`autodl.profile.probe.run_probe`) on the inputs the dry run saw: its estimate when
     it measured the model (else None), and its seconds."""
     from autodl.profile.probe import run_probe
 
-    st = static.st
     pr = run_probe(path, facts, batch=inputs.batch, input_shape=inputs.input_shape, seq_len=inputs.seq_len,
-                   act_bytes_per_sample_hint=st.act_bytes_per_sample if st.traced else None,
-                   flops_per_sample_hint=st.forward_flops_per_sample if st.traced else None,
                    inputs=probe_inputs(dr))
     findings.extend(pr.findings)
     if not pr.ok:
@@ -402,11 +352,8 @@ def probe_path(path: Path, facts: ScriptFacts, inputs: RunInputs, static: Static
         return None, pr.seconds
     reasons.append("the model-only probe measured the model alone"
                    + (" on the inputs the script's Dataset yields" if pr.inputs_from else ""))
-    flops = static.estimate.flops_fwd
-    if pr.forward_flops_per_sample and (not st.traced or not flops):
-        flops = pr.forward_flops_per_sample
     est = Estimate(method="probe", params=pr.params, trainable=pr.trainable, act_per_sample=pr.act_bytes_per_sample,
-                   fixed=pr.fixed_transient_bytes, flops_fwd=flops, batch=inputs.batch, input_shape=inputs.input_shape,
+                   fixed=pr.fixed_transient_bytes, flops_fwd=pr.forward_flops_per_sample, batch=inputs.batch, input_shape=inputs.input_shape,
                    measured_peak=int(pr.tensor_peak_bytes),  # a CPU reading too: the tensor peak, as the dry run's
                    figure_bytes=int(pr.tensor_peak_bytes), probe_batches=pr.batch_sizes)
     return est, pr.seconds

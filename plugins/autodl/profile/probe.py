@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autodl.profile import memory as E
-from autodl.profile.analysis import ScriptFacts, contains
+from autodl.profile.facts import ScriptFacts, contains
 from autodl.sandbox import SandboxLimits, SandboxUnavailable, run_sandboxed
 from autodl.types import Finding
 
@@ -86,7 +86,7 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
     module = ast.Module(body=keep, type_ignores=[])
     source = ast.unparse(ast.fix_missing_locations(module))
     # the construction call, with arguments the static pass could evaluate written as literals
-    from autodl.profile.analysis import function_env
+    from autodl.profile.facts import function_env
 
     env = function_env(facts.interp, site.func, site.node.lineno, {})
     call = site.node
@@ -195,7 +195,7 @@ def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
     and shapes of integers.
 
     :returns: the report with only those fields.
-    :raises ValueError: saying what is wrong (the caller keeps the static estimate).
+    :raises ValueError: saying what is wrong (the caller keeps the conservative bound).
     """
     data = report_object(text)
     out: dict[str, Any] = {"ok": data.get("ok") is True}
@@ -253,8 +253,8 @@ def run_probe(
     :param input_shape: per-sample input shape (from spec or script), or None to infer.
     :param seq_len: sequence length for token models.
     :param timeout_s: seconds; default ``$AUTODL_PROBE_TIMEOUT_S`` or :data:`PROBE_TIMEOUT_S`.
-    :param act_bytes_per_sample_hint: the static estimate's activation bytes per sample, to size the probe.
-    :param flops_per_sample_hint: the static estimate's forward FLOPs per sample, to size the probe.
+    :param act_bytes_per_sample_hint: activation bytes per sample when known beforehand, to size the probe.
+    :param flops_per_sample_hint: forward FLOPs per sample when known beforehand, to size the probe.
     :param inputs: candidate input lists (per-sample ``shape``, ``dtype``, optional ``min``/``max`` of integer
         ids), tried in order before the static reading's input: what the dry run saw the model get, or the
         fields of the script's Dataset's first sample (issue 8, kinds 1, 3 and 7).
@@ -277,7 +277,6 @@ def run_probe(
         source, expr = probe_program(tree, facts)
     except ValueError as exc:
         return fail("probe-skipped", f"probe not run: {exc}.", "info")
-    from autodl.profile.static import model_input
     from autodl.profile import layers as L
 
     shape, dtype = None, "float32"
@@ -308,7 +307,7 @@ def run_probe(
                                    limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
                                    read_only_paths=[script, CHILD, CHILD.with_name("_flops.py")])
         except SandboxUnavailable as exc:  # user code never runs unisolated: the estimate stays static
-            return fail("probe-unavailable", f"{script}: the probe was not run: {exc} The estimate is static.")
+            return fail("probe-unavailable", f"{script}: the probe was not run: {exc} The estimate is the conservative bound.")
     if result.timed_out:
         return fail("probe-timeout",
                     f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
@@ -326,26 +325,25 @@ def run_probe(
             why = f"killed by signal {-returncode}"
         if result.oom_kills or "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
             why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
-        return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is static.")
+        return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is the conservative bound.")
     try:  # the child runs the user's code in its own process: the line may be anything the script printed
         data = probe_report(lines[-1][len("AUTODL_PROBE "):], (b1, b2))
     except ValueError as exc:
         return fail("probe-failed", f"{script}: the probe's report could not be read ({exc}; the script's own code "
-                                    "can print such a line); the estimate is static.", line=site_line)
+                                    "can print such a line); the estimate is the conservative bound.", line=site_line)
     if not data.get("ok"):
         layer = data.get("layer")
         if data.get("stage") == "step" and layer:
-            from autodl.profile.static import layer_line
             line = layer_line(facts.model, layer.get("layer")) if facts.model is not None else None
             shapes = layer.get("input_shapes")
             msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}), "
                    f"stopped at layer '{layer['layer']}' ({layer['type']}): input shape {shapes[0] if shapes else '?'}, "
                    f"weight shape {layer.get('weight_shape')}; Paddle said: {data['error']}. This may be the probe's "
                    "guess of the input, not the script: check the layer's size, or set task.input_shape. The estimate "
-                   "is static.")
+                   "is the conservative bound.")
             return fail("probe-shape-mismatch", msg, "warning", line=line or site_line)
         return fail("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
-                                    f"({data.get('error')}); the estimate is static.", line=site_line)
+                                    f"({data.get('error')}); the estimate is the conservative bound.", line=site_line)
     peaks = {int(k): int(v) for k, v in data["peaks"].items()}
     res.ok = True
     res.params, res.trainable = int(data["params"]), int(data["trainable"])
@@ -360,6 +358,71 @@ def run_probe(
         res.inputs_from = data.get("input_desc")
     res.seconds = round(time.monotonic() - t0, 3)
     return res
+
+
+def model_input(facts: ScriptFacts, model, input_shape: list[int] | None, seq_len: int | None) -> tuple[list[int], str, str | None]:
+    """Per-sample input shape and dtype the probe feeds the model when the dry run saw none: (shape, dtype,
+    assumption-or-None), from the spec or the script, else guessed from the model's first layer.
+
+    :raises autodl.profile.layers.Unsupported: when the first layer does not say what it takes.
+    """
+    from autodl.profile import layers as L
+    from autodl.profile.interp import LayerObj
+
+    emb = contains(model, ("Embedding",))
+    if facts.input_dtype == "int64" or (emb is not None and not input_shape):
+        t = seq_len or (input_shape[0] if input_shape else None)
+        if t is None:
+            return [128], "int64", "sequence length unknown; assumed 128 (set task.sequence_length)"
+        return [t], "int64", None
+    if input_shape:
+        return list(input_shape), "float32", None
+    first = contains(model, ("Conv2D", "Conv1D", "Linear", "LSTM", "GRU", "SimpleRNN", "MultiHeadAttention",
+                             "TransformerEncoderLayer"))
+    if isinstance(model, LayerObj) and model.type.startswith("zoo:"):
+        return [3, 224, 224], "float32", "input shape unknown; assumed [3, 224, 224] (set task.input_shape)"
+    if first is None:
+        raise L.Unsupported("the model's input shape is unknown; set task.input_shape in the spec")
+    a = first.args
+    if first.type == "Conv2D":
+        return [int(a["in_channels"]), 224, 224], "float32", \
+            f"input shape unknown; assumed [{a['in_channels']}, 224, 224] from the first Conv2D (set task.input_shape)"
+    if first.type == "Conv1D":
+        return [int(a["in_channels"]), seq_len or 128], "float32", "input length unknown; assumed 128"
+    if first.type == "Linear":
+        return [int(a["in_features"])], "float32", None
+    if first.type in ("LSTM", "GRU", "SimpleRNN"):
+        t = seq_len or 128
+        return [t, int(a["input_size"])], "float32", None if seq_len else "sequence length unknown; assumed 128"
+    e = a.get("embed_dim") or a.get("d_model")
+    if type(e) is not int:
+        raise L.Unsupported("the model's first layer does not give its input width; set task.input_shape in the spec")
+    t = seq_len or 128
+    return [t, e], "float32", None if seq_len else "sequence length unknown; assumed 128"
+
+
+def layer_line(model, name: str | None) -> int | None:
+    """Construction line of the sub-layer called ``name`` (dotted path), if known."""
+    from autodl.profile.interp import LayerObj, UserObj
+
+    if not name:
+        return None
+    seen: set[int] = set()
+
+    def rec(obj):
+        if id(obj) in seen:
+            return None
+        seen.add(id(obj))
+        if isinstance(obj, (LayerObj, UserObj)) and obj.name == name:
+            return obj.line
+        kids = obj.attrs.values() if isinstance(obj, UserObj) else ([v for _, v in obj.children] if isinstance(obj, LayerObj) else [])
+        for v in kids:
+            r = rec(v)
+            if r:
+                return r
+        return None
+
+    return rec(model)
 
 
 __all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches", "probe_report"]

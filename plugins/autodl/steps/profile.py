@@ -223,14 +223,14 @@ def step_profile(script: str | None, spec_path: str | None, *, pool: str | None 
 
 def profile_venue_line(profile: ResourceProfile) -> str:
     """Where the script ran for the estimate, in words: this worker's sandbox, a container or pod of the launcher's
-    image, or nowhere (the static bound) with why."""
+    image, or nowhere (the conservative bound) with why."""
     words = {"worker": "this worker's bubblewrap sandbox", "docker": "a container of the launcher's image",
              "kubernetes": "a pod of the launcher's image"}
     if profile.dry_run_in:
         return words[profile.dry_run_in]
     why = [r for r in (profile.method_reason or "").split("; ") if r.startswith(("the script was not run",
                                                                                  "dry run not usable"))]
-    return "the estimate is the static bound" + (f": {why[0]}" if why else "")
+    return "the estimate is the conservative bound" + (f": {why[0]}" if why else "")
 
 
 def fits_ever(profile: ResourceProfile, spec: TaskSpec, inventory: Inventory) -> Callable[[Device], bool]:

@@ -1,8 +1,9 @@
-"""Static analysis of a training script: what it builds, how it trains, and what would break on a shared pool.
+"""The call-site facts of a training script: what it builds, how it trains, and what would break on a shared pool.
 
-Reads the syntax tree only (:mod:`ast`); the script is never imported or run. Produces
-:class:`ScriptFacts`: the model construction, batch size, input shape, sequence length, optimizer,
-AMP level, distributed markers, data-loader workers, and findings with line numbers.
+Reads the syntax tree only (:mod:`ast`); the script is never imported or run. Produces :class:`ScriptFacts`: the
+model construction site, batch size, input shape, sequence length, optimizer, AMP level, distributed markers,
+hard-coded devices, data-loader workers, and findings with line numbers. Nothing here estimates memory: the dry run
+measures it, else the profile takes the conservative bound.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from typing import Any
 
 from autodl.profile import layers as L
 from autodl.profile.interp import (
-    DATASET_SHAPES, ArgsNS, ClassInfo, FuncRef, Interp, LayerObj, Mod, Opaque, ParamObj, UserObj,
+    DATASET_SHAPES,
+    ArgsNS,
+    ClassInfo,
+    FuncRef,
+    Interp,
+    LayerObj,
+    Mod,
+    Opaque,
+    UserObj,
 )
 from autodl.types import Finding
 
@@ -24,6 +33,11 @@ OPTIMIZER_STATE_SLOTS = {
 """fp32 state tensors of each parameter's size per ``paddle.optimizer`` class: Momentum keeps a velocity;
 Adam/AdamW/Lamb two moments (Kingma & Ba 2015, Alg. 1); RMSProp mean-square and momentum (plus mean-grad
 when ``centered``); Adagrad a moment (``paddle/optimizer/*.py``, ``_create_accumulators``)."""
+
+CONV_CALLS = frozenset({"Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
+                        "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose"})
+"""``paddle.nn`` convolution layers and ``paddle.nn.functional`` convolutions: a script that calls one needs cuDNN's
+workspace on the device (:data:`autodl.profile.memory.CUDNN_WORKSPACE_BYTES`) unless the dry run saw its model."""
 
 SEQ_NAMES = ("seq_len", "seq_length", "max_len", "max_length", "max_seq_len", "max_seq_length", "sequence_length",
              "block_size", "context_length", "n_ctx", "seqlen", "maxlen")
@@ -61,6 +75,7 @@ class ScriptFacts:
     num_workers: int | None = 0
     loader_depth: int = 0
     uses_cross_entropy: bool = False
+    has_conv: bool = False
     build_error: str | None = None
 
 
@@ -284,6 +299,8 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     for node, func, in_layer, path in sc.calls:
         last = path.split(".")[-1] if path else ""
         line = node.lineno
+        if last in CONV_CALLS or L.is_zoo(path):
+            facts.has_conv = True
         if in_layer:
             if last in ("cross_entropy", "CrossEntropyLoss"):
                 facts.uses_cross_entropy = True
@@ -389,8 +406,7 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                 model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "class"))
         elif path.startswith("paddle") and (last == "Sequential" or "vision.models" in path or
                                             (len(path.split(".")) >= 3 and path.split(".")[-2] == "vision")):
-            from autodl.profile import zoo
-            if last == "Sequential" or zoo.is_zoo(path):
+            if last == "Sequential" or L.is_zoo(path):
                 model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "zoo" if last != "Sequential" else "sequential"))
         elif path.startswith("paddle") and last in L.LAYERS and sc.assign_of.get(id(node)):
             layer_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "layer"))
@@ -485,8 +501,6 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
         except (L.Unsupported, RecursionError, TypeError, ValueError, KeyError, IndexError, AttributeError,
                 ZeroDivisionError) as exc:
             facts.build_error = f"the model construction at line {site.node.lineno} could not be followed ({exc})"
-        except L.ShapeMismatch as exc:
-            facts.build_error = str(exc)
     if interp.budget.exceeded:  # the bounds of autodl.profile.bounds: a warning and the fallback, never a hang
         add(Finding(severity="warning", code="analysis-bounded",
                     message=f"{interp.budget.exceeded}; the estimate falls back to what it knows without the model "
@@ -502,16 +516,6 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
         add(Finding(severity="info", code="recompute", message="recompute is used: activations of recomputed "
                     "segments are not kept; the activation estimate is an upper bound."))
     return facts
-
-
-_SIZE_ARGS = frozenset({
-    "in_features", "out_features", "in_channels", "out_channels", "kernel_size", "num_features", "num_channels",
-    "num_groups", "num_embeddings", "embedding_dim", "input_size", "hidden_size", "num_layers", "embed_dim",
-    "num_heads", "d_model", "nhead", "dim_feedforward", "normalized_shape", "output_size", "stride",
-})
-"""Layer arguments that are sizes: Paddle refuses a negative one."""
-
-_INT64_MAX = (1 << 63) - 1
 
 
 def name_tree(obj: Any, prefix: str, seen: set | None = None) -> None:
@@ -531,63 +535,6 @@ def name_tree(obj: Any, prefix: str, seen: set | None = None) -> None:
                 if v.name is None or v.name.isidentifier() and "." not in v.name:
                     v.name = f"{prefix}{k}"
                 name_tree(v, f"{prefix}{k}.", seen)
-
-
-def count_params(obj: Any, seen: set | None = None) -> tuple[int, int]:
-    """(trainable, non-trainable) parameter elements of a symbolic model, each tensor counted once.
-
-    Follows Paddle's registration rules: attributes holding a Layer, a ``LayerList``/``Sequential``/
-    ``LayerDict``, or a parameter (``create_parameter``); plain Python lists are not registered.
-    """
-    seen = seen if seen is not None else set()
-    if id(obj) in seen:
-        return 0, 0
-    seen.add(id(obj))
-    if isinstance(obj, ParamObj):
-        n = 1
-        for d in obj.shape:
-            n *= d
-        return (n, 0) if obj.trainable else (0, n)
-    if isinstance(obj, UserObj):
-        t = nt = 0
-        for v in obj.attrs.values():
-            a, b = count_params(v, seen)
-            t, nt = t + a, nt + b
-        return t, nt
-    if isinstance(obj, LayerObj):
-        if obj.type.startswith("zoo:"):
-            from autodl.profile import zoo
-            name = obj.type[4:]
-            p = zoo.params(name, obj.args)
-            if p is None:
-                raise L.Unsupported(f"paddle.vision.models.{name} is not in the zoo table")
-            nt = zoo.non_trainable(name)
-            return p - nt, nt
-        if obj.type in ("TransformerEncoder", "TransformerDecoder"):
-            t = nt = 0
-            for _, v in obj.children:
-                a, b = count_params(v, set())
-                t, nt = t + a, nt + b
-            return t, nt
-        d = L.LAYERS.get(obj.type)
-        negative = [k for k, v in obj.args.items() if type(v) is int and v < 0 and k in _SIZE_ARGS]
-        if negative:  # Paddle refuses a layer of negative size
-            raise L.Refused(f"layer '{obj.name}' ({obj.type}) has a negative {negative[0]} "
-                                  f"({str(obj.args[negative[0]])[:30]}); sizes must be positive")
-        try:
-            t, nt = d.params(obj.args) if d else (0, 0)
-        except ValueError as exc:  # int('a'): a concrete argument Paddle itself refuses
-            raise L.Refused(f"layer '{obj.name}' ({obj.type}) cannot be built from its arguments: {exc}") from None
-        except (TypeError, OverflowError) as exc:  # a value the analysis could not pin down
-            raise L.Unsupported(f"the arguments of layer '{obj.name}' ({obj.type}) could not be followed ({exc})") from None
-        if t + nt > _INT64_MAX:  # Paddle's tensor sizes are int64: it refuses to create such a parameter
-            raise L.Refused(f"layer '{obj.name}' ({obj.type}) would hold {t + nt:.3g} parameters, more than "
-                                  "Paddle's int64 tensor sizes allow")
-        for _, v in obj.children:
-            a, b = count_params(v, seen)
-            t, nt = t + a, nt + b
-        return t, nt
-    return 0, 0
 
 
 def contains(obj: Any, types: tuple[str, ...], seen: set | None = None) -> LayerObj | None:
