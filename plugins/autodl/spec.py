@@ -335,20 +335,51 @@ KEY_SYNONYMS = {"volumes": "mounts", "volume": "mounts", "binds": "mounts", "env
 """Keys users bring from Docker Compose, docker-py and other tools, and autodl's key for the same thing."""
 
 
-def _key_hint(loc: tuple) -> str:
-    """The fix for an unknown key at ``loc``: the closest key its section has (``task.batch_size`` ->
-    ``batch_size_per_gpu``), or the section a key of another section belongs to (``scheduler.memory_threshold``
-    -> ``resource_policy``), else "remove it or check its spelling"."""
-    fallback = "; remove it or check its spelling"
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model an annotation holds (the launcher union's three, ``list[MountSpec]``'s one)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _walk_to_section(loc: tuple) -> tuple[type[BaseModel] | None, tuple]:
+    """The model holding the key at ``loc`` and ``loc`` as the file spells it: the launcher union's tag
+    (``launcher.docker.namespace``) picks that launcher's options and leaves the path."""
     model: type[BaseModel] | None = TaskSpec
-    for part in loc[:-1]:
+    shown: list = []
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        shown.append(part)
         if isinstance(part, int):  # an item of a list of mappings (launcher.mounts[0])
             continue
         field = model.model_fields.get(part) if model is not None else None
-        model = _model_in(field.annotation) if field is not None else None
+        if field is None:
+            return None, loc
+        model = _model_in(field.annotation)
+        if len(_models_in(field.annotation)) > 1 and parts and parts[0] in LAUNCHER_OPTIONS:
+            model = LAUNCHER_OPTIONS[parts.pop(0)]
         if model is None:
-            return fallback
+            return None, loc
+    return model, (*shown, loc[-1])
+
+
+def _key_hint(loc: tuple) -> str:
+    """The fix for an unknown key at ``loc``: the launcher whose options have it (``namespace`` under
+    ``type: docker`` -> ``kubernetes``), the closest key its section has (``task.batch_size`` ->
+    ``batch_size_per_gpu``), or the section a key of another section belongs to (``scheduler.memory_threshold``
+    -> ``resource_policy``), else "remove it or check its spelling"."""
+    fallback = "; remove it or check its spelling"
+    model, loc = _walk_to_section(loc)
+    if model is None:
+        return fallback
     key = str(loc[-1])
+    if isinstance(model, type) and issubclass(model, LauncherOptions):
+        kind = str(model.model_fields["type"].default)
+        other = other_launcher_of(key, kind)
+        if other is not None:
+            return (f"; it is a field of the {other} launcher, not of {kind}: set launcher.type: {other}, or remove "
+                    "it")
     known = [name for name in model.model_fields if name != "source_path"]
     close = difflib.get_close_matches(key, known, n=1) if len(key) <= 100 else []
     if not close and KEY_SYNONYMS.get(key) in known:
@@ -357,8 +388,8 @@ def _key_hint(loc: tuple) -> str:
         return f" (did you mean '{close[0]}'?){fallback}"
     if model is not TaskSpec and len(loc) == 2:
         for section, field in TaskSpec.model_fields.items():
-            other = _model_in(field.annotation)
-            if other is not None and other is not model and key in other.model_fields:
+            others = [m for m in _models_in(field.annotation) if m is not model and section != loc[0]]
+            if any(key in other.model_fields for other in others):
                 return f"; it belongs under '{section}:', move it there"
     return fallback
 

@@ -204,7 +204,10 @@ def launcher_options(request: LaunchRequest, options: type[OptionsT]) -> Options
     non-root user).
 
     ``request.options`` may be a dump of the spec's launcher section or a hand-written mapping (tests, the CLI);
-    both go through the same validation. Its ``type``, if any, is the launcher's own.
+    both go through the same validation. Its ``type``, if any, is the launcher's own. A field of another launcher
+    (``namespace`` in a request for Docker: a request made before the section became one model per launcher, or
+    another launcher's dump) is left out, as launchers always ignored it; the spec refuses it, naming its launcher.
+    A key no launcher has is refused.
 
     :param options: the launcher's options model (``DockerOptions``, ``KubernetesOptions``).
     :returns: an instance of ``options``.
@@ -213,8 +216,10 @@ def launcher_options(request: LaunchRequest, options: type[OptionsT]) -> Options
     from pydantic import ValidationError
 
     from autodl.errors import LaunchError
+    from autodl.launch.options import ALL_OPTION_FIELDS
 
-    data = {k: v for k, v in request.options.items() if k != "type"}
+    own = options.model_fields
+    data = {k: v for k, v in request.options.items() if k != "type" and (k in own or k not in ALL_OPTION_FIELDS)}
     try:
         return options.model_validate(data)
     except ValidationError as exc:

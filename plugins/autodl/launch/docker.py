@@ -514,7 +514,7 @@ class DockerLauncher:
         import docker
 
         opts = launcher_options(request, DockerOptions)
-        check_host_paths(opts.mounts, opts.devices, request.run_key)
+        check_host_paths(opts.mounts, opts.devices, f"run {request.run_key}")
         plan = self.plan(request)
         for old in self.containers_of(request.run_key):
             if old.status not in _RUNNING:

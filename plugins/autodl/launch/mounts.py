@@ -243,23 +243,24 @@ def check_device_node(item: str, *, here: bool = False) -> None:
         raise ValueError(f"{short(item, 60)}: permissions are letters of 'rwm'")
 
 
-def check_host_paths(mounts: Sequence[MountSpec], devices: Sequence[str], run_key: str) -> None:
+def check_host_paths(mounts: Sequence[MountSpec], devices: Sequence[str], what: str) -> None:
     """The launcher's check of a run's mounts and device nodes against this host (:func:`check_mount_here`,
-    :func:`check_device_node` with ``here``), before anything is created.
+    :func:`check_device_node` with ``here``), before any container is created.
 
-    :raises SpecError: naming the run, the field (``launcher.mounts.0.source``), what is wrong and the fix.
+    :param what: what mounts them, for the message (``run dag.task.run1``, ``the dry run``).
+    :raises SpecError: naming ``what``, the field (``launcher.mounts.0.source``), what is wrong and the fix.
     """
     for i, mount in enumerate(mounts):
         try:
             check_mount_here(mount.source)
         except ValueError as exc:
-            raise SpecError(f"run {run_key}: field 'launcher.mounts.{i}.source': {exc} (on this host, "
+            raise SpecError(f"{what}: field 'launcher.mounts.{i}.source': {exc} (on this host, "
                             f"{clip(os.uname().nodename, 60)}, which mounts it).") from None
     for i, item in enumerate(devices):
         try:
             check_device_node(item, here=True)
         except ValueError as exc:
-            raise SpecError(f"run {run_key}: field 'launcher.devices.{i}': {exc} (on this host, "
+            raise SpecError(f"{what}: field 'launcher.devices.{i}': {exc} (on this host, "
                             f"{clip(os.uname().nodename, 60)}).") from None
 
 

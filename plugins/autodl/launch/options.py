@@ -344,5 +344,9 @@ class KubernetesOptions(ContainerOptions):
         return self
 
 
-__all__ = ["KUEUE_QUEUE_LABEL", "ContainerOptions", "DockerOptions", "KubernetesOptions", "LauncherOptions", "LocalOptions",
+ALL_OPTION_FIELDS = frozenset(LocalOptions.model_fields) | set(DockerOptions.model_fields) | set(KubernetesOptions.model_fields)
+"""Every field of some launcher's options: the fields of the flat ``launcher:`` section they replace."""
+
+
+__all__ = ["ALL_OPTION_FIELDS", "KUEUE_QUEUE_LABEL", "ContainerOptions", "DockerOptions", "KubernetesOptions", "LauncherOptions", "LocalOptions",
            "TolerationSpec", "check_metadata_key", "parse_container_user"]
