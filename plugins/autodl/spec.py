@@ -217,9 +217,8 @@ def with_launcher_type(section: LauncherOptions, kind: str) -> LauncherOptions:
     if section.type == kind:
         return section
     fields = LAUNCHER_OPTIONS[kind].model_fields
-    kept = {name: getattr(section, name) for name in section.model_fields_set if name in fields and name != "type"}
-    dumped = section.model_dump(include=set(kept))
-    return launcher_section({**dumped, "type": kind})
+    kept = section.model_dump(include={name for name in section.model_fields_set if name in fields and name != "type"})
+    return launcher_section({**kept, "type": kind})
 
 
 def other_launcher_of(key: str, kind: str) -> str | None:
@@ -403,6 +402,8 @@ def _shown_loc(loc: tuple) -> tuple:
     for part in loc:
         if union_member_next and isinstance(part, str):
             union_member_next = False
+            if part in LAUNCHER_OPTIONS and model is LocalOptions:  # the launcher union's tag: that launcher's fields
+                model = LAUNCHER_OPTIONS[part]
             continue
         union_member_next = False
         shown.append(part)
