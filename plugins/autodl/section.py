@@ -59,7 +59,7 @@ class Section(BaseModel):
         # a NUL byte cannot cross exec(2), a Docker API call or a pod manifest: refuse it here, naming the
         # field, instead of failing the launch with a traceback (reliability test, issue 23). A nested section
         # checks its own fields, so the error names the innermost one.
-        if holds_section(cls.model_fields[info.field_name].annotation):
+        if holds_section(cls.model_fields[str(info.field_name)].annotation):
             return value
         if has_nul(value):
             raise ValueError("contains a NUL character (\\x00), which no launcher can pass on; remove it")
@@ -106,6 +106,7 @@ def parse_size(value: int | str | None) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError("a size is a number of bytes or a string like '8g'")
+    number: float
     if isinstance(value, (int, float)):
         number = value
     else:
