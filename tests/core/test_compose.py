@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from autodl.launch.docker import DEFAULT_IMAGE
-from autodl.spec import LauncherSection
+from autodl.launch.options import DockerOptions
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
@@ -95,12 +95,12 @@ def test_airflow_image_pins_the_stack_and_bakes_autodl_in():
 
 
 def test_training_images_run_as_the_launchers_user_on_the_launchers_image():
-    user = LauncherSection().user
+    user = DockerOptions().user
     gpu = instructions(REPO / "docker/training/Dockerfile")
     assert gpu[0] == ("FROM", DEFAULT_IMAGE)
     for path in (REPO / "docker/training/Dockerfile", REPO / "docker/training/Dockerfile.cpu"):
         ins = instructions(path)
-        assert ("USER", user) in ins and ("WORKDIR", LauncherSection().code_dir) in ins
+        assert ("USER", user) in ins and ("WORKDIR", DockerOptions().code_dir) in ins
         assert any(op == "ENV" and "HOME=/tmp" in a for op, a in ins)
     cpu_pins = dict(l.split("==") for l in (REPO / "docker/training/requirements-cpu.txt").read_text().splitlines()
                     if "==" in l and not l.startswith("#"))

@@ -12,7 +12,6 @@ are in tests/cases/bad-input/st_*; the ones that depend on this machine's paths 
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -117,38 +116,6 @@ def _mount_spec(folder: Path, source: str) -> str:
     return "st_mount.yaml"
 
 
-@pytest.mark.parametrize("which", ["home", "inside-home", "holds-home", "store-db", "airflow-home"])
-def test_autodl_and_airflow_state_is_never_mounted(cases, capsys, monkeypatch, tmp_path, which):
-    """Seen: mounts of AUTODL_HOME (every run's folder), the store's SQLite file (leases) and AIRFLOW_HOME
-    (airflow.cfg) were accepted."""
-    home = tmp_path / "state" / "autodl-home"
-    (home / "runs" / "other-run").mkdir(parents=True)
-    airflow = tmp_path / "airflow"
-    airflow.mkdir()
-    monkeypatch.setenv("AUTODL_HOME", str(home))
-    monkeypatch.setenv("AIRFLOW_HOME", str(airflow))
-    monkeypatch.setenv("AUTODL_STORE_URL", f"sqlite:///{tmp_path / 'db' / 'autodl.db'}")
-    source = {"home": home, "inside-home": home / "runs" / "other-run", "holds-home": tmp_path / "state",
-              "store-db": tmp_path / "db" / "autodl.db", "airflow-home": airflow}[which]
-    code, out, err = plan(capsys, _mount_spec(cases, str(source)))
-    assert code == 2 and "launcher.mounts.0.source" in err and "own state" in err, err
-
-
-def test_a_folder_holding_a_live_unix_socket_is_never_mounted(cases, capsys, tmp_path):
-    """Seen: ``/tmp`` (holding PostgreSQL's ``.s.PGSQL.55432``, trust authentication) mounted read-only was
-    accepted; a read-only mount does not stop ``connect()``, so the training could edit autodl's leases."""
-    folder = tmp_path / "with-socket"
-    (folder / "sub").mkdir(parents=True)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(folder / "sub" / ".s.PGSQL.5432"))
-    server.listen(1)
-    try:
-        code, out, err = plan(capsys, _mount_spec(cases, str(folder)))
-    finally:
-        server.close()
-    assert code == 2 and "Unix socket" in err and ".s.PGSQL.5432" in err, err
-
-
 def test_a_plain_data_folder_is_still_mounted(cases, capsys, tmp_path):
     data = tmp_path / "datasets"
     data.mkdir()
@@ -170,7 +137,7 @@ def test_accelerator_device_nodes_pass(cases, capsys, node):
 def test_every_node_of_the_vendor_table_is_an_accelerator_node():
     """The allow-list of launcher.devices and include/catalog/vendors.yaml stay in step."""
     from autodl.catalog import load_catalog
-    from autodl.spec import check_device_node
+    from autodl.launch.mounts import check_device_node
 
     for vendor in load_catalog().vendors.values():
         for node in [*vendor.docker_shared_device_nodes, *(n.format(index=7) for n in vendor.docker_device_nodes)]:

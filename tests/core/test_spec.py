@@ -111,6 +111,52 @@ def test_launcher_typo_is_rejected():
         parse_spec({"launcher": {"type": "docker", "shm_sise": "8g"}})
 
 
+@pytest.mark.parametrize("section, field, owner", [
+    ({"type": "docker", "namespace": "team-a"}, "namespace", "kubernetes"),
+    ({"type": "kubernetes", "mounts": [{"source": "/data", "target": "/d"}]}, "mounts", "docker"),
+    ({"type": "local", "image": "paddle:3"}, "image", "docker"),
+], ids=["namespace-under-docker", "mounts-under-kubernetes", "image-under-local"])
+def test_a_field_of_another_launcher_is_refused_naming_the_launcher_that_has_it(section, field, owner):
+    """The flat launcher section ignored a field its launcher does not read (``namespace`` meant nothing to
+    Docker); each launcher's options are now their own model, and the error says whose field it is."""
+    with pytest.raises(SpecError) as err:
+        parse_spec({"launcher": section})
+    assert str(err.value) == (f"<spec>: unknown key 'launcher.{field}'; it is a field of the {owner} launcher, not "
+                              f"of {section['type']}: set launcher.type: {owner}, or remove it.")
+
+
+def test_each_launcher_type_gets_its_own_options_and_keeps_unknown_keys_refused():
+    from autodl.launch.options import DockerOptions, KubernetesOptions, LocalOptions
+
+    assert isinstance(parse_spec({"launcher": "local"}).launcher, LocalOptions)
+    assert isinstance(parse_spec({"launcher": {"type": "docker", "mounts": []}}).launcher, DockerOptions)
+    assert isinstance(parse_spec({"launcher": {"type": "kubernetes", "namespace": "a"}}).launcher, KubernetesOptions)
+    with pytest.raises(SpecError, match=r"unknown key 'launcher.gpu_memory'; remove it or check its spelling"):
+        parse_spec({"launcher": {"type": "kubernetes", "gpu_memory": 1}})
+
+
+def test_a_section_without_a_type_is_the_configured_launchers(monkeypatch):
+    monkeypatch.setenv("AUTODL_LAUNCHER", "kubernetes")
+    spec = parse_spec({"launcher": {"namespace": "team-a"}})
+    assert spec.launcher.type == "kubernetes" and spec.launcher.namespace == "team-a"
+    monkeypatch.delenv("AUTODL_LAUNCHER")
+    assert parse_spec({}).launcher.type == "local"
+
+
+def test_a_launcher_override_keeps_the_fields_the_new_launcher_has():
+    """A DAG run's ``launcher`` Param re-types the section: what the new launcher reads is kept, what only the
+    spec's launcher reads is dropped (it always ignored it)."""
+    from autodl.launch.options import DockerOptions
+    from autodl.steps.inputs import apply_overrides
+
+    spec = parse_spec({"launcher": {"type": "kubernetes", "image": "paddle:3", "env": {"A": "1"}, "namespace": "t"}})
+    docker = apply_overrides(spec, {"launcher": "docker"}).launcher
+    assert isinstance(docker, DockerOptions)
+    assert (docker.image, docker.env, docker.user) == ("paddle:3", {"A": "1"}, "1000:1000")
+    local = apply_overrides(spec, {"launcher": "local"}).launcher
+    assert local.type == "local" and local.env == {"A": "1"} and not hasattr(local, "image")
+
+
 @pytest.mark.parametrize("text,field", [
     ("task: {batch_size_per_gpu: true}\n", "task.batch_size_per_gpu"),
     ("resource_policy: {memory_threshold: true}\n", "resource_policy.memory_threshold"),

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from autodl.catalog import load_catalog
 from autodl.errors import AutoDLError, InventoryError, LaunchError, ProfileError, SpecError
 from autodl.inventory.declared import read_pool_file
+from autodl.launch.mounts import check_host_paths
 from autodl.spec import TaskSpec, load_spec
 from tests.fuzz import strategies as S
 
@@ -65,10 +66,11 @@ def finite_numbers(value, path="") -> None:
             finite_numbers(v, f"{path}[{i}]")
 
 
-def holds_engine_socket(source: str) -> bool:
-    """Independent oracle: the mount source, normalised and resolved here, is or contains the Docker socket."""
+def holds_engine_socket(source: str, *, here: bool = True) -> bool:
+    """Independent oracle: the mount source, normalised (and with ``here``, resolved on this host), is or contains
+    the Docker socket."""
     name = "/" + posixpath.normpath(source).lstrip("/")
-    names = {name, os.path.realpath(name)}
+    names = {name, os.path.realpath(name)} if here else {name}
     return any(n == "/" or sock == n or sock.startswith(n.rstrip("/") + "/") or n.endswith("docker.sock")
                for n in names for sock in SOCKET_DIRS)
 
@@ -81,9 +83,9 @@ ACCELERATOR = re.compile(r"/dev/(kfd|dri(/(card|renderD)\d+)?|davinci\d+|davinci
 """Independent oracle (sectest): the device nodes of accelerators, the only ones a container may be given."""
 
 
-def mount_gives_the_host(source: str) -> bool:
+def mount_gives_the_host(source: str, *, here: bool = True) -> bool:
     name = "/" + posixpath.normpath(source).lstrip("/")
-    names = {name, os.path.realpath(name)}
+    names = {name, os.path.realpath(name)} if here else {name}
     return any(n == "/" or n == t or n.startswith(t + "/") or t.startswith(n.rstrip("/") + "/")
                for n in names for t in HOST_TREES) or any(c in source for c in ":,")
 
@@ -100,21 +102,26 @@ def check_valid_spec(spec: TaskSpec) -> None:
     assert all(type(d) is int and d > 0 for d in task.input_shape or [])
     assert 0 < spec.resource_policy.memory_threshold <= 1
     assert all(type(v) in (int, float) and math.isfinite(v) for v in spec.resource_policy.tag_priorities.values())
-    uid = launcher.user.split(":")[0]
-    assert uid.isascii() and uid.isdigit() and int(uid) != 0, launcher.user
-    gid = launcher.user.split(":")[1] if ":" in launcher.user else None
-    assert gid is None or int(gid) != 0, launcher.user
-    for mount in launcher.mounts:
-        assert not holds_engine_socket(mount.source), mount.source
-        assert not mount_gives_the_host(mount.source), mount.source
-    net = (launcher.network or "").strip().lower()
-    assert net != "host" and not net.startswith("container:"), launcher.network
-    for dev in launcher.devices:
+    user = getattr(launcher, "user", "1000")  # the container launchers' field (local runs as the worker's user)
+    uid = user.split(":")[0]
+    assert uid.isascii() and uid.isdigit() and int(uid) != 0, user
+    gid = user.split(":")[1] if ":" in user else None
+    assert gid is None or int(gid) != 0, user
+    for mount in getattr(launcher, "mounts", []):  # the spec checks the path by name; the launcher, on its host
+        assert not holds_engine_socket(mount.source, here=False), mount.source
+        assert not mount_gives_the_host(mount.source, here=False), mount.source
+        if holds_engine_socket(mount.source) or mount_gives_the_host(mount.source):
+            with pytest.raises(SpecError, match=r"field 'launcher.mounts.0.source'"):
+                check_host_paths([mount], [], "fuzz")
+    net = (getattr(launcher, "network", None) or "").strip().lower()
+    assert net != "host" and not net.startswith("container:"), net
+    for dev in getattr(launcher, "devices", []):
         host = dev.split(":")[0]
         assert ACCELERATOR.fullmatch("/" + posixpath.normpath(host).lstrip("/")), dev
-    for size in (launcher.shm_size, launcher.memory_limit):
+    for size in (getattr(launcher, "shm_size", None), getattr(launcher, "memory_limit", None)):
         assert size is None or (type(size) is int and 0 < size <= 1 << 50)
-    assert launcher.cpus is None or (0 < launcher.cpus <= 8192)
+    cpus = getattr(launcher, "cpus", None)
+    assert cpus is None or (0 < cpus <= 8192)
 
 
 def outcome(exc: Exception) -> str:

@@ -21,7 +21,8 @@ from autodl.launch.docker import (
     output_volume_name,
     run_files_archive,
 )
-from autodl.spec import parse_size, parse_spec
+from autodl.section import parse_size
+from autodl.spec import parse_spec
 from autodl.types import Device
 
 MODELS = {"nvidia": "A100-SXM4-40GB", "ascend": "Ascend-910", "kunlun": "Kunlun-R200", "amd": "MI250X",

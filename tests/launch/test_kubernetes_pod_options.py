@@ -15,7 +15,8 @@ from autodl import pipeline
 from autodl.errors import LaunchError, SpecError
 from autodl.launch.base import RANK_HOST_MEMORY_FLOOR_BYTES, LaunchRequest, host_requests
 from autodl.launch.kubernetes import CONTAINER_NAME, KUEUE_ADMISSION_GATE, KubernetesLauncher
-from autodl.spec import KUEUE_QUEUE_LABEL, parse_spec
+from autodl.launch.options import KUEUE_QUEUE_LABEL
+from autodl.spec import parse_spec
 from autodl.types import Device, MemoryBreakdown, ResourceProfile
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()

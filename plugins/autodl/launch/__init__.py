@@ -1,7 +1,8 @@
 """Launchers: start a training pinned to its devices (local process, Docker container, Kubernetes pod).
 
-Chosen by name from the spec's ``launcher.type``; adding one is a module plus a line in
-:data:`autodl.registry.LAUNCHERS`.
+Chosen by name from the spec's ``launcher.type``; adding one is a module, a line in
+:data:`autodl.registry.LAUNCHERS`, and its options model (:mod:`autodl.launch.options`, a member of the spec's
+``LauncherSection`` union).
 """
 
 from __future__ import annotations

@@ -11,12 +11,14 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autodl.catalog import VendorInfo
 from autodl.types import Device, LaunchHandle
+
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
 class LaunchRequest(BaseModel):
@@ -197,25 +199,29 @@ RUN_LABEL_KEYS = ("dag_id", "run_id", "task_id", "try_number", "lease_id")
 """The keys of ``LaunchRequest.labels`` every container and pod carries, plus ``run_key``."""
 
 
-def launcher_options(request: LaunchRequest, launcher: str) -> Any:
-    """The spec's launcher section for ``request``, validated (sizes in bytes, non-root user).
+def launcher_options(request: LaunchRequest, options: type[OptionsT]) -> OptionsT:
+    """The spec's launcher section for ``request``, validated as the launcher's ``options`` model (sizes in bytes,
+    non-root user).
 
-    ``request.options`` may be a dump of :class:`~autodl.spec.LauncherSection` or a hand-written
-    mapping (tests, the CLI); both go through the same validation.
+    ``request.options`` may be a dump of the spec's launcher section or a hand-written mapping (tests, the CLI);
+    both go through the same validation. Its ``type``, if any, is the launcher's own. A field of another launcher
+    (``namespace`` in a request for Docker: a request made before the section became one model per launcher, or
+    another launcher's dump) is left out, as launchers always ignored it; the spec refuses it, naming its launcher.
+    A key no launcher has is refused.
 
-    :param launcher: the launcher's name, used as ``type`` when the options omit it.
-    :returns: a :class:`~autodl.spec.LauncherSection`.
+    :param options: the launcher's options model (``DockerOptions``, ``KubernetesOptions``).
+    :returns: an instance of ``options``.
     :raises LaunchError: naming the bad option and the fix.
     """
     from pydantic import ValidationError
 
     from autodl.errors import LaunchError
-    from autodl.spec import LauncherSection
+    from autodl.launch.options import ALL_OPTION_FIELDS
 
-    data = {"type": launcher, **request.options}
-    data["type"] = launcher
+    own = options.model_fields
+    data = {k: v for k, v in request.options.items() if k != "type" and (k in own or k not in ALL_OPTION_FIELDS)}
     try:
-        return LauncherSection.model_validate(data)
+        return options.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         problems = "; ".join(f"launcher.{'.'.join(str(p) for p in e['loc'])[:100] or '<root>'}: "

@@ -28,6 +28,8 @@ from autodl.launch.base import (
     training_command,
     visible_devices_value,
 )
+from autodl.launch.mounts import check_host_paths
+from autodl.launch.options import DockerOptions
 from autodl.launch.packed import memory_cap
 from autodl.redact import redact_env, redact_text
 from autodl.types import LaunchHandle
@@ -293,6 +295,7 @@ class DockerLauncher:
     """
 
     name = "docker"
+    options = DockerOptions
 
     def __init__(
         self,
@@ -341,7 +344,7 @@ class DockerLauncher:
 
         :raises LaunchError: for invalid launcher options or a script outside the code folder.
         """
-        opts = launcher_options(request, self.name)
+        opts = launcher_options(request, DockerOptions)
         vendor = request.vendor
         if vendor is None:
             catalog = load_catalog()
@@ -500,11 +503,18 @@ class DockerLauncher:
     def create(self, request: LaunchRequest) -> Any:
         """Create (not start) the container for ``request``, removing ended containers of its run key.
 
+        The run's mounts and device nodes are checked against this host first (its sockets, symlinks, engine
+        socket and autodl's state: :func:`autodl.launch.mounts.check_host_paths`): the container is created on
+        the engine of the host that mounts them, whichever machine validated the spec.
+
         :returns: the ``docker.models.containers.Container``.
+        :raises SpecError: a mount or device node this host must not give a container, naming the field.
         :raises LaunchError: when the image is missing and may not be pulled, or the engine refuses.
         """
         import docker
 
+        opts = launcher_options(request, DockerOptions)
+        check_host_paths(opts.mounts, opts.devices, f"run {request.run_key}")
         plan = self.plan(request)
         for old in self.containers_of(request.run_key):
             if old.status not in _RUNNING:

@@ -17,8 +17,16 @@ import yaml
 from autodl.catalog import Catalog, VendorInfo, load_catalog
 from autodl.errors import LaunchError
 from autodl.hosts import UNKNOWN_HOSTS
-from autodl.launch.base import LaunchRequest, LogStream, container_script, launcher_options, run_labels, training_command
+from autodl.launch.base import (
+    LaunchRequest,
+    LogStream,
+    container_script,
+    launcher_options,
+    run_labels,
+    training_command,
+)
 from autodl.launch.docker import DEFAULT_IMAGE, LAUNCH_LOG_DIR, LOG_DRAIN_S
+from autodl.launch.options import KUEUE_QUEUE_LABEL, KubernetesOptions, parse_container_user
 from autodl.launch.packed import memory_cap
 from autodl.redact import redact_env, redact_obj
 from autodl.types import LaunchHandle
@@ -211,8 +219,6 @@ def device_resource(device: Any, vendor: VendorInfo, catalog: Catalog) -> tuple[
 
 def pod_uid_gid(user: str, run_key: str) -> tuple[int, int | None]:
     """(uid, gid or None) a pod of ``run_key`` runs as, from ``launcher.user``; never uid 0 (the spec's check)."""
-    from autodl.spec import parse_container_user
-
     try:
         return parse_container_user(user)  # the same check as the spec's: never uid 0, however it is spelt
     except ValueError as exc:
@@ -273,8 +279,7 @@ def pod_requests(request: LaunchRequest, opts: Any) -> dict[str, str]:
 def pod_metadata(request: LaunchRequest, opts: Any) -> tuple[dict[str, str], dict[str, str]]:
     """The pod's labels and annotations: the spec's, then the run's identity (labels sanitised, annotations
     verbatim), :data:`RUN_KEY_HASH_LABEL`, ``app.kubernetes.io/managed-by`` and, in the Kueue mode, the
-    :data:`~autodl.spec.KUEUE_QUEUE_LABEL` naming the LocalQueue."""
-    from autodl.spec import KUEUE_QUEUE_LABEL
+    :data:`KUEUE_QUEUE_LABEL` naming the LocalQueue."""
 
     identity = run_labels(request)
     labels = {**opts.labels, **{f"{LABEL_PREFIX}{k.replace('_', '-')}": safe_label_value(v) for k, v in identity.items()}}
@@ -341,6 +346,7 @@ class KubernetesLauncher:
     """
 
     name = "kubernetes"
+    options = KubernetesOptions
 
     def __init__(
         self,
@@ -419,7 +425,7 @@ class KubernetesLauncher:
         """
         from kubernetes import client as k8s
 
-        opts = launcher_options(request, self.name)
+        opts = launcher_options(request, KubernetesOptions)
         vendor = self._vendor(request)
         on_cpu = request.on_cpu or not request.devices
         _, script_inside = container_script(request, opts.code_dir)
@@ -535,8 +541,7 @@ class KubernetesLauncher:
         it), namespace, name, argv, limits and requests, priority class and Kueue queue (None outside the Kueue mode)."""
         from kubernetes.client import ApiClient
 
-        from autodl.spec import KUEUE_QUEUE_LABEL
-
+    
         pod = self.build_pod(request)
         manifest = ApiClient().sanitize_for_serialization(pod)
         container = manifest["spec"]["containers"][0]

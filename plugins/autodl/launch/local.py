@@ -25,6 +25,7 @@ from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
 from autodl.launch.isolation import python_dirs, training_isolation
+from autodl.launch.options import LocalOptions
 from autodl.launch.packed import memory_cap
 from autodl.redact import is_secret_name, redact_env, redact_text
 from autodl.types import LaunchHandle
@@ -148,6 +149,7 @@ class LocalLauncher:
     """
 
     name = "local"
+    options = LocalOptions
 
     def __init__(self, base_dir: str | Path | None = None, *, stop_grace_s: float = STOP_GRACE_S, **_ignored: Any):
         self.base_dir = Path(base_dir) if base_dir else autodl_home() / "runs"

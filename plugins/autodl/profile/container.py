@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autodl.launch.mounts import check_host_paths
 from autodl.profile.dryrun import (
     CHILD,
     MAX_STAGED_BYTES,
@@ -276,9 +277,11 @@ class DockerVenue:
             launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]:
         """Stage, copy in, run, read the log, remove (see the module docstring).
 
+        :raises SpecError: a mount of ``launcher.mounts`` this host must not give a container.
         :raises SandboxUnavailable: the engine does not answer, the image is missing and may not be pulled, or the
             engine refuses the container (nothing of the user's ran).
         """
+        check_host_paths(self.launcher.mounts, [], "the dry run in the launcher's image")  # on the host that mounts
         client = self._client()
         t0 = time.monotonic()
         tar, staged = self._bundle(script, cfg, limits)

@@ -8,7 +8,7 @@ from typing import Any
 from autodl.errors import SpecError
 from autodl.policy.registry import POLICIES
 from autodl.registry import INVENTORY_SOURCES, LAUNCHERS
-from autodl.spec import TaskSpec, load_spec
+from autodl.spec import TaskSpec, load_spec, with_launcher_type
 from autodl.store import RunState
 from autodl.types import PlacementDecision, ProfileResult
 
@@ -123,11 +123,13 @@ def check_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def apply_overrides(spec: TaskSpec, overrides: dict[str, Any] | None) -> TaskSpec:
-    """``spec`` with the (already checked) overrides applied."""
+    """``spec`` with the (already checked) overrides applied; a ``launcher`` override makes the section that
+    launcher's options (:func:`autodl.spec.with_launcher_type`: the fields it lacks are dropped)."""
     for name, value in (overrides or {}).items():
         section, key, _ = OVERRIDES[name]
         part = getattr(spec, section)
-        spec = spec.model_copy(update={section: part.model_copy(update={key: value})})
+        changed = with_launcher_type(part, value) if name == "launcher" else part.model_copy(update={key: value})
+        spec = spec.model_copy(update={section: changed})
     return spec
 
 

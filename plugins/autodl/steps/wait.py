@@ -9,6 +9,7 @@ from typing import Any
 from autodl.catalog import Catalog, load_catalog
 from autodl.errors import AutoDLError, LeaseError, LeaseLost, WaitTimeout
 from autodl.inventory import read_inventory
+from autodl.launch.options import KubernetesOptions
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
 from autodl.spec import TaskSpec
@@ -119,7 +120,7 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     if not everywhere.fits:
         queue.leave(ctx.run_key)
         raise no_fit_error(profile, everywhere, inventory, spec.resource_policy.memory_threshold)
-    if spec.launcher.type == "kubernetes" and spec.launcher.kueue_queue:
+    if isinstance(spec.launcher, KubernetesOptions) and spec.launcher.kueue_queue:
         queue.leave(ctx.run_key)
         return _book_for_kueue(ctx, profile, spec, inventory, ledger, log)
     rules = queue_rules(inventory)
@@ -264,7 +265,8 @@ def _book_for_kueue(ctx: RunContext, profile: ResourceProfile, spec: TaskSpec, i
     held by another autodl run."""
     leased = frozenset(d for le in ledger.leases() for d in le.device_ids)
     decision = plan(profile, spec, inventory=inventory, catalog=load_catalog(), leased=leased)
-    log(f"Kueue mode (LocalQueue {spec.launcher.kueue_queue}): autodl's admission queue steps aside; the pod is "
+    queue_name = spec.launcher.kueue_queue if isinstance(spec.launcher, KubernetesOptions) else None
+    log(f"Kueue mode (LocalQueue {queue_name}): autodl's admission queue steps aside; the pod is "
         "created gated and Kueue admits it")
     if decision.chosen is None:
         log("every fitting device is held by another autodl run; polling again (no place in autodl's queue is kept)")
