@@ -85,8 +85,11 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
             if not script or not (folder / script).exists():
                 continue
             inp = t.get("measured_input_of_first_call")
+            # a peak over several steps of different input sizes (max_over_steps) has a FLOPs count averaged over
+            # those sizes and calls: no per-sample reference of the measured size, so no FLOPs comparison
+            varied = bool(t.get("max_over_steps"))
             truth = {"peak": t["train_peak_bytes"], "eval_peak": t.get("eval_peak_bytes"), "params": t.get("params"),
-                     "fwd_flops_per_call": t.get("hook_forward_flops_per_call"), "input": inp,
+                     "fwd_flops_per_call": None if varied else t.get("hook_forward_flops_per_call"), "input": inp,
                      "fwd_calls": t.get("forward_calls_in_step"),
                      "fwd_flops_per_sample": t.get("fwd_flops_per_sample"),
                      "spec": str(folder / t["spec"]) if t.get("spec") else None, "env": t.get("env") or {}}

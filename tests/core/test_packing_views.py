@@ -64,19 +64,20 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "include" / "scripts" / "simple_cnn.py"   # the example the profiler finds the model of
 
 
-def _plan(tmp_path, capsys, spec_text: str, pool: str, *, as_json: bool):
+def _plan(tmp_path, capsys, spec_text: str, pool: str, *, as_json: bool, measured: bool = False):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"task: {{script: {SCRIPT}, model_name: simple_cnn, batch_size_per_gpu: 64, "
                     "input_shape: [3, 32, 32]}\n" + spec_text)
     capsys.readouterr()
-    cli.main(["plan", str(spec), "--pool", pool, "--no-probe"] + (["--json"] if as_json else []))
+    cli.main(["plan", str(spec), "--pool", pool] + ([] if measured else ["--no-probe"]) + (["--json"] if as_json else []))
     text = capsys.readouterr().out
     return json.loads(text) if as_json else text
 
 
 def test_plan_says_what_a_packed_run_would_reserve_on_a_shareable_device(autodl_home, tmp_path, capsys):
     pool = pool_file(tmp_path)
-    got = _plan(tmp_path, capsys, PACKED, pool, as_json=True)
+    # measured by the dry run: an estimate nothing measured (--no-probe) is of unknown size and never shares
+    got = _plan(tmp_path, capsys, PACKED, pool, as_json=True, measured=True)
     sharing = got["sharing"]
     assert sharing["mode"] == "packed" and sharing["device"] == "GPU-big-0" and sharing["shareable"] is True
     assert got["profile"]["params"] is not None
@@ -84,7 +85,7 @@ def test_plan_says_what_a_packed_run_would_reserve_on_a_shareable_device(autodl_
     assert sharing["reservation_bytes"] == got["needed_bytes"]
     assert sharing["reservation_beside_bytes"] > sharing["reservation_bytes"]
     assert sharing["capacity_bytes"] == int(0.85 * 80 * GiB)   # the catalog lists an A100-80GB as 80 GiB
-    table = _plan(tmp_path, capsys, PACKED, pool, as_json=False)
+    table = _plan(tmp_path, capsys, PACKED, pool, as_json=False, measured=True)
     assert (f"sharing: packed; GPU-big-0 is shareable: the run would reserve {sharing['reservation_bytes'] / GiB:.2f} "
             f"GiB alone there") in table and "of 68.00 GiB" in table, table
 

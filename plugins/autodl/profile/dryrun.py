@@ -484,10 +484,12 @@ def run_dry_run(
     except SandboxUnavailable as exc:  # user code never runs unisolated
         return DryRun(outcome="no-isolation", reason=str(exc), seconds=round(time.monotonic() - t0, 3))
     dr = summarize(raw, res, target_batch=_target_for(raw, target, batch_from_spec), timeout=timeout)
-    if dr.outcome == "tool-failure" and raw.get("error", {}) and raw["error"].get("batch_reduced") \
-            and not any(s.get("measured") for s in dr.raw.get("steps") or []) and time.monotonic() - t0 < timeout * 0.5:
-        # the reduced batch broke the script (e.g. a label tensor of the full batch, or a slice of a data tensor the
-        # dry run shrank, after its warm-up step): once more at its own batch
+    broke = (dr.outcome == "tool-failure" and (raw.get("error") or {}).get("batch_reduced")) \
+        or (dr.outcome == "no-steps" and raw.get("reduced"))
+    if broke and not any(s.get("measured") and s.get("batch") for s in dr.raw.get("steps") or []) \
+            and time.monotonic() - t0 < timeout * 0.5:
+        # the reduced batch broke the script (e.g. a label tensor of the full batch) or left no step to measure (the
+        # slices of a data tensor the dry run shrank came out empty): once more at its own batch
         cfg.update(reduce=False, lo=None)
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
@@ -929,11 +931,21 @@ def called_distributed(raw: dict) -> str | None:
     return None
 
 
+def _step_unit(step: dict) -> dict:
+    """``step`` without its ``loader_batch`` when the step's forward calls saw fewer rows than that: the samples were
+    not this step's (a tensor of 64 rows the script slices micro-batches of 2 from, one per optimizer step, is a data
+    set, not a batch of 64); gradient accumulation (32 calls of 2 per step from a batch of 64) keeps it."""
+    lb = step.get("loader_batch")
+    if lb and step["batch"] * max(1, int(step.get("fwd_calls") or 1)) < lb:
+        return {**step, "loader_batch": None}
+    return step
+
+
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
     """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
     seconds = res.seconds if res is not None else 0.0
     dr = DryRun(outcome="tool-failure", reason="", seconds=seconds, raw=raw)
-    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    steps = [_step_unit(s) for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
     dr.params, dr.trainable = raw.get("params"), raw.get("trainable")
     dr.optimizer = (raw.get("optimizer") or [None])[0]
     dr.amp, dr.distributed, dr.has_conv = called_amp(raw), called_distributed(raw), raw.get("conv")
