@@ -212,3 +212,27 @@ def test_sharing_in_a_spec_reads_as_the_setting_does_and_null_is_the_default(mon
     assert sharing(None) == "packed"
     monkeypatch.setenv("AUTODL_SHARING", "exclusive")
     assert sharing(None) == "exclusive"
+
+
+@pytest.mark.parametrize("mounts,says", [
+    ([{"source": "/data/a", "target": "/in"}, {"source": "/data/a", "target": "/in2"}],
+     "launcher.mounts.1.source: '/data/a' is already mounted (launcher.mounts.0)"),
+    ([{"source": "/data/a", "target": "/in"}, {"source": "/data/b", "target": "/in/"}],
+     "launcher.mounts.1.target: '/in/' is already a mount target (launcher.mounts.0)"),
+    ([{"source": "/data/a", "target": "/workspace"}],
+     "launcher.mounts.0.target: '/workspace' is already a mount target (launcher.code_dir, where the script is mounted)"),
+    ([{"source": "/data/a", "target": "/autodl/hook", "read_only": False}],
+     "launcher.mounts.0.target: '/autodl/hook' is in /autodl, autodl's own folder"),
+])
+def test_mounts_a_container_cannot_have_as_written_are_refused_naming_the_mount(mounts, says):
+    """A fresh user's two mounts of one folder lost one silently (the engine's volumes are keyed by the host folder);
+    a mount at the code folder or in autodl's own folder was accepted."""
+    with pytest.raises(SpecError) as err:
+        parse_spec({"launcher": {"type": "docker", "mounts": mounts}})
+    assert says in str(err.value)
+
+
+def test_two_sub_folders_of_one_host_folder_mount_side_by_side():
+    spec = parse_spec({"launcher": {"type": "docker", "mounts": [{"source": "/data/a", "target": "/in/a"},
+                                                                {"source": "/data/b", "target": "/in/b"}]}})
+    assert [m.target for m in spec.launcher.mounts] == ["/in/a", "/in/b"]

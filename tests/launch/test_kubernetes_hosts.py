@@ -51,3 +51,13 @@ def test_devices_on_two_nodes_are_refused(catalog):
 def test_spec_selector_contradicting_the_booking_is_refused(catalog):
     with pytest.raises(LaunchError, match="pins kubernetes.io/hostname=gpu-node-9, but the booked devices are on node gpu-node-1"):
         _pod(catalog, _request(catalog, ["gpu-node-1"], node_selector={HOSTNAME_LABEL: "gpu-node-9"}))
+
+
+def test_a_spec_selector_for_another_gpu_product_than_the_booked_one_is_refused(catalog):
+    """A fresh user's spec set node_selector nvidia.com/gpu.product=Tesla-V100-PCIE-32GB; autodl booked an A100 and
+    the pod's selector said V100 only: the pod would land on a GPU nobody booked, or never schedule."""
+    with pytest.raises(LaunchError, match="sets nvidia.com/gpu.product=Tesla-V100-PCIE-32GB, but the booked device "
+                                          "GPU-0 needs nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB"):
+        _pod(catalog, _request(catalog, ["gpu-node-1"], node_selector={"nvidia.com/gpu.product": "Tesla-V100-PCIE-32GB"}))
+    same = _pod(catalog, _request(catalog, ["gpu-node-1"], node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}))
+    assert same["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"

@@ -460,6 +460,13 @@ class KubernetesLauncher:
             limits[packed_resource(request, vendor, resource)] = str(len(request.devices))
             node_selector.update(selector)
             tolerations.append(k8s.V1Toleration(key=vendor.k8s_taint_key, operator="Exists", effect="NoSchedule"))
+        for key, value in opts.node_selector.items():
+            if node_selector.get(key, value) != value:  # the booked device's own label (e.g. its GPU product)
+                raise LaunchError(
+                    f"run {request.run_key}: launcher.node_selector sets {key}={value}, but the booked device "
+                    f"{request.devices[0].device_id} needs {key}={node_selector[key]}; remove that selector (autodl selects "
+                    "the booked device's label), or restrict the devices with resource_policy instead."
+                )
         node_selector.update(opts.node_selector)
         node = None if opts.kueue_queue else booked_node(request)  # under Kueue, Kueue and the scheduler place it
         if node is not None:

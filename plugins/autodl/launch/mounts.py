@@ -39,6 +39,10 @@ interfaces (``/proc``: every process's command line; ``/sys``; ``/dev``: device 
 and credentials (``/etc``, ``/root``, ``/boot``), runtime state with sockets (``/run``), and the state of the
 container engines, the kubelet (pod tokens) and PostgreSQL (data files)."""
 
+AUTODL_CONTAINER_TREE = "/autodl"
+"""The folder of a training container that is autodl's: its start-up hook, run folder and output volume
+(:data:`autodl.launch.docker.HOOK_DIR`, ``RUN_DIR``, ``OUTPUT_DIR``); no mount goes there."""
+
 MAX_UNIX_SOCKETS_READ = 4 << 20
 """Bytes of ``/proc/net/unix`` read to find live Unix sockets (one line per socket, ~100 bytes: 40,000 sockets)."""
 
@@ -266,3 +270,29 @@ def check_host_paths(mounts: Sequence[MountSpec], devices: Sequence[str], what: 
 
 __all__ = ["ACCELERATOR_NODES", "ENGINE_SOCKETS", "SYSTEM_TREES", "MountSpec", "check_device_node", "check_host_paths",
            "check_mount_here", "check_mount_name", "normpath"]
+
+
+def check_mount_layout(mounts: Sequence[MountSpec], code_dir: str) -> None:
+    """Refuse mounts a container cannot have as written: one host folder twice (the engine keeps one of them), two
+    mounts at one target, a mount at the code folder (``code_dir``, where autodl mounts the script) or in autodl's
+    own folder (:data:`AUTODL_CONTAINER_TREE`).
+
+    :raises ValueError: naming ``launcher.mounts.N`` and the fix.
+    """
+    sources: dict[str, int] = {}
+    targets: dict[str, int] = {normpath(code_dir): -1}
+    for i, m in enumerate(mounts):
+        src, dst = normpath(m.source), normpath(m.target)
+        if src in sources:
+            raise ValueError(f"launcher.mounts.{i}.source: {short(m.source, 80)} is already mounted "
+                             f"(launcher.mounts.{sources[src]}); a host folder is mounted once: drop one, or mount "
+                             "two of its sub-folders")
+        if dst in targets:
+            at = "launcher.code_dir, where the script is mounted" if targets[dst] < 0 else f"launcher.mounts.{targets[dst]}"
+            raise ValueError(f"launcher.mounts.{i}.target: {short(m.target, 80)} is already a mount target ({at}); "
+                             "choose another target")
+        if dst == AUTODL_CONTAINER_TREE or dst.startswith(AUTODL_CONTAINER_TREE + "/"):
+            raise ValueError(f"launcher.mounts.{i}.target: {short(m.target, 80)} is in {AUTODL_CONTAINER_TREE}, "
+                             "autodl's own folder of the container (its hook, run folder and outputs); choose another "
+                             "target")
+        sources[src], targets[dst] = i, i

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from autodl.fields import UINT32_ID_MAX, Cpus, Int
 from autodl.inputs import short
-from autodl.launch.mounts import MountSpec, check_device_node
+from autodl.launch.mounts import MountSpec, check_device_node, check_mount_layout
 from autodl.registry import LAUNCHERS, check_choice
 from autodl.section import Section, parse_size
 
@@ -182,6 +182,11 @@ class DockerOptions(ContainerOptions):
         for item in value:
             check_device_node(item)
         return value
+
+    @model_validator(mode="after")
+    def _mounts_distinct(self) -> "DockerOptions":
+        check_mount_layout(self.mounts, self.code_dir)
+        return self
 
     @model_validator(mode="after")
     def _shm_or_ipc(self) -> "DockerOptions":
