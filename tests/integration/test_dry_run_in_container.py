@@ -88,7 +88,10 @@ def test_the_dry_run_pod_measures_what_the_sandbox_does(spec_file, docker_client
     spec = load_spec(spec_file)
     script = spec.script_path()
     here = profile_script(script, spec)
-    launcher = spec.launcher.model_copy(update={"type": "kubernetes", "code_pvc": "team-code", "code_dir": "/opt/code"})
+    from autodl.spec import with_launcher_type
+
+    launcher = with_launcher_type(spec.launcher, "kubernetes").model_copy(update={"code_pvc": "team-code",
+                                                                                 "code_dir": "/opt/code"})
     k8s_spec = spec.model_copy(update={"launcher": launcher})
     api = DockerPodApi(docker_client, claims={"team-code": str(script.parent)},
                        image_binds=paddle_image.python_mounts())

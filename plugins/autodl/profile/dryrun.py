@@ -775,7 +775,8 @@ def classify(err: dict, script: str | None = None) -> tuple[str, str]:
         # the script stopped itself: often a check of where it runs (a GPU, a file, a variable), not a bug
         return "cannot-run", f"the script raised {etype} itself at line {last.get('line')} ({_short(msg)})"
     if err.get("batch_reduced"):
-        return "tool-failure", f"the script failed at the batch the dry run reduced it to ({etype}: {_short(msg)})"
+        return "tool-failure", (f"the batch the dry run reduced the script to broke it ({etype}: {_short(msg)}): autodl's change, "
+                                "not an error of the script")
     if err.get("user_frame"):
         return "user-error", f"{etype}: {_short(msg, 600)}"
     return "tool-failure", f"it failed outside the script's own code ({etype}: {_short(msg)})"
@@ -931,21 +932,22 @@ def called_distributed(raw: dict) -> str | None:
     return None
 
 
-def _step_unit(step: dict) -> dict:
-    """``step`` without its ``loader_batch`` when the step's forward calls saw fewer rows than that: the samples were
-    not this step's (a tensor of 64 rows the script slices micro-batches of 2 from, one per optimizer step, is a data
-    set, not a batch of 64); gradient accumulation (32 calls of 2 per step from a batch of 64) keeps it."""
-    lb = step.get("loader_batch")
-    if lb and step["batch"] * max(1, int(step.get("fwd_calls") or 1)) < lb:
-        return {**step, "loader_batch": None}
-    return step
+def _steps_in_their_unit(raw: dict) -> list[dict]:
+    """The measured steps, counted in the model's rows instead of ``loader_batch`` when no DataLoader fed them and
+    every step's forward calls saw fewer rows than that: the rows were a tensor the script created and slices
+    micro-batches from, one per optimizer step (a data set of 64 rows, not a batch of 64); gradient accumulation
+    (32 calls of 2 per step from 64 rows) keeps its count."""
+    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    sliced = bool(steps) and not raw.get("loaders") and all(
+        s.get("loader_batch") and s["batch"] * max(1, int(s.get("fwd_calls") or 1)) < s["loader_batch"] for s in steps)
+    return [{**s, "loader_batch": None} for s in steps] if sliced else steps
 
 
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
     """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
     seconds = res.seconds if res is not None else 0.0
     dr = DryRun(outcome="tool-failure", reason="", seconds=seconds, raw=raw)
-    steps = [_step_unit(s) for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    steps = _steps_in_their_unit(raw)
     dr.params, dr.trainable = raw.get("params"), raw.get("trainable")
     dr.optimizer = (raw.get("optimizer") or [None])[0]
     dr.amp, dr.distributed, dr.has_conv = called_amp(raw), called_distributed(raw), raw.get("conv")
