@@ -11,15 +11,10 @@ scripts whose inputs change size between steps, N is the number of steps of one 
 every epoch holds the same fixed set of batches in a new order, 2 x that - 1 (so a whole epoch after the warm-up is
 covered); ``train_peak_bytes`` is then the largest of the N steps' peaks.
 """
-import json
 import os
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MEASURE = os.path.join(HERE, "..", "user_scripts", "measure.py")
-OUT = os.path.join(HERE, "truth.json")
 
 # What each script is.  "max_over_steps": None for fixed-shape scripts (one step is the truth), else N.
 SCRIPTS = [
@@ -133,100 +128,13 @@ SCRIPTS = [
 ]
 
 
-def measure(entry):
-    """One fresh ``measure.py`` process for ``entry``; returns its TRUTH dict plus ``wall_s``."""
-    opts = ["--max-over-steps", str(entry["max_over_steps"])] if entry["max_over_steps"] else []
-    cmd = [sys.executable, MEASURE, "--phase", "train", *opts, entry["file"], *entry["args"]]
-    t0 = time.time()
-    p = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True)
-    wall = round(time.time() - t0, 1)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("TRUTH ")]
-    if not lines:
-        raise SystemExit(f"{entry['file']}: no TRUTH line, exit {p.returncode}\n{p.stderr[-3000:]}")
-    res = json.loads(lines[-1][6:])
-    if "error" in res:
-        raise SystemExit(f"{entry['file']}: {res}")
-    res["wall_s"] = wall
-    return res
-
-
-def build(entry):
-    """The truth.json entry: ../user_scripts/truth.json's keys (eval ones null: no script here has an eval pass)."""
-    tr = measure(entry)
-    out = {
-        "file": entry["file"],
-        "args": entry["args"],
-        "batch_size": entry["batch_size"],
-        "input": entry["input"],
-        "measured_input_of_first_call": tr["input"],
-        "train_peak_bytes": tr["peak"],
-        "eval_peak_bytes": None,
-        "eval_first_step_peak_bytes": None,
-        "params": tr["params"],
-        "trainable_params": tr["trainable"],
-        "optimizer_params": tr["opt_params"],
-        "ref_forward_flops": tr["ref_flops"],
-        "ref_forward_flops_input": tr["ref_flops_input"] if tr["ref_flops"] is not None else None,
-        "ref_forward_flops_none_because": None if tr["ref_flops"] is not None else (
-            tr["ref_flops_input"] or "paddle.flops needs one float input: the model's forward takes token ids "
-                                     "and/or several inputs"),
-        "hook_forward_flops_per_call": tr["fwd_flops_per_call"],
-        "forward_calls_in_step": tr["fwd_calls"],
-        "model_class": tr["model"],
-        "optimizer": entry["optimizer"],
-        "optimizer_class": tr["opt"],
-        "style": entry["style"],
-        "measure_seconds": tr["wall_s"],
-        "eval_measure_seconds": None,
-        "step_seconds": tr["step_s"],
-        "eval_step_seconds": None,
-    }
-    if entry["max_over_steps"]:
-        out["max_over_steps"] = tr["max_over_steps"]
-        out["per_step_peak_bytes"] = tr["per_step_peak_bytes"]
-        out["per_step_seconds"] = tr["per_step_s"]
-        out["peak_step_index"] = tr["peak_step"]
-        out["ended_by"] = tr["ended_by"]
-    return out
-
-
-def _write(entries):
-    import paddle
-    doc = {"paddle": paddle.__version__, "device": "CPU (CUDA_VISIBLE_DEVICES='')",
-           "method": "../user_scripts/measure.py: Paddle's CPU allocator peak ('Allocated', device 0) of the second "
-                     "full training step in a fresh process; for variable-size scripts (max_over_steps set) the "
-                     "largest of the peaks of the N steps after the warm-up, each reset on its own; see README.md",
-           "scripts": [entries[e["file"]] for e in SCRIPTS if e["file"] in entries]}
-    with open(OUT, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-
-
-def main():
-    argv = sys.argv[1:]
-    repeat = "--repeat" in argv
-    names = [a for a in argv if not a.startswith("--")]
-    by_name = {e["file"]: e for e in SCRIPTS}
-    for n in names:
-        if n not in by_name:
-            raise SystemExit(f"unknown script {n!r}; known: {', '.join(by_name)}")
-    todo = names or list(by_name)
-    old = {}
-    if os.path.exists(OUT):
-        with open(OUT) as f:
-            old = {s["file"]: s for s in json.load(f)["scripts"]}
-    for n in todo:
-        print(f"measuring {n} ...", flush=True)
-        new = build(by_name[n])
-        if repeat:
-            o = old.get(n, {})
-            for k in ("train_peak_bytes", "params", "ref_forward_flops", "per_step_peak_bytes"):
-                print(f"{n} {k}: stored {o.get(k)} now {new.get(k)}")
-            continue
-        old[n] = new
-        print(json.dumps(new), flush=True)
-        _write(old)
+METHOD = ("../user_scripts/measure.py: Paddle's CPU allocator peak ('Allocated', device 0) of the second full training "
+          "step in a fresh process; for variable-size scripts (max_over_steps set) the largest of the peaks of the N "
+          "steps after the warm-up, each reset on its own; see README.md")
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, os.path.join(HERE, "..", "user_scripts"))
+    import collect as runner  # the user scripts' runner: the same measurement, this folder's scripts
+
+    runner.main(SCRIPTS, HERE, METHOD)

@@ -143,10 +143,17 @@ SCRIPTS = [
 ]
 
 
-def measure(entry, phase):
-    cmd = [sys.executable, os.path.join(HERE, "measure.py"), "--phase", phase, entry["file"], *entry["args"]]
+METHOD = ("measure.py: Paddle's CPU allocator peak ('Allocated', device 0) of the second full training step in a "
+          "fresh process (and of the second eval step for eval-pass scripts); see README.md")
+
+
+def measure(entry, phase, here=HERE):
+    """One fresh ``measure.py`` process for ``entry`` run in folder ``here`` (with ``--max-over-steps N`` when the
+    entry has ``max_over_steps``); returns its TRUTH dict plus ``wall_s``."""
+    opts = ["--max-over-steps", str(entry["max_over_steps"])] if entry.get("max_over_steps") else []
+    cmd = [sys.executable, os.path.join(HERE, "measure.py"), "--phase", phase, *opts, entry["file"], *entry["args"]]
     t0 = time.time()
-    p = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True)
+    p = subprocess.run(cmd, cwd=here, capture_output=True, text=True)
     wall = round(time.time() - t0, 1)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("TRUTH ")]
     if not lines:
@@ -158,10 +165,11 @@ def measure(entry, phase):
     return res
 
 
-def build(entry):
-    tr = measure(entry, "train")
-    ev = measure(entry, "eval") if entry["eval"] else None
-    return {
+def build(entry, here=HERE):
+    """The truth.json entry of ``entry``; a variable-size script (``max_over_steps``) also gets the per-step peaks."""
+    tr = measure(entry, "train", here)
+    ev = measure(entry, "eval", here) if entry.get("eval") else None
+    out = {
         "file": entry["file"],
         "args": entry["args"],
         "batch_size": entry["batch_size"],
@@ -189,39 +197,44 @@ def build(entry):
         "step_seconds": tr["step_s"],
         "eval_step_seconds": ev["step_s"] if ev else None,
     }
+    if entry.get("max_over_steps"):
+        out["max_over_steps"] = tr["max_over_steps"]
+        out["per_step_peak_bytes"] = tr["per_step_peak_bytes"]
+        out["per_step_seconds"] = tr["per_step_s"]
+        out["peak_step_index"] = tr["peak_step"]
+        out["ended_by"] = tr["ended_by"]
+    return out
 
 
-def main():
+def main(scripts=SCRIPTS, here=HERE, method=METHOD):
+    """Measure ``scripts`` (their files in folder ``here``) as the command line says and write ``here/truth.json``."""
     argv = sys.argv[1:]
+    out_path = os.path.join(here, "truth.json")
     repeat = "--repeat" in argv
     names = [a for a in argv if not a.startswith("--")]
-    by_name = {e["file"]: e for e in SCRIPTS}
+    by_name = {e["file"]: e for e in scripts}
     for n in names:
         if n not in by_name:
             raise SystemExit(f"unknown script {n!r}; known: {', '.join(by_name)}")
     todo = names or list(by_name)
     old = {}
-    if os.path.exists(OUT):
-        with open(OUT) as f:
+    if os.path.exists(out_path):
+        with open(out_path) as f:
             old = {s["file"]: s for s in json.load(f)["scripts"]}
-    if repeat:
-        for n in todo:
-            new = build(by_name[n])
-            o = old.get(n, {})
-            for k in ("train_peak_bytes", "eval_peak_bytes", "params", "ref_forward_flops"):
-                print(f"{n} {k}: stored {o.get(k)} now {new[k]}")
-        return
     import paddle
     for n in todo:
         print(f"measuring {n} ...", flush=True)
-        old[n] = build(by_name[n])
-        print(json.dumps(old[n]), flush=True)
-        doc = {"paddle": paddle.__version__, "device": "CPU (CUDA_VISIBLE_DEVICES='')",
-               "method": "measure.py: Paddle's CPU allocator peak ('Allocated', device 0) of the second full "
-                         "training step in a fresh process (and of the second eval step for eval-pass scripts); "
-                         "see README.md",
-               "scripts": [old[e["file"]] for e in SCRIPTS if e["file"] in old]}
-        with open(OUT, "w") as f:
+        new = build(by_name[n], here)
+        if repeat:
+            o = old.get(n, {})
+            for k in ("train_peak_bytes", "eval_peak_bytes", "params", "ref_forward_flops", "per_step_peak_bytes"):
+                print(f"{n} {k}: stored {o.get(k)} now {new.get(k)}")
+            continue
+        old[n] = new
+        print(json.dumps(new), flush=True)
+        doc = {"paddle": paddle.__version__, "device": "CPU (CUDA_VISIBLE_DEVICES='')", "method": method,
+               "scripts": [old[e["file"]] for e in scripts if e["file"] in old]}
+        with open(out_path, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
 
