@@ -88,11 +88,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     t = Table(title=f"profile of {profile.script} ({profile.method})")
     t.add_column("term")
     t.add_column("value", justify="right")
+    unknown = profile.params is None  # model states not measured: placed as the largest allowed device
+    states = (lambda n: "unknown (see the cold-start warning)") if unknown else _gib
     for name, value in [("parameters", f"{profile.params:,}" if profile.params is not None else "unknown (see the cold-start warning)"), ("batch size / device", str(profile.batch_size)),
-                        ("devices", str(profile.num_gpus)), ("weights GiB", _gib(b.weights_bytes)),
-                        ("gradients GiB", _gib(b.gradients_bytes)), ("optimizer state GiB", _gib(b.optimizer_state_bytes)),
+                        ("devices", str(profile.num_gpus)), ("weights GiB", states(b.weights_bytes)),
+                        ("gradients GiB", states(b.gradients_bytes)), ("optimizer state GiB", states(b.optimizer_state_bytes)),
                         ("activations GiB", _gib(b.activations_bytes)), ("workspace GiB", _gib(b.workspace_bytes)),
-                        ("peak memory GiB / device", _gib(profile.peak_memory_bytes)),
+                        ("peak memory GiB / device", _gib(profile.peak_memory_bytes) + (
+                            " + unknown model states: placed as the largest allowed device" if unknown else "")),
                         ("training FLOPs / step", f"{profile.flops_per_step:.3g}" if profile.flops_per_step is not None
                          else "unknown (see the cold-start warning)")]:
         t.add_row(name, value)

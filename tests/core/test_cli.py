@@ -145,3 +145,20 @@ def test_expired_leases_are_listed_and_reaped_and_the_queue_is_shown(monkeypatch
     queue = json.loads(autodl("queue", "--json").stdout)
     assert [(q["run_key"], q["owner_user"], q["stale"]) for q in queue] == [("dag.train.next", "carol", False)]
     assert "dag.train.next" in autodl("queue").stdout
+
+
+def test_the_profile_table_of_an_unmeasured_model_says_its_states_are_unknown(tmp_path, capsys, monkeypatch):
+    """A fresh user's --no-probe table said "weights GiB 0.00" and a 1.10 GiB peak per device while placement sized
+    the run as the largest device (34 GiB): the model states were never measured, and the table now says so."""
+    from autodl import cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\n")
+    capsys.readouterr()
+    assert cli.main(["profile", str(script), "--no-probe"]) == 0
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in capsys.readouterr().out.splitlines() if line.count("│") >= 3}
+    for term in ("weights GiB", "gradients GiB", "optimizer state GiB"):
+        assert rows[term] == "unknown (see the cold-start warning)", rows
+    assert rows["peak memory GiB / device"].endswith("+ unknown model states: placed as the largest allowed device")

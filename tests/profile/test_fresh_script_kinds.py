@@ -60,3 +60,22 @@ def test_a_created_data_tensor_the_steps_slice_is_not_the_batch_of_the_reading()
     raw = dryrun_report((CASES / "gpt_medium_native_dry_run_report.json").read_text())
     dr = summarize(raw, None, target_batch=None, timeout=150)
     assert dr.batch == 2 and dr.tensor_peak_bytes >= 6_957_738_544
+
+
+def test_training_inputs_of_several_shapes_are_said_to_be_a_figure_of_the_largest_seen():
+    """t5_seq2seq_dynpad.py (padding per batch) and gat_dense_adjacency.py (graphs of several sizes): the dry run saw
+    3 of an epoch's lengths and the figure was the largest of those, 16% under the epoch's longest batch, with no
+    word of it. It now says so; one shape seen says nothing."""
+    from autodl.profile.paths import varying_input_finding
+    from autodl.types import PhasePeak
+
+    steps = [PhasePeak(name="train", batch_size=8, peak_bytes=b, input_shapes=[[s]]) for s, b in
+             ((130, 627 << 20), (97, 570 << 20), (101, 571 << 20))]
+    f = varying_input_finding(steps)
+    assert f is not None and f.severity == "warning" and f.code == "input-size-varies"
+    assert "3 shapes in 3 measured steps" in f.message and "627.0 MiB" in f.message
+    assert varying_input_finding(steps[:1]) is None
+    same = [PhasePeak(name="train", batch_size=b, peak_bytes=100, input_shapes=[[3, 32, 32]]) for b in (2, 4)]
+    assert varying_input_finding(same) is None
+    evals = steps[:1] + [PhasePeak(name="eval", batch_size=8, peak_bytes=1, input_shapes=[[999]], grad=False)]
+    assert varying_input_finding(evals) is None   # a larger eval input is the phase-peaks finding's

@@ -183,8 +183,27 @@ def probe_inputs(dr) -> list[list[dict]] | None:
     return cands or None
 
 
+def varying_input_finding(phases: list[PhasePeak]) -> Finding | None:
+    """A warning when the training steps the dry run measured had inputs of different shapes (padded or bucketed
+    lengths, multi-scale images, graphs of different sizes): the figure is the largest step seen, and a batch later
+    in the epoch may be larger (issue 18's fresh scripts: -16% for per-batch padding and multi-scale training)."""
+    train = [p for p in phases if p.name == "train"]
+    shapes = {tuple(tuple(s) for s in p.input_shapes) for p in train}
+    if len(shapes) < 2:
+        return None
+    top = max(train, key=lambda p: p.peak_bytes)
+    return Finding(severity="warning", code="input-size-varies", message=(
+        f"the training inputs changed shape between the dry run's steps ({len(shapes)} shapes in {len(train)} "
+        f"measured steps); the figure is the largest step seen ({top.peak_bytes / (1 << 20):,.1f} MiB), and batches "
+        "later in an epoch may be larger than any seen (the longest sequence, the largest image size or graph): set "
+        "task.sequence_length or task.input_shape to the largest the data holds, or keep headroom"))
+
+
 def phase_findings(findings: list[Finding], phases: list[PhasePeak], batch: int) -> None:
-    """Say which phase needs what when there is more than one (issue 8, kind 8)."""
+    """Say which phase needs what when there is more than one (issue 8, kind 8), and when the training inputs'
+    shape varied between steps (:func:`varying_input_finding`)."""
+    if (varies := varying_input_finding(phases)) is not None:
+        findings.append(varies)
     if len(phases) < 2:
         return
     mib = 1 << 20
