@@ -37,15 +37,6 @@ def devices(vendor: str = "nvidia", indices=(2, 3), uuids: bool = True) -> list[
     ]
 
 
-@pytest.fixture
-def script(tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    path = code / "train.py"
-    path.write_text("print('train')\n")
-    return path
-
-
 def request_for(script, catalog, *, vendor="nvidia", devs=None, **kw) -> LaunchRequest:
     labels = kw.pop("labels", {"dag_id": "dag_a", "run_id": "manual__2026-01-01T00:00:00+00:00", "task_id": "t.launch",
                                "try_number": "1", "lease_id": "lease-1"})

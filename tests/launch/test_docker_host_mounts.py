@@ -35,15 +35,6 @@ def launch_with_mount(script, source: str) -> None:
     DockerLauncher(client=UntouchedEngine()).create(request)
 
 
-@pytest.fixture
-def script(tmp_path):
-    code = tmp_path / "code"
-    code.mkdir()
-    path = code / "train.py"
-    path.write_text("print('train')\n")
-    return path
-
-
 def test_a_folder_holding_a_socket_of_this_host_validates_but_the_launcher_refuses_it_at_launch(script, tmp_path):
     """Seen: ``/tmp`` (holding PostgreSQL's ``.s.PGSQL.55432``, trust authentication) mounted read-only was
     accepted; a read-only mount does not stop ``connect()``, so the training could edit autodl's leases. The socket
