@@ -277,14 +277,6 @@ class KubernetesOptions(ContainerOptions):
                              "run the training in a namespace of its own")
         return value
 
-    @field_validator("service_account")
-    @classmethod
-    def _service_account(cls, value: str | None) -> str | None:
-        if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
-            raise ValueError(f"{short(value, 40)} is not a Kubernetes object name (lower-case letters, digits, '-' "
-                             "and '.', at most 253)")
-        return value
-
     @field_validator("image_pull_secrets")
     @classmethod
     def _secret_names(cls, value: list[str]) -> list[str]:
@@ -307,7 +299,7 @@ class KubernetesOptions(ContainerOptions):
             raise ValueError("annotations hold more than 256 KiB in all (Kubernetes' limit); keep large data elsewhere")
         return value
 
-    @field_validator("priority_class", "kueue_queue")
+    @field_validator("service_account", "priority_class", "kueue_queue")
     @classmethod
     def _object_name(cls, value: str | None) -> str | None:
         if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
