@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autodl.profile.memory import TRAINING_FLOPS_FACTOR
-from autodl.profile.probe import REPORT_MAX_BYTES, report_object, report_text
+from autodl.profile.dryrun_report import dryrun_report
+from autodl.profile.probe import REPORT_MAX_BYTES, report_text
 from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
                             run_sandboxed, stage_tree, why_protected)
 from autodl.types import Finding, PhasePeak
@@ -610,144 +611,6 @@ def _tell_failed_allocation(dr: DryRun, request: int, script: Path, cfg: dict, *
 REPORT_FILE_BYTES = 32 << 20
 """Largest result file read back from the dry run (bytes): the child writes it in the user's process, so the
 script can write anything there, of any size."""
-
-MAX_BATCH = 1 << 30
-"""Largest batch believed from the report (:data:`autodl.fields.MAX_BATCH_PER_DEVICE`)."""
-
-
-def _num(v: Any, what: str, lo: float = 0.0, hi: float = 1e30) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-        raise ValueError(f"{what} is {report_text(v)}, not a number from {lo:g} to {hi:g}")
-    return float(v)
-
-
-def _int(v: Any, what: str, lo: int = 0, hi: int = REPORT_MAX_BYTES, none: bool = False) -> int | None:
-    if v is None and none:
-        return None
-    if type(v) is not int or not lo <= v <= hi:
-        raise ValueError(f"{what} is {report_text(v)}, not an integer from {lo} to {hi}")
-    return v
-
-
-def _list(v: Any, what: str, n: int = 10_000) -> list:
-    if v is None:
-        return []
-    if not isinstance(v, list) or len(v) > n:
-        raise ValueError(f"{what} is not a list of at most {n} items")
-    return v
-
-
-def _sig(v: Any, what: str) -> list[dict] | None:
-    if v is None:
-        return None
-    out = []
-    for d in _list(v, what, 64):
-        if not isinstance(d, dict):
-            raise ValueError(f"{what} holds a non-object")
-        shape = [_int(x, f"{what} shape", 0, MAX_BATCH) for x in _list(d.get("shape"), f"{what} shape", 16)]
-        item = {"shape": shape, "dtype": report_text(d.get("dtype")) or "?"}
-        for k in ("min", "max"):
-            if d.get(k) is not None:
-                item[k] = _int(d.get(k), f"{what} {k}", -(1 << 62), 1 << 62)
-        out.append(item)
-    return out
-
-
-def _record(r: Any, what: str, eval_record: bool = False) -> dict:
-    if not isinstance(r, dict):
-        raise ValueError(f"{what} is not a JSON object")
-    out = {"batch": _int(r.get("batch"), f"{what} batch", 1, MAX_BATCH, none=True),
-           "peak": _int(r.get("peak"), f"{what} peak"),
-           "start_bytes": _int(r.get("start_bytes"), f"{what} start_bytes"),
-           "inputs": _sig(r.get("inputs"), f"{what} inputs"),
-           "fwd_flops": _num(r.get("fwd_flops") or 0, f"{what} fwd_flops"),
-           "seconds": _num(r.get("seconds") or 0, f"{what} seconds", 0, 1e7)}
-    if eval_record:
-        out.update(grad=r.get("grad") is True, native_batch=_int(r.get("native_batch"), f"{what} native_batch", 1,
-                                                                    MAX_BATCH, none=True))
-        if r.get("steady_peak") is not None:
-            out["steady_peak"] = _int(r.get("steady_peak"), f"{what} steady_peak")
-        return out
-    out.update(fwd_bwd_peak=_int(r.get("fwd_bwd_peak"), f"{what} fwd_bwd_peak"),
-               update_peak=_int(r.get("update_peak"), f"{what} update_peak"),
-               kept_adjust=_int(r.get("kept_adjust") or 0, f"{what} kept_adjust"),
-               fwd_calls=_int(r.get("fwd_calls") or 0, f"{what} fwd_calls", 0, 1 << 20),
-               recompute_flops=_num(r.get("recompute_flops") or 0, f"{what} recompute_flops"),
-               index=_int(r.get("index") or 0, f"{what} index", 0, 1 << 30),
-               fwd_bwd_seconds=_num(r.get("fwd_bwd_seconds") or 0, f"{what} fwd_bwd_seconds", 0, 1e7),
-               update_seconds=_num(r.get("update_seconds") or 0, f"{what} update_seconds", 0, 1e7),
-               measured=r.get("measured") is True, steady=r.get("steady") is True,
-               loader_batch=_int(r.get("loader_batch"), f"{what} loader_batch", 1, MAX_BATCH, none=True))
-    return out
-
-
-def dryrun_report(text: str) -> dict[str, Any]:
-    """The dry-run child's result file, checked field by field (the user's code runs in that process and can write
-    the file with any content): JSON without NaN/Infinity; byte counts integers in [0, 1 PiB]; batches in
-    [1, 2**30]; texts cut to :data:`~autodl.profile.probe.REPORT_TEXT_CHARS` printable characters.
-
-    :returns: the report with only the fields :func:`summarize` reads.
-    :raises ValueError: saying what is wrong (the caller falls back as for any dry run that could not measure).
-    """
-    data = report_object(text)
-    out: dict[str, Any] = {
-        "steps": [_record(r, "a step") for r in _list(data.get("steps"), "steps")],
-        "evals": [_record(r, "an eval call", True) for r in _list(data.get("evals"), "evals")],
-        "eval_partial": _record(data["eval_partial"], "an eval call", True) if data.get("eval_partial") else None,
-        "replay": [[_int(a, "a replay batch", 1, MAX_BATCH), _int(b, "a replay peak")]
-                   for a, b in (_list(p, "a replay point", 2) for p in _list(data.get("replay"), "replay", 8))],
-        "params": _int(data.get("params"), "params", none=True),
-        "trainable": _int(data.get("trainable"), "trainable", none=True),
-        "optimizer": [report_text(o) for o in _list(data.get("optimizer"), "optimizer", 64)],
-        "model": [report_text(o) for o in _list(data.get("model"), "model", 64)],
-        "amp": [a for a in _list(data.get("amp"), "amp", 4) if a in ("O1", "O2")],
-        "distributed_calls": [report_text(c) for c in _list(data.get("distributed_calls"), "distributed_calls")[:64]],
-        "conv": data.get("conv") if isinstance(data.get("conv"), bool) else None,
-        "inputs": _sig(data.get("inputs"), "inputs"),
-        "loaders": [], "num_workers": [],
-        "error": None, "end": report_text(data.get("end")),
-        "exit_code": _int(data.get("exit_code"), "exit_code", -(1 << 31), 1 << 31, none=True),
-        "exit_message": report_text(data.get("exit_message")),
-        "notes": [report_text(n) for n in _list(data.get("notes"), "notes", 64)],
-        "created_batches": [[_int(a, "a created batch", 1, MAX_BATCH), _int(b, "a created batch", 1, MAX_BATCH)]
-                            for a, b in (_list(c, "a created batch", 2) for c in
-                                         _list(data.get("created_batches"), "created_batches", 64))],
-        "alloc_preexisting": _int(data.get("alloc_preexisting"), "alloc_preexisting", none=True),
-        "reduced": data.get("reduced") is True,
-        "max_reading": _int(data.get("max_reading"), "max_reading", none=True),
-        "max_reading_batch": _int(data.get("max_reading_batch"), "max_reading_batch", 1, MAX_BATCH, none=True),
-    }
-    if out["trainable"] is not None and out["params"] is not None and out["trainable"] > out["params"]:
-        raise ValueError("more trainable parameters than parameters")
-    plan = data.get("plan")
-    if isinstance(plan, dict):
-        out["plan"] = {"native": _int(plan.get("native"), "plan native", 1, MAX_BATCH, none=True),
-                       "then": [_int(b, "a planned batch", 1, MAX_BATCH) for b in _list(plan.get("then"), "plan", 8)]}
-    for n in _list(data.get("num_workers"), "num_workers", 64):
-        out["num_workers"].append(_int(n, "num_workers", 0, 1 << 16) if not isinstance(n, str) else report_text(n))
-    for ld in _list(data.get("loaders"), "loaders", 64):
-        if not isinstance(ld, dict):
-            raise ValueError("a loader is not a JSON object")
-        out["loaders"].append({"first_sample": _sig(ld.get("first_sample"), "a first sample"),
-                               "batch_size": _int(ld.get("batch_size"), "a loader batch", 1, MAX_BATCH, none=True)
-                               if type(ld.get("batch_size")) is int else None})
-    err = data.get("error")
-    if isinstance(err, dict):
-        def frame(f: Any) -> dict | None:
-            if not isinstance(f, dict):
-                return None
-            return {"file": report_text(f.get("file")) or "", "func": report_text(f.get("func")),
-                    "code": report_text(f.get("code")) or "",
-                    "line": f.get("line") if type(f.get("line")) is int and 0 < f.get("line") < 1 << 31 else None}
-        frames = [fr for fr in (frame(f) for f in _list(err.get("frames"), "frames", 64)) if fr]
-        out["error"] = {"type": report_text(err.get("type")) or "Exception", "message": report_text(err.get("message")),
-                        "frames": frames, "last_frame": frame(err.get("last_frame")),
-                        "user_frame": frame(err.get("user_frame")),
-                        "errno": err.get("errno") if type(err.get("errno")) is int else None,
-                        "during": report_text(err.get("during")), "batch_reduced": err.get("batch_reduced") is True}
-    elif err is not None:
-        raise ValueError("error is not a JSON object")
-    return out
 
 
 # ----------------------------------------------------------------------------------------- classification
