@@ -13,6 +13,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from autodl.profile.container import BUNDLE_DIR, WORK_DIR, container_env
+from autodl.profile.dryrun import DryRunConfig
 from autodl.profile.pod import DRY_RUN_LABEL, POLICY_NAME, PodVenue, deny_all_policy, dry_run_pod
 from autodl.sandbox import SandboxLimits, SandboxUnavailable
 from autodl.spec import parse_spec
@@ -27,7 +28,8 @@ def _pod(tmp_path: Path, **launcher) -> dict:
     spec = parse_spec({"launcher": {"type": "kubernetes", "image": "registry.example.com/team/train:3",
                                     "user": "1000:1000", **launcher}})
     env = container_env(None, {"HF_HOME": "/data/hf"})
-    pod = dry_run_pod(script, {"argv": ["--epochs", "1"]}, spec.launcher, limits=LIMITS, env=env,
+    cfg = DryRunConfig(script=str(script), argv=["--epochs", "1"])
+    pod = dry_run_pod(script, cfg, spec.launcher, limits=LIMITS, env=env,
                       namespace="ml", name="autodl-dryrun-0123456789ab")
     manifest = ApiClient().sanitize_for_serialization(pod)
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
@@ -106,5 +108,6 @@ def test_without_the_deny_all_policy_no_pod_is_created(tmp_path, monkeypatch):
     venue = PodVenue(spec.launcher, {"api": api})
     (tmp_path / "train.py").write_text("print(1)\n")
     with pytest.raises(SandboxUnavailable, match=f"NetworkPolicy {POLICY_NAME}.*404"):
-        venue.run(tmp_path / "train.py", {"argv": []}, limits=LIMITS, batch_env=None, launch_env=None)
+        venue.run(tmp_path / "train.py", DryRunConfig(script=str(tmp_path / "train.py")), limits=LIMITS, batch_env=None,
+                  launch_env=None)
     assert api.created == []

@@ -10,6 +10,7 @@ import tarfile
 
 from autodl.profile.container import (BUNDLE_DIR, OUT_DIR, WORK_DIR, DockerVenue, bundle_files, bundle_tar,
                                       container_config, container_env)
+from autodl.profile.dryrun import DryRunConfig
 from autodl.sandbox import SandboxLimits
 from autodl.spec import parse_spec
 
@@ -53,7 +54,8 @@ def test_the_bundle_is_roots_and_read_only_and_holds_the_staged_code(tmp_path):
     (code / "conf" / "a.yaml").write_text("x: 1\n")
     (code / "link").symlink_to("/etc/passwd")  # stage_tree never makes one; the tar would not carry it either
     script = code / "train.py"
-    cfg = container_config(script, {"argv": ["--x"]}, code=f"{BUNDLE_DIR}/code", limits=LIMITS, user_dirs=[WORK_DIR])
+    cfg = container_config(script, DryRunConfig(script=str(script), argv=["--x"]), code=f"{BUNDLE_DIR}/code",
+                           limits=LIMITS, user_dirs=[WORK_DIR])
     with tarfile.open(fileobj=io.BytesIO(bundle_tar(bundle_files(cfg), code))) as tar:
         members = {m.name: m for m in tar.getmembers()}
         inner = json.loads(tar.extractfile("dryrun.json").read())

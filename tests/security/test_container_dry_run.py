@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autodl.profile.container import DockerVenue
+from autodl.profile.dryrun import DryRunConfig
 from autodl.sandbox import SandboxLimits
 from autodl.spec import parse_spec
 from tests.integration import paddle_image
@@ -43,7 +44,7 @@ def run_hostile(venue, folder: Path, source: str, *, max_processes: int = 256, t
     script = folder / "train.py"
     script.write_text(textwrap.dedent(source))
     limits = SandboxLimits(timeout_s=timeout_s, memory_bytes=memory_bytes, max_processes=max_processes)
-    _got, res, _staged = venue.run(script, {"argv": []}, limits=limits, batch_env=None,
+    _got, res, _staged = venue.run(script, DryRunConfig(script=str(script)), limits=limits, batch_env=None,
                                    launch_env=dict(venue.launcher.env))
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("HOSTILE ")]
     assert lines, res.stderr[-3000:]
@@ -233,7 +234,8 @@ def test_a_script_that_never_ends_is_stopped_and_removed(venue, tmp_path, docker
     import docker
 
     limits = SandboxLimits(timeout_s=30, memory_bytes=4 << 30)  # past Paddle's import on a busy machine
-    got, res, _ = venue.run(script, {"argv": []}, limits=limits, batch_env=None, launch_env=None)
+    got, res, _ = venue.run(script, DryRunConfig(script=str(script)), limits=limits, batch_env=None,
+                            launch_env=None)
     assert res.timed_out and res.returncode is None and got.result is not None  # what it measured is kept
     line = next(ln for ln in res.stderr.splitlines() if ln.startswith("HOSTILE "))
     with pytest.raises(docker.errors.NotFound):
@@ -262,7 +264,8 @@ def test_the_script_can_neither_kill_the_entry_nor_forge_its_report(venue, tmp_p
     script = tmp_path / "code" / "train.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(FORGE))
-    got, res, _ = venue.run(script, {"argv": []}, limits=SandboxLimits(timeout_s=90, memory_bytes=4 << 30),
+    cfg = DryRunConfig(script=str(script))
+    got, res, _ = venue.run(script, cfg, limits=SandboxLimits(timeout_s=90, memory_bytes=4 << 30),
                             batch_env=None, launch_env=None)
     assert got.result is not None and json.loads(got.result).get("params") != 7
     assert res.returncode == 0 and not res.timed_out

@@ -13,10 +13,10 @@ import threading
 import time
 import traceback
 
-CFG = json.load(open(sys.argv[1]))
+CFG = json.load(open(sys.argv[1]))  # autodl.profile.dryrun.DryRunConfig: every key is there
 SCRIPT = os.path.abspath(CFG["script"])
 SCRIPT_DIR = os.path.dirname(SCRIPT)
-USER_DIRS = tuple(os.path.abspath(d) + os.sep for d in CFG.get("user_dirs") or [SCRIPT_DIR])
+USER_DIRS = tuple(os.path.abspath(d) + os.sep for d in CFG["user_dirs"] or [SCRIPT_DIR])
 RESULT = CFG["result"]
 T0 = time.monotonic()
 
@@ -140,21 +140,21 @@ class Ctl:
 
     def __init__(self):
         self.native = None                       # the training loader's own batch size
-        self.target = CFG.get("target_batch")    # the batch the estimate is for (spec, else the script's)
-        self.lo = CFG.get("lo")
+        self.target = CFG["target_batch"]        # the batch the estimate is for (spec, else the script's)
+        self.lo = CFG["lo"]
         self.plan = None                         # [hi] or [], decided after the first measured lo step
         self.plan_at = None                      # schedule position where the plan starts
         self.k = 0                               # training batches handed out so far
         self.intended = {}                       # position -> the size handed out
         self.mismatch = 0                        # measured steps whose batch was not the one handed out
-        self.budget_s = float(CFG.get("budget_s") or 40.0)
-        self.mem_budget = int(CFG.get("mem_budget_bytes") or (3 << 30))
+        self.budget_s = float(CFG["budget_s"])
+        self.mem_budget = int(CFG["mem_budget_bytes"])
         self.train_loader = None
-        self.max_eval_batches = int(CFG.get("max_eval_batches") or 2)
-        self.eval_expected = bool(CFG.get("eval_expected"))
+        self.max_eval_batches = int(CFG["max_eval_batches"])
+        self.eval_expected = bool(CFG["eval_expected"])
         self.extra_after_done = 0
-        self.max_extra_steps = int(CFG.get("max_extra_steps") or 6)
-        self.reduce = bool(CFG.get("reduce", True))
+        self.max_extra_steps = int(CFG["max_extra_steps"])
+        self.reduce = bool(CFG["reduce"])
 
     def top(self, orig):
         return self.target or self.native or orig
@@ -387,7 +387,7 @@ _PROF = {"p": None}
 
 def _record_start():
     """Record the allocation events of the first measured step (``paddle.profiler``, CPU, profile_memory)."""
-    if not CFG.get("record_allocations") or _PROF["p"] is not None or St.ends != 1:
+    if not CFG["record_allocations"] or _PROF["p"] is not None or St.ends != 1:
         return
     try:
         import paddle.profiler as profiler
@@ -648,7 +648,7 @@ def _layer_call(self, *a, **k):
             if not R["eval_seen"] and St.opt_param_ids:
                 R["eval_seen"] = True
                 R["seconds"]["eval_start"] = round(time.monotonic() - T0, 3)
-            if R["train_done"] and (len(R["evals"]) >= int(CFG.get("max_eval_calls") or 4) or
+            if R["train_done"] and (len(R["evals"]) >= int(CFG["max_eval_calls"]) or
                                     (_key(sig), _batch_of(sig)) in St.eval_keys):
                 # this evaluation input was measured already. In a real run this call would also hold what the
                 # script kept of the previous one (its prediction...): add that to the measured call, then end
@@ -1065,7 +1065,8 @@ def _sample_sig(sample):
 
 
 SAMPLE_FIELDS = 64
-"""Fields of a first sample the report keeps (the parent refuses more: :func:`autodl.profile.dryrun._sig`)."""
+"""Fields of a first sample the report keeps (the parent refuses more:
+:data:`autodl.profile.dryrun_report.SIG_TENSORS`)."""
 
 
 def _dl_iter(self):
@@ -1190,7 +1191,7 @@ for _m in ("paddle.vision.datasets.cifar", "paddle.vision.datasets.mnist"):
 
 
 # ------------------------------------------------------------------------------ tensors the script creates
-NATIVE_BATCHES = set(int(b) for b in CFG.get("native_batches") or [] if isinstance(b, int) and b > 1)
+NATIVE_BATCHES = set(int(b) for b in CFG["native_batches"] if isinstance(b, int) and b > 1)
 
 
 def _creation_batch():
@@ -1432,7 +1433,7 @@ def _exc_info(exc):
 
 
 def main():
-    sys.argv = [SCRIPT, *CFG.get("argv", [])]
+    sys.argv = [SCRIPT, *CFG["argv"]]
     sys.path.insert(0, SCRIPT_DIR)
     R["status"] = "running"
     save()

@@ -28,6 +28,7 @@ from autodl.profile.dryrun import (
     MIRROR_DEPTH,
     REPORT_FILE_BYTES,
     ChildOutput,
+    DryRunConfig,
     child_env,
     stage_script,
 )
@@ -143,21 +144,24 @@ def child_output(rep: EntryReport | None) -> ChildOutput:
                        refused=None if why in (None, "missing") else f"it is {why} (the dry run's own output file)")
 
 
-def container_config(script: Path, cfg: dict, *, code: str, limits: SandboxLimits, user_dirs: list[str]) -> dict:
+def container_config(script: Path, cfg: DryRunConfig, *, code: str, limits: SandboxLimits,
+                     user_dirs: list[str]) -> DryRunConfig:
     """The child's config with the container's paths, and the entry's ``"container"`` section."""
     here = f"{WORK_DIR}/{script.name}"
-    return dict(cfg, script=here, user_dirs=user_dirs, result=f"{OUT_DIR}/result.json", container={
+    box = {
         "code": code, "work": WORK_DIR, "out": OUT_DIR, "child": f"{BUNDLE_DIR}/child/{CHILD.name}",
         "timeout_s": limits.timeout_s, "memory_bytes": limits.memory_bytes,
         "fsize_bytes": min(limits.memory_bytes, limits.disk_bytes), "max_files": MAX_STAGED_FILES,
-        "max_bytes": MAX_STAGED_BYTES, "max_depth": MIRROR_DEPTH, "max_report_bytes": REPORT_FILE_BYTES})
+        "max_bytes": MAX_STAGED_BYTES, "max_depth": MIRROR_DEPTH, "max_report_bytes": REPORT_FILE_BYTES}
+    return cfg.model_copy(update={"script": here, "user_dirs": user_dirs, "result": f"{OUT_DIR}/result.json",
+                                  "container": box})
 
 
-def bundle_files(cfg: dict) -> dict[str, bytes]:
+def bundle_files(cfg: DryRunConfig) -> dict[str, bytes]:
     """autodl's own files of the container, relative to :data:`BUNDLE_DIR`: the entry, the child, its FLOPs
     counter and the config."""
     return {f"child/{ENTRY.name}": ENTRY.read_bytes(), f"child/{CHILD.name}": CHILD.read_bytes(),
-            "child/_flops.py": CHILD.with_name("_flops.py").read_bytes(), "dryrun.json": json.dumps(cfg).encode()}
+            "child/_flops.py": CHILD.with_name("_flops.py").read_bytes(), "dryrun.json": cfg.model_dump_json().encode()}
 
 
 def bundle_tar(files: dict[str, bytes], code: Path | None) -> bytes:
@@ -273,7 +277,7 @@ class DockerVenue:
             "ipc_mode": "private", "volumes": volumes, "detach": True,
         }
 
-    def run(self, script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
+    def run(self, script: Path, cfg: DryRunConfig, *, limits: SandboxLimits, batch_env: int | None,
             launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]:
         """Stage, copy in, run, read the log, remove (see the module docstring).
 
@@ -294,7 +298,7 @@ class DockerVenue:
         return child_output(rep), res, staged
 
     @staticmethod
-    def _bundle(script: Path, cfg: dict, limits: SandboxLimits) -> tuple[bytes, Staged]:
+    def _bundle(script: Path, cfg: DryRunConfig, limits: SandboxLimits) -> tuple[bytes, Staged]:
         """The tar of autodl's files and the staged copy of the script's folder (see :func:`bundle_tar`)."""
         with tempfile.TemporaryDirectory(prefix="autodl-dryrun-") as tmp:
             code = Path(tmp) / "code"

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autodl.profile.memory import TRAINING_FLOPS_FACTOR
+from pydantic import BaseModel, ConfigDict, Field
+
 from autodl.profile.dryrun_report import dryrun_report
+from autodl.profile.memory import TRAINING_FLOPS_FACTOR
 from autodl.profile.probe import REPORT_MAX_BYTES, report_text
 from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
                             run_sandboxed, stage_tree, why_protected)
@@ -56,6 +58,32 @@ limit, not the script's error: what was measured before is kept, else the profil
 
 OUT_DIR = ".autodl-dryrun"
 """Folder (inside the working folder) where the child writes ``result.json`` and ``alloc_events.json``."""
+
+
+class DryRunConfig(BaseModel):
+    """What the parent tells the dry-run child (``CFG`` in :mod:`autodl.profile._dryrun_child`, written as JSON):
+    every default is here once; the child reads each key as given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    script: str = Field(description="the training script's path where the child runs")
+    result: str = Field(default="", description="the report file's path where the child runs (set by the venue)")
+    argv: list[str] = Field(default_factory=list, description="the script's arguments (task.args)")
+    user_dirs: list[str] = Field(default_factory=list, description="folders whose files are the user's code")
+    target_batch: int | None = Field(default=None, description="the spec's batch the estimate is for")
+    lo: int | None = Field(default=None, description="the small batch the schedule starts from (None: the script's)")
+    budget_s: float = Field(default=DRY_RUN_BUDGET_S, description="soft budget of the measured steps (s)")
+    mem_budget_bytes: int = Field(default=DRY_RUN_TENSOR_BUDGET_BYTES,
+                                  description="allocator bytes a step may reach at the large batch")
+    eval_expected: bool = Field(default=False, description="the script has an evaluation pass: wait for it")
+    native_batches: list[int] = Field(default_factory=list, description="the batches the script is known to use")
+    reduce: bool = Field(default=True, description="the child may reduce the script's batch")
+    record_allocations: bool = Field(default=False, description="record the allocator's events for the replay")
+    max_eval_batches: int = Field(default=2, description="evaluation batches measured per call")
+    max_extra_steps: int = Field(default=6, description="training steps run after measuring, waiting for an eval")
+    max_eval_calls: int = Field(default=4, description="evaluation calls measured before the run ends")
+    container: dict[str, Any] | None = Field(
+        default=None, description="the container entry's section (autodl.profile.container.container_config)")
 
 
 def disk_bound() -> int:
@@ -352,7 +380,7 @@ class DryRunVenue(Protocol):
 
     name: str
 
-    def run(self, script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
+    def run(self, script: Path, cfg: DryRunConfig, *, limits: SandboxLimits, batch_env: int | None,
             launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]: ...
 
 
@@ -380,7 +408,7 @@ def read_back(out: ChildOutput) -> dict:
     return raw
 
 
-def _run_in_sandbox(script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
+def _run_in_sandbox(script: Path, cfg: DryRunConfig, *, limits: SandboxLimits, batch_env: int | None,
                     launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]:
     """The worker's venue: the child in :func:`autodl.sandbox.run_sandboxed` (bubblewrap), its folder staged in a
     temporary working directory (:func:`stage_script`), the paths ``task.args`` names mounted read-only."""
@@ -397,16 +425,16 @@ def _run_in_sandbox(script: Path, cfg: dict, *, limits: SandboxLimits, batch_env
             if here.is_symlink() or here.exists():
                 here.unlink()
             here.write_bytes(script.read_bytes())
-            cfg = dict(cfg, script=str(here), user_dirs=[*cfg.get("user_dirs", []), str(work)])
+            cfg = cfg.model_copy(update={"script": str(here), "user_dirs": [*cfg.user_dirs, str(work)]})
         except OSError:
             pass
-        cfg = dict(cfg, result=str(out / "result.json"))
+        cfg = cfg.model_copy(update={"result": str(out / "result.json")})
         cfg_path = Path(tmp) / "dryrun.json"
-        cfg_path.write_text(json.dumps(cfg))
+        cfg_path.write_text(cfg.model_dump_json())
         result = run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=work,
                                env=child_env(batch_env, work, launch_env), limits=limits,
                                read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
-                                                *arg_paths(cfg.get("argv"))[0]])
+                                                *arg_paths(cfg.argv)[0]])
         # read back without trusting what the script may have done to them: no link followed out of the dry
         # run's own folder, regular files of bounded size only (autodl.sandbox.read_output)
         got = ChildOutput(result=read_output(work, f"{OUT_DIR}/result.json", max_bytes=REPORT_FILE_BYTES))
@@ -418,7 +446,7 @@ def _run_in_sandbox(script: Path, cfg: dict, *, limits: SandboxLimits, batch_env
     return got, result, staged
 
 
-def _run_child(script: Path, cfg: dict, *, timeout: float, memory: int, batch_env: int | None,
+def _run_child(script: Path, cfg: DryRunConfig, *, timeout: float, memory: int, batch_env: int | None,
                launch_env: dict[str, str] | None = None, venue: DryRunVenue | None = None
                ) -> tuple[dict, SandboxResult]:
     limits = SandboxLimits(timeout_s=timeout, memory_bytes=memory, disk_bytes=disk_bound())
@@ -474,11 +502,11 @@ def run_dry_run(
     lo = first_batch(plan_batch, hints.get("act_bytes_per_sample"), hints.get("forward_flops_per_sample"),
                      hints.get("params")) if plan_batch else None
     natives = sorted({b for b in (batch, script_batch) if isinstance(b, int) and b > 1})
-    cfg = {"script": str(script.resolve()), "argv": list(argv or []), "user_dirs": [str(script.resolve().parent)],
-           "target_batch": target if batch_from_spec else None, "lo": lo, "budget_s": budget,
-           "mem_budget_bytes": DRY_RUN_TENSOR_BUDGET_BYTES, "eval_expected": eval_expected,
-           "native_batches": natives, "reduce": True,
-           "record_allocations": os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1"}
+    cfg = DryRunConfig(script=str(script.resolve()), argv=list(argv or []), user_dirs=[str(script.resolve().parent)],
+                       target_batch=target if batch_from_spec else None, lo=lo, budget_s=budget,
+                       mem_budget_bytes=DRY_RUN_TENSOR_BUDGET_BYTES, eval_expected=eval_expected,
+                       native_batches=natives, reduce=True,
+                       record_allocations=os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1")
     try:
         raw, res = _run_child(script, cfg, timeout=timeout, memory=memory,
                               batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
@@ -491,7 +519,7 @@ def run_dry_run(
             and time.monotonic() - t0 < timeout * 0.5:
         # the reduced batch broke the script (e.g. a label tensor of the full batch) or left no step to measure (the
         # slices of a data tensor the dry run shrank came out empty): once more at its own batch
-        cfg.update(reduce=False, lo=None)
+        cfg = cfg.model_copy(update={"reduce": False, "lo": None})
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
         dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
@@ -499,14 +527,14 @@ def run_dry_run(
             f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
         dr = dr2
     planned = (dr.raw.get("plan") or {}).get("then") if dr.raw.get("plan") else None
-    if dr.ok and cfg.get("reduce") and dr.raw.get("end") in ("script-finished", "exit") and dr.batch \
+    if dr.ok and cfg.reduce and dr.raw.get("end") in ("script-finished", "exit") and dr.batch \
             and dr.batch > 2 * max(dr.batch_sizes or [dr.batch]) and time.monotonic() - t0 < timeout * 0.5 \
             and (planned is None or any(b not in dr.batch_sizes for b in planned)):
         # (a plan whose sizes were all measured was held to the time and memory budgets on purpose: kept)
         # the script ran out of steps on the dry run's small batches (a short loop, a small data set) before the
         # large batch it was to be measured at: the peak would be extrapolated far from tiny batches (measured:
         # -10% to -35%). Run it once more at its own batch, which its own steps are enough for.
-        cfg.update(reduce=False, lo=None)
+        cfg = cfg.model_copy(update={"reduce": False, "lo": None})
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
         dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
@@ -520,11 +548,11 @@ def run_dry_run(
                 f"the script ended after batch sizes {dr.batch_sizes}; the peak at batch {dr.batch} is extrapolated "
                 f"far from them and may be low (a repeat at the script's own batch did not measure: {dr2.reason}). "
                 "Pass more steps in task.args, or set task.batch_size_per_gpu to a batch the script runs.")))
-    if dr.ok and dr.axis == "unknown" and cfg.get("reduce") and dr.batch not in dr.batch_sizes \
+    if dr.ok and dr.axis == "unknown" and cfg.reduce and dr.batch not in dr.batch_sizes \
             and time.monotonic() - t0 < timeout * 0.5:
         # one loader size, model rows of another count: which dimension grows cannot be told; measure the script
         # at the spec's batch itself instead of a bound
-        cfg.update(reduce=False, lo=None)
+        cfg = cfg.model_copy(update={"reduce": False, "lo": None})
         raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
                                 batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
         dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
@@ -577,7 +605,7 @@ def failed_batch(raw: dict) -> int | None:
     return int(shape[0]) if shape and isinstance(shape[0], int) and shape[0] > 0 else None
 
 
-def _tell_failed_allocation(dr: DryRun, request: int, script: Path, cfg: dict, *, memory: int, env, left: float,
+def _tell_failed_allocation(dr: DryRun, request: int, script: Path, cfg: DryRunConfig, *, memory: int, env, left: float,
                             batch_env: int | None, venue: DryRunVenue | None = None) -> DryRun:
     """A single allocation larger than the dry run's whole memory limit failed: run once more at another batch to
     tell whether it scales with the batch (:data:`autodl.oom.SAME_REQUEST_RATIO`), and keep it on ``dr``."""
@@ -587,7 +615,7 @@ def _tell_failed_allocation(dr: DryRun, request: int, script: Path, cfg: dict, *
     seen: list[tuple[int | None, int]] = [(batch, request)]
     if batch is not None and left > 20:
         # the child's schedule starts at lo // 2: lo = batch gives half the batch, lo = 4 gives 2 (from batch 1)
-        raw2, _res = _run_child(script, dict(cfg, reduce=True, lo=batch if batch > 1 else 4), timeout=left,
+        raw2, _res = _run_child(script, cfg.model_copy(update={"reduce": True, "lo": batch if batch > 1 else 4}), timeout=left,
                                 memory=memory, batch_env=batch_env, launch_env=env, venue=venue)
         request2, batch2 = failed_request(raw2), failed_batch(raw2)
         if request2 is not None and batch2 is not None and batch2 != batch:

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SerializerFunctionWrapHandler,
-                      ValidationError, model_serializer, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from autodl.profile.probe import REPORT_MAX_BYTES, report_object, report_text
 

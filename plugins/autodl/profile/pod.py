@@ -32,7 +32,7 @@ from autodl.profile.container import (
     decode_report,
     sandbox_result,
 )
-from autodl.profile.dryrun import ChildOutput
+from autodl.profile.dryrun import ChildOutput, DryRunConfig
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, Staged
 
 log = logging.getLogger(__name__)
@@ -73,11 +73,11 @@ def deny_all_policy(namespace: str) -> Any:
                                      policy_types=["Ingress", "Egress"]))
 
 
-def _files_env(cfg: dict) -> str:
+def _files_env(cfg: DryRunConfig) -> str:
     return json.dumps({name: data.decode() for name, data in bundle_files(cfg).items()})
 
 
-def dry_run_pod(script: Path, cfg: dict, launcher: Any, *, limits: SandboxLimits, env: dict[str, str],
+def dry_run_pod(script: Path, cfg: DryRunConfig, launcher: Any, *, limits: SandboxLimits, env: dict[str, str],
                 namespace: str, name: str) -> Any:
     """The ``V1Pod`` of one dry run (see the module docstring); pure, never contacts the cluster.
 
@@ -179,7 +179,7 @@ class PodVenue:
                 f"cannot be read there ({exc.status} {exc.reason}); apply it (docs/launchers.md, 'The dry run in a "
                 "pod') and let the connection kubernetes_default read networkpolicies") from None
 
-    def run(self, script: Path, cfg: dict, *, limits: SandboxLimits, batch_env: int | None,
+    def run(self, script: Path, cfg: DryRunConfig, *, limits: SandboxLimits, batch_env: int | None,
             launch_env: dict[str, str] | None) -> tuple[ChildOutput, SandboxResult, Staged]:
         """Create the pod, wait for it (at most its deadline), read its log with ``PodManager``, delete it.
 
