@@ -76,7 +76,8 @@ def test_keys_the_child_sets_only_sometimes_stay_absent_when_unset():
     assert "plan" not in r
     r = dryrun_report(_with(inputs=[{"shape": [2], "dtype": "int64", "min": 0, "max": 9}], plan={"then": [8]},
                             evals=[dict(STEP, steady_peak=3)]))
-    assert r["inputs"][0]["max"] == 9 and r["plan"] == {"native": None, "then": [8]} and r["evals"][0]["steady_peak"] == 3
+    assert r["inputs"][0]["max"] == 9 and r["plan"] == {"native": None, "then": [8]}
+    assert r["evals"][0]["steady_peak"] == 3
 
 
 def test_a_real_report_is_kept_as_plain_json_values():

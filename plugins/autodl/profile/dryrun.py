@@ -615,8 +615,9 @@ def _tell_failed_allocation(dr: DryRun, request: int, script: Path, cfg: DryRunC
     seen: list[tuple[int | None, int]] = [(batch, request)]
     if batch is not None and left > 20:
         # the child's schedule starts at lo // 2: lo = batch gives half the batch, lo = 4 gives 2 (from batch 1)
-        raw2, _res = _run_child(script, cfg.model_copy(update={"reduce": True, "lo": batch if batch > 1 else 4}), timeout=left,
-                                memory=memory, batch_env=batch_env, launch_env=env, venue=venue)
+        again = cfg.model_copy(update={"reduce": True, "lo": batch if batch > 1 else 4})
+        raw2, _res = _run_child(script, again, timeout=left, memory=memory, batch_env=batch_env, launch_env=env,
+                                venue=venue)
         request2, batch2 = failed_request(raw2), failed_batch(raw2)
         if request2 is not None and batch2 is not None and batch2 != batch:
             seen.append((batch2, request2))
