@@ -9,20 +9,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.cli_helpers import CliResult, run_cli
+
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "include" / "specs" / "simple_cnn.yaml"
 SCRIPT = REPO / "include" / "scripts" / "simple_cnn.py"
 
 
-def autodl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "autodl.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "plugins")}, cwd=REPO)
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
+@pytest.fixture
+def autodl(capsys):
+    """``autodl ARGS`` in this process, from the checkout (exit 0 asserted unless ``check=False``)."""
+
+    def run(*args: str, check: bool = True) -> CliResult:
+        proc = run_cli(capsys, *args, cwd=REPO)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+    return run
 
 
-def test_profile_json_has_the_documented_keys():
+def test_profile_json_has_the_documented_keys(autodl):
     out = json.loads(autodl("profile", str(SCRIPT), "--spec", str(SPEC), "--json", "--no-probe").stdout)
     for key in ("params", "peak_memory_bytes", "breakdown", "flops_per_step", "num_gpus", "findings",
                 "max_batch_size_by_device"):
@@ -34,7 +43,7 @@ def test_profile_json_has_the_documented_keys():
     assert out["peak_memory_bytes"] == sum(out["breakdown"].values())
 
 
-def test_plan_json_ranks_the_demo_pool():
+def test_plan_json_ranks_the_demo_pool(autodl):
     out = json.loads(autodl("plan", str(SPEC), "--json", "--no-probe", "--pool", str(REPO / "include/pools/demo.yaml")).stdout)
     assert out["fits"] is True and out["declared_pool"] is True
     first = out["placements"][0]
@@ -47,12 +56,12 @@ def test_plan_json_ranks_the_demo_pool():
     assert "simple_cnn.py" in out["launch"]["shell"]
 
 
-def test_plan_table_without_json():
+def test_plan_table_without_json(autodl):
     proc = autodl("plan", str(SPEC), "--no-probe")
     assert "A100-SXM4-40GB" in proc.stdout and "DECLARED" in proc.stdout and "dropped" in proc.stdout
 
 
-def test_plan_shows_what_the_profile_warned_about(tmp_path):
+def test_plan_shows_what_the_profile_warned_about(autodl, tmp_path):
     """A fresh user saw `autodl plan` book-ready output with no word of the profile's warnings (a hard-coded
     device, a guessed input): the plan rests on them, so its JSON carries the findings and its table the warnings."""
     script = tmp_path / "train.py"
@@ -66,7 +75,7 @@ def test_plan_shows_what_the_profile_warned_about(tmp_path):
     assert "profile findings" in table and "hardcoded-device" in table
 
 
-def test_no_fit_exits_4_with_advice(tmp_path):
+def test_no_fit_exits_4_with_advice(autodl, tmp_path):
     spec = tmp_path / "huge.yaml"
     spec.write_text(f"task:\n  script: {SCRIPT}\n  input_shape: [3, 32, 32]\n  batch_size_per_gpu: 2000000\n")
     proc = autodl("plan", str(spec), "--json", "--no-probe", check=False)
@@ -75,7 +84,7 @@ def test_no_fit_exits_4_with_advice(tmp_path):
     assert out["fits"] is False and out["placements"] == [] and out["suggestions"]
 
 
-def test_bad_spec_exits_2_naming_field(tmp_path):
+def test_bad_spec_exits_2_naming_field(autodl, tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text("resource_policy:\n  memory_threshold: 1.7\n")
     proc = autodl("plan", str(spec), check=False)
@@ -83,7 +92,7 @@ def test_bad_spec_exits_2_naming_field(tmp_path):
     assert "resource_policy.memory_threshold" in proc.stderr and str(spec) in proc.stderr
 
 
-def test_missing_script_and_syntax_error(tmp_path):
+def test_missing_script_and_syntax_error(autodl, tmp_path):
     proc = autodl("profile", str(tmp_path / "none.py"), check=False)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     bad = tmp_path / "bad.py"
@@ -92,14 +101,14 @@ def test_missing_script_and_syntax_error(tmp_path):
     assert proc.returncode == 3 and "bad.py:2" in proc.stderr and "syntax error" in proc.stderr
 
 
-def test_inventory_and_runs_and_leases_json():
+def test_inventory_and_runs_and_leases_json(autodl):
     inv = json.loads(autodl("inventory", "--json", "--pool", str(REPO / "include/pools/demo.yaml")).stdout)
     assert len(inv["devices"]) == 4 and inv["leased"] == {}
     assert json.loads(autodl("runs", "--json").stdout) == []
     assert json.loads(autodl("leases", "--json").stdout) == []
 
 
-def test_plan_text_shows_the_pod_for_kubernetes(tmp_path):
+def test_plan_text_shows_the_pod_for_kubernetes(autodl, tmp_path):
     spec = tmp_path / "k8s.yaml"
     spec.write_text(f"task:\n  script: {SCRIPT}\n  input_shape: [3, 32, 32]\nlauncher:\n  type: kubernetes\n  namespace: training\n")
     out = autodl("plan", str(spec), "--no-probe").stdout
@@ -107,7 +116,7 @@ def test_plan_text_shows_the_pod_for_kubernetes(tmp_path):
     assert "nvidia.com/gpu: '1'" in out and "nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB" in out
 
 
-def test_leases_show_their_owner_and_only_the_owner_releases_without_force(monkeypatch):
+def test_leases_show_their_owner_and_only_the_owner_releases_without_force(autodl, monkeypatch):
     """Issue 13: `autodl leases --release` freed any run's lease (another tenant freed one whose training kept
     running). Another user's lease needs --force, and the refusal says whose it is."""
     from autodl.ledger import Ledger
@@ -129,7 +138,7 @@ def test_leases_show_their_owner_and_only_the_owner_releases_without_force(monke
                      done.stdout) and Ledger().leases() == []
 
 
-def test_expired_leases_are_listed_and_reaped_and_the_queue_is_shown(monkeypatch):
+def test_expired_leases_are_listed_and_reaped_and_the_queue_is_shown(autodl, monkeypatch):
     import time
 
     from autodl.ledger import Ledger
@@ -147,18 +156,33 @@ def test_expired_leases_are_listed_and_reaped_and_the_queue_is_shown(monkeypatch
     assert "dag.train.next" in autodl("queue").stdout
 
 
-def test_the_profile_table_of_an_unmeasured_model_says_its_states_are_unknown(tmp_path, capsys, monkeypatch):
+def test_the_profile_table_of_an_unmeasured_model_says_its_states_are_unknown(autodl, tmp_path, monkeypatch):
     """A fresh user's --no-probe table said "weights GiB 0.00" and a 1.10 GiB peak per device while placement sized
     the run as the largest device (34 GiB): the model states were never measured, and the table now says so."""
-    from autodl import cli
-
     monkeypatch.setenv("COLUMNS", "200")
     script = tmp_path / "train.py"
     script.write_text("import paddle\n")
-    capsys.readouterr()
-    assert cli.main(["profile", str(script), "--no-probe"]) == 0
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
-            for line in capsys.readouterr().out.splitlines() if line.count("│") >= 3}
+            for line in autodl("profile", str(script), "--no-probe").stdout.splitlines() if line.count("│") >= 3}
     for term in ("weights GiB", "gradients GiB", "optimizer state GiB"):
         assert rows[term] == "unknown (see the cold-start warning)", rows
     assert rows["peak memory GiB / device"].endswith("+ unknown model states: placed as the largest allowed device")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [("plan", str(SPEC), "--json", "--no-probe"),
+                                  ("profile", str(SCRIPT), "--spec", str(SPEC), "--json", "--no-probe"),
+                                  ("runs", "--json")], ids=["plan", "profile", "runs"])
+def test_the_command_as_a_process_prints_what_main_prints_in_process(autodl, args, tmp_path, autodl_home):
+    """The tests above call ``main`` in this process; ``python -m autodl.cli`` as a real process (a fresh
+    interpreter: the module's own imports, the entry point's exit status) gives the same status and document.
+    Its own home, so that neither run finds the other's cached profile; this process's environment otherwise (the
+    plan's launch command quotes PYTHONPATH), the checkout's autodl installed (scripts/setup.sh: ``pip install -e``)."""
+    home = tmp_path / "process_home"
+    home.mkdir()
+    real = subprocess.run([sys.executable, "-m", "autodl.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "AUTODL_HOME": str(home),
+                               "AUTODL_STORE_URL": f"sqlite:///{home / 'autodl.db'}"})
+    assert real.returncode == 0, real.stderr
+    # the documents name their home's folders (the run's outputs): the same, but for that
+    assert json.loads(real.stdout.replace(str(home), str(autodl_home))) == json.loads(autodl(*args).stdout)
