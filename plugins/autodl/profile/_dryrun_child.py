@@ -1050,6 +1050,7 @@ def _epoch_head(dyn, src):
             "seconds": 0.0, "largest_bytes": None, "first_bytes": None, "largest_at": None, "largest_batch": None}
     R["epoch_walk"].append(info)
     walked, best, best_b = [], None, -1
+    states = _rng_states()
     try:
         for b in src:
             walked.append(list(b))
@@ -1064,6 +1065,7 @@ def _epoch_head(dyn, src):
             info["complete"] = True
     except Exception as exc:  # noqa: BLE001 - a sample or a collate that fails here fails the run in its place
         info["error"] = f"{type(exc).__name__}: {exc}"[:200]
+    _rng_restore(states)
     info["batches"], info["seconds"] = len(walked), round(time.monotonic() - t0, 3)
     rest = _chain(walked, src)
     if best is None or info.get("error"):
@@ -1072,6 +1074,23 @@ def _epoch_head(dyn, src):
     info.update(read=True, largest_bytes=best_b, largest_at=best, largest_batch=len(walked[best]))
     save()
     return _longest_first(L, walked[best]), rest
+
+
+def _rng_states():
+    """Python's and NumPy's global generators, which a data set's random augmentation draws from: the walk's reads
+    leave them as they were, so the steps draw what they would have drawn without the walk."""
+    import random
+
+    import numpy as np
+    return random.getstate(), np.random.get_state()
+
+
+def _rng_restore(states):
+    import random
+
+    import numpy as np
+    random.setstate(states[0])
+    np.random.set_state(states[1])
 
 
 def _chain(walked, src):
