@@ -1063,6 +1063,7 @@ def _epoch_head(dyn, src):
                 break
         else:
             info["complete"] = True
+        head = None if best is None else _steady_head(L, walked[best], best_b, info)
     except Exception as exc:  # noqa: BLE001 - a sample or a collate that fails here fails the run in its place
         info["error"] = f"{type(exc).__name__}: {exc}"[:200]
     _rng_restore(states)
@@ -1073,7 +1074,17 @@ def _epoch_head(dyn, src):
         return None, rest
     info.update(read=True, largest_bytes=best_b, largest_at=best, largest_batch=len(walked[best]))
     save()
-    return _longest_first(L, walked[best]), rest
+    return head, rest
+
+
+def _steady_head(L, idx, nb, info):
+    """The largest batch ``idx`` (``nb`` bytes when walked), longest samples first, when reading it again gives the
+    same bytes; None when the data set draws its sizes anew at every read (a random resize in ``__getitem__``): then
+    what the walk read is not what the steps get, ``info["varies"]`` says so and the steps run as the loader yields."""
+    if _batch_bytes(L, idx) != nb:
+        info["varies"] = True
+        return None
+    return _longest_first(L, idx)
 
 
 def _rng_states():

@@ -843,9 +843,17 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
     for w in raw.get("epoch_walk") or []:
         if not w.get("read"):
             out.append(Finding(severity="warning", code="epoch-lengths-unread", message=(
-                f"the dry run could not read the training loader's samples over its first epoch ({w.get('error')}); "
+                "the dry run could not read the training loader's samples over its first epoch"
+                f"{f' ({e})' if (e := w.get('error')) else ''}; "
                 "the figure is for the batches it saw, and a longer or larger batch later in the epoch may need "
                 "more: set task.sequence_length or task.input_shape to the largest the data holds, or keep headroom")))
+            continue
+        if w.get("varies"):
+            out.append(Finding(severity="warning", code="input-size-random", message=(
+                "the training data set gave other sizes when the dry run read the same samples again (sizes drawn "
+                "at random at every read, e.g. a random resize in __getitem__): the figure is for the batches the "
+                "steps drew, and a larger draw may need more: set task.input_shape to the largest size the "
+                "transform makes, or keep headroom")))
             continue
         mib = 1 << 20
         what = (f"batch {w['largest_at'] + 1} of {w['batches']} ({w['largest_batch']} samples, "

@@ -198,6 +198,7 @@ class EpochWalk(_Model):
         default=None, description="0-based position of the largest batch in the epoch")
     largest_batch: Batch | None = Field(default=None, description="samples in the largest batch")
     error: Text = Field(default=None, description="why the samples were not read")
+    varies: Flag = Field(default=False, description="the largest batch read again held other sizes (random per read)")
 
 
 Texts = Annotated[list[Text], BeforeValidator(_none_is_empty), Field(max_length=64)]
