@@ -79,3 +79,36 @@ def test_training_inputs_of_several_shapes_are_said_to_be_a_figure_of_the_larges
     assert varying_input_finding(same) is None
     evals = steps[:1] + [PhasePeak(name="eval", batch_size=8, peak_bytes=1, input_shapes=[[999]], grad=False)]
     assert varying_input_finding(evals) is None   # a larger eval input is the phase-peaks finding's
+
+
+@pytest.mark.slow
+def test_a_bucketing_sampler_is_measured_at_its_worst_bucket_not_cut_to_batches_of_one():
+    """asr_ctc_bucket_sampler.py (-60%): a batch sampler that builds its own batches under a token budget was cut
+    into batches of 1, so the dry run never saw a full bucket. Truth 5,509,912 B (``measure.py --no-ref-flops
+    --max-over-steps 60``: the largest step peak after the warm-up); longest length x largest batch would be ~12x."""
+    p = _profile("bucketing_sampler_token_budget")
+    assert _close(p.tensor_peak_bytes, 5_509_912), p.tensor_peak_bytes
+
+
+@pytest.mark.slow
+def test_per_batch_padding_is_measured_at_the_epochs_longest_batch():
+    """t5_seq2seq_dynpad.py (-16%): a collate_fn pads each batch to its longest sequence; the longest batch (384
+    tokens, the 12th of 16) was not among the steps the dry run saw. Truth 58,414,384 B (``measure.py --no-ref-flops
+    --max-over-steps 60``, peak at step 11); the first batches need 17 MB."""
+    p = _profile("dynamic_padding_longest_late")
+    assert _close(p.tensor_peak_bytes, 58_414_384), p.tensor_peak_bytes
+    assert any(f.code == "epoch-largest-batch" for f in p.findings)
+
+
+def test_sizes_drawn_anew_at_every_read_are_said_and_not_taken_for_the_epochs_largest():
+    """fcos_padded_batches.py draws an image size at every ``dataset[i]``: the walk's reading of the largest batch is
+    not what the steps get, so it is a warning, not a claim that the largest batch was measured."""
+    from autodl.profile.dryrun import epoch_walk_findings
+
+    walk = {"loader": 0, "read": True, "complete": True, "batches": 4, "samples": 32, "seconds": 0.2,
+            "largest_bytes": 1 << 20, "first_bytes": 1 << 19, "largest_at": 2, "largest_batch": 8}
+    assert [f.code for f in epoch_walk_findings({"epoch_walk": [walk]})] == ["epoch-largest-batch"]
+    said = epoch_walk_findings({"epoch_walk": [{**walk, "varies": True}]})
+    assert [(f.code, f.severity) for f in said] == [("input-size-random", "warning")]
+    unread = epoch_walk_findings({"epoch_walk": [{"loader": 0, "read": False}]})
+    assert unread[0].code == "epoch-lengths-unread" and "None" not in unread[0].message

@@ -30,7 +30,7 @@ R = {
     "model": None, "optimizer": None, "inputs": None, "num_workers": [], "datasets": [], "devices_asked": [],
     "distributed_calls": [], "amp": [], "conv": None, "loaders": [], "error": None, "end": None, "notes": [], "seconds": {},
     "train_done": False, "eval_seen": False, "created_batches": [],
-    "max_reading": None, "max_reading_batch": None,
+    "max_reading": None, "max_reading_batch": None, "epoch_walk": [],
 }
 _SAVE_LOCK = threading.Lock()
 
@@ -155,6 +155,7 @@ class Ctl:
         self.extra_after_done = 0
         self.max_extra_steps = int(CFG["max_extra_steps"])
         self.reduce = bool(CFG["reduce"])
+        self.own = False                         # the training loader's batch sampler builds its batches itself
 
     def top(self, orig):
         return self.target or self.native or orig
@@ -234,6 +235,10 @@ class Ctl:
         top = self.target or self.native or (max(NATIVE_BATCHES) if NATIVE_BATCHES and R["created_batches"] else b)
         m, lo = self.sizes(top)
         c = self.counts()
+        if self.own and rec.get("steady"):
+            # its sizes are its own (a bucketing sampler): measured at the epoch's largest batch, as it makes it
+            self.mark_done()
+            return
         if self.mismatch >= 2:
             note(f"the training batch stayed at {b} whatever size the dry run asked the loader for (the script fixes it "
              "or builds its batches itself, e.g. with a BatchSampler)")
@@ -714,6 +719,10 @@ def _on_step_enter(opt):
         L._autodl_role = "train"
         CTL.train_loader = L
         CTL.native = getattr(L, "_autodl_batch", None)
+        if not getattr(L, "_autodl_walked", False):
+            L._autodl_walked = True
+            R["epoch_walk"].append({"loader": getattr(L, "_autodl_index", None), "read": False, "error": (
+                "an IterableDataset" if getattr(L, "batch_sampler", None) is None else "not walked")})
     St.steps_seen += 1
     St.stepped = True
     if St.window is not None and St.counting == "train":
@@ -961,14 +970,41 @@ class _DynBatches:
         pending = []
         src = iter(self.inner)
         orig = self.batch_size or 1
-        n_eval = 0
+        own = self.batch_size is None  # the sampler builds its batches (a bucketing one): its sizes, not Ctl's
+        head, src = _epoch_head(self, src)
+        n_eval = n_train = 0
         while True:
             role = self._role()
             if role == "train":
                 if R["train_done"]:
                     return
                 self.loader._autodl_positions.append(CTL.k)
+                if own:
+                    try:
+                        out = head if head is not None and n_train < HEAD_BATCHES else list(next(src))
+                    except StopIteration:
+                        return
+                    CTL.own = True
+                    CTL.intended[CTL.k] = len(out)
+                    CTL.k += 1
+                    n_train += 1
+                    yield out
+                    continue
                 want = CTL.next_size(orig)
+                if head is not None and n_train < HEAD_BATCHES:
+                    n_train += 1
+                    # the epoch's largest batch, its longest samples first: every measured size holds them
+                    out = (head + [i for i in pending if i not in head])[:want]
+                    while len(out) < want:
+                        try:
+                            out.extend(i for i in next(src) if i not in head)
+                        except StopIteration:
+                            break
+                        out = out[:want]
+                    if want != orig:
+                        R["reduced"] = True
+                    yield out
+                    continue
             else:
                 e = CTL.eval_batch(orig)
                 want = max(1, e // 2) if n_eval == 0 else e
@@ -986,6 +1022,118 @@ class _DynBatches:
             yield out
 
 
+HEAD_BATCHES = 12
+"""Training batches of the first epoch made of its largest batch: the schedule's measured positions (two at each of
+three sizes, :class:`Ctl`) and the batches the loader prefetches past them (up to five, ``_autodl_depth``)."""
+
+EPOCH_WALK_S = 4.0
+"""Seconds the walk over the first epoch may spend reading samples (a tenth of the dry run's budget,
+``autodl.profile.dryrun.DRY_RUN_BUDGET_S`` = 40 s): a data set of small samples is read whole, a slow one (decoded
+images) in part, and the report says so."""
+
+EPOCH_WALK_SAMPLES = 50_000
+"""Samples the walk reads at most (a CIFAR-sized epoch); the indices past it are not read."""
+
+
+def _epoch_head(dyn, src):
+    """Walk the first epoch of the training loader's own batch sampler (indices, then each batch read the
+    framework's way: its samples, through the loader's ``collate_fn`` when it has one) and return its largest
+    batch by the bytes the collated batch holds, longest samples first, and the iterator of the epoch's batches
+    (those walked, then the rest). ``(None, src)`` when it is not the training loader or its samples cannot be
+    read; what was read is in ``R["epoch_walk"]``."""
+    L = dyn.loader
+    if dyn._role() != "train" or getattr(L, "_autodl_walked", False):
+        return None, src
+    L._autodl_walked = True
+    t0 = time.monotonic()
+    info = {"loader": L._autodl_index, "read": False, "complete": False, "batches": 0, "samples": 0,
+            "seconds": 0.0, "largest_bytes": None, "first_bytes": None, "largest_at": None, "largest_batch": None}
+    R["epoch_walk"].append(info)
+    walked, best, best_b = [], None, -1
+    states = _rng_states()
+    try:
+        for b in src:
+            walked.append(list(b))
+            nb = _batch_bytes(L, walked[-1])
+            info["first_bytes"] = nb if info["first_bytes"] is None else info["first_bytes"]
+            if nb > best_b:
+                best, best_b = len(walked) - 1, nb
+            info["samples"] += len(walked[-1])
+            if time.monotonic() - t0 > EPOCH_WALK_S or info["samples"] >= EPOCH_WALK_SAMPLES:
+                break
+        else:
+            info["complete"] = True
+        head = None if best is None else _steady_head(L, walked[best], best_b, info)
+    except Exception as exc:  # noqa: BLE001 - a sample or a collate that fails here fails the run in its place
+        info["error"] = f"{type(exc).__name__}: {exc}"[:200]
+    _rng_restore(states)
+    info["batches"], info["seconds"] = len(walked), round(time.monotonic() - t0, 3)
+    rest = _chain(walked, src)
+    if best is None or info.get("error"):
+        info["samples"] = 0
+        return None, rest
+    info.update(read=True, largest_bytes=best_b, largest_at=best, largest_batch=len(walked[best]))
+    save()
+    return head, rest
+
+
+def _steady_head(L, idx, nb, info):
+    """The largest batch ``idx`` (``nb`` bytes when walked), longest samples first, when reading it again gives the
+    same bytes; None when the data set draws its sizes anew at every read (a random resize in ``__getitem__``): then
+    what the walk read is not what the steps get, ``info["varies"]`` says so and the steps run as the loader yields."""
+    if _batch_bytes(L, idx) != nb:
+        info["varies"] = True
+        return None
+    return _longest_first(L, idx)
+
+
+def _rng_states():
+    """Python's and NumPy's global generators, which a data set's random augmentation draws from: the walk's reads
+    leave them as they were, so the steps draw what they would have drawn without the walk."""
+    import random
+
+    import numpy as np
+    return random.getstate(), np.random.get_state()
+
+
+def _rng_restore(states):
+    import random
+
+    import numpy as np
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+
+
+def _chain(walked, src):
+    yield from walked
+    yield from src
+
+
+def _batch_bytes(L, idx):
+    """Bytes of the tensors the loader makes of the samples ``idx`` (its ``collate_fn`` pads as it pads)."""
+    items = [L._autodl_dataset[i] for i in idx]
+    if L._autodl_collate is None:
+        return sum(_sig_bytes(_sample_sig(x)) for x in items)
+    return _sig_bytes(_sample_sig(L._autodl_collate(items)))
+
+
+def _sig_bytes(sig):
+    return sum(int(np_prod(d["shape"])) * _itemsize(d["dtype"]) for d in sig)
+
+
+def _longest_first(L, idx):
+    """``idx`` with, first, the samples longest in some dimension of some field (a batch of the first ``k`` is padded
+    to the whole batch's lengths when ``k`` covers them), then the rest by their bytes."""
+    sigs = {i: _sample_sig(L._autodl_dataset[i]) for i in idx}
+    first = []
+    for f in range(min(len(s) for s in sigs.values())):
+        for d in range(min(len(s[f]["shape"]) for s in sigs.values())):
+            i = max(idx, key=lambda j: sigs[j][f]["shape"][d])
+            if i not in first:
+                first.append(i)
+    return first + sorted((i for i in idx if i not in first), key=lambda j: -_sig_bytes(sigs[j]))
+
+
 def _dl_init(self, dataset, *a, **k):
     names = _orig_dl_init.__code__.co_varnames[2:_orig_dl_init.__code__.co_argcount]
     bound = dict(zip(names, a))
@@ -999,6 +1147,7 @@ def _dl_init(self, dataset, *a, **k):
     _orig_dl_init(self, dataset, **bound)
     self._autodl_role = None
     self._autodl_positions = []
+    self._autodl_dataset, self._autodl_collate = dataset, bound.get("collate_fn")
     # batches the single-process loader holds ahead of the one in use (measured on Paddle 3.3.1: the blocking
     # queue's prefetch_factor, the buffered reader's two and the one its thread is pushing); with workers the
     # batches live in shared memory, outside the allocator
@@ -1016,8 +1165,9 @@ def _dl_init(self, dataset, *a, **k):
         info["sample_error"] = type(exc).__name__
     info["sample_bytes"] = sum(int(np_prod(d["shape"])) * _itemsize(d["dtype"]) for d in info["first_sample"] or [])
     self._autodl_sample_bytes = info["sample_bytes"]
+    self._autodl_index = len(R["loaders"])
     R["loaders"].append(info)
-    if getattr(self, "batch_sampler", None) is not None and CTL.reduce:
+    if getattr(self, "batch_sampler", None) is not None:
         self.batch_sampler = _DynBatches(self.batch_sampler, self)
         if getattr(self, "_batch_sampler", None) is not None:
             self._batch_sampler = self.batch_sampler

@@ -835,6 +835,42 @@ def _steps_in_their_unit(raw: dict) -> list[dict]:
     return [{**s, "loader_batch": None} for s in steps] if sliced else steps
 
 
+def epoch_walk_findings(raw: dict) -> list[Finding]:
+    """What the dry run read of the training loaders' first epoch (issue 18 item 3): an info finding when it read the
+    whole epoch and measured at its largest batch; a warning when the walk was cut at its bounds (the figure is the
+    largest batch of the part read) or the samples could not be read (the figure is for the batches seen)."""
+    out = []
+    for w in raw.get("epoch_walk") or []:
+        if not w.get("read"):
+            out.append(Finding(severity="warning", code="epoch-lengths-unread", message=(
+                "the dry run could not read the training loader's samples over its first epoch"
+                f"{f' ({e})' if (e := w.get('error')) else ''}; "
+                "the figure is for the batches it saw, and a longer or larger batch later in the epoch may need "
+                "more: set task.sequence_length or task.input_shape to the largest the data holds, or keep headroom")))
+            continue
+        if w.get("varies"):
+            out.append(Finding(severity="warning", code="input-size-random", message=(
+                "the training data set gave other sizes when the dry run read the same samples again (sizes drawn "
+                "at random at every read, e.g. a random resize in __getitem__): the figure is for the batches the "
+                "steps drew, and a larger draw may need more: set task.input_shape to the largest size the "
+                "transform makes, or keep headroom")))
+            continue
+        mib = 1 << 20
+        what = (f"batch {w['largest_at'] + 1} of {w['batches']} ({w['largest_batch']} samples, "
+                f"{w['largest_bytes'] / mib:,.2f} MiB of inputs; the first held {w['first_bytes'] / mib:,.2f} MiB)")
+        if w.get("complete"):
+            out.append(Finding(severity="info", code="epoch-largest-batch", message=(
+                f"the dry run read the training loader's first epoch ({w['batches']} batches, {w['seconds']:.1f} s) "
+                f"and measured at its largest batch, {what}.")))
+        else:
+            out.append(Finding(severity="warning", code="epoch-walk-cut", message=(
+                f"the dry run read {w['samples']} samples ({w['batches']} batches) of the training loader's first "
+                f"epoch within its bounds ({w['seconds']:.1f} s) and measured at the largest of those, {what}; it "
+                "assumed the rest of the epoch holds no larger batch: set task.sequence_length or task.input_shape "
+                "to the largest the data holds, or keep headroom")))
+    return out
+
+
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
     """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
     seconds = res.seconds if res is not None else 0.0
@@ -1043,6 +1079,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         else:
             dr.findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
                 f"after the measured training steps the dry run stopped because {why}; what ran before is used.")))
+    dr.findings.extend(epoch_walk_findings(raw))
     for n in raw.get("notes") or []:
         dr.findings.append(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}."))
     rep = raw.get("alloc_replay")

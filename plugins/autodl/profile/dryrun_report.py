@@ -183,6 +183,24 @@ class Plan(_Model):
         default_factory=list, description="the batches planned next")
 
 
+class EpochWalk(_Model):
+    """The child's walk over a training loader's first epoch (``_epoch_head`` in the child)."""
+
+    loader: Annotated[int, _count(0, 1 << 16)] | None = Field(default=None, description="index in ``loaders``")
+    read: Flag = Field(default=False, description="its samples were read (else the lengths are unknown)")
+    complete: Flag = Field(default=False, description="the whole epoch was read, within the walk's bounds")
+    batches: ZeroBytes = Field(default=0, description="batches walked")
+    samples: ZeroBytes = Field(default=0, description="samples read")
+    seconds: Seconds = Field(default=0.0, description="time the walk took (s)")
+    largest_bytes: Bytes | None = Field(default=None, description="bytes of the largest collated batch")
+    first_bytes: Bytes | None = Field(default=None, description="bytes of the epoch's first collated batch")
+    largest_at: Annotated[int, _count(0, 1 << 40)] | None = Field(
+        default=None, description="0-based position of the largest batch in the epoch")
+    largest_batch: Batch | None = Field(default=None, description="samples in the largest batch")
+    error: Text = Field(default=None, description="why the samples were not read")
+    varies: Flag = Field(default=False, description="the largest batch read again held other sizes (random per read)")
+
+
 Texts = Annotated[list[Text], BeforeValidator(_none_is_empty), Field(max_length=64)]
 """At most 64 texts; None is none."""
 
@@ -232,6 +250,8 @@ class DryRunReport(_Model):
     reduced: Flag = Field(default=False, description="the dry run reduced the script's batch")
     max_reading: Bytes | None = Field(default=None, description="highest allocator reading (bytes)")
     max_reading_batch: Batch | None = Field(default=None, description="the batch at that reading")
+    epoch_walk: Annotated[list[EpochWalk], BeforeValidator(_none_is_empty), Field(max_length=64)] = Field(
+        default_factory=list, description="the walks over the training loaders' first epoch")
     plan: Annotated[Plan | None, BeforeValidator(lambda v: v if isinstance(v, dict) else None)] = Field(
         default=None, description="the batches planned (kept only when it is an object)")
 
