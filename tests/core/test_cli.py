@@ -11,24 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import CliResult, run_cli
-
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "include" / "specs" / "simple_cnn.yaml"
 SCRIPT = REPO / "include" / "scripts" / "simple_cnn.py"
-
-
-@pytest.fixture
-def autodl(capsys):
-    """``autodl ARGS`` in this process, from the checkout (exit 0 asserted unless ``check=False``)."""
-
-    def run(*args: str, check: bool = True) -> CliResult:
-        proc = run_cli(capsys, *args, cwd=REPO)
-        if check:
-            assert proc.returncode == 0, proc.stderr
-        return proc
-
-    return run
 
 
 def test_profile_json_has_the_documented_keys(autodl):

@@ -11,7 +11,6 @@ import pytest
 from autodl.ledger import Ledger
 from autodl.queue import AdmissionQueue
 from autodl.types import LeaseOwner, utcnow
-from tests.core.test_cli import autodl
 
 DEVICES = ["GPU-cli-0", "GPU-cli-1"]
 
@@ -39,7 +38,7 @@ def queue_with_a_holder():
     return now
 
 
-def test_queue_says_position_why_and_expected_start(pool, queue_with_a_holder):
+def test_queue_says_position_why_and_expected_start(autodl, pool, queue_with_a_holder):
     rows = json.loads(autodl("queue", "--json", "--pool", pool).stdout)
     assert [(r["position"], r["run_key"], r["team"]) for r in rows] == [
         (1, "vision.train.gang", "vision"), (2, "vision.train.long", "vision")]
@@ -59,7 +58,7 @@ def test_queue_says_position_why_and_expected_start(pool, queue_with_a_holder):
     assert gang_start.strftime("%Y-%m-%d %H:%M:%S") in table.stdout
 
 
-def test_a_holder_with_no_runtime_leaves_the_expected_start_unknown(pool):
+def test_a_holder_with_no_runtime_leaves_the_expected_start_unknown(autodl, pool):
     Ledger().book("nlp.train.r2", DEVICES, owner=LeaseOwner(team="nlp"), ttl_s=3600)  # no expected runtime
     AdmissionQueue().join("vision.train.a", num_gpus=1, needed_bytes=2**30, candidates=[DEVICES], stale_after_s=3600,
                           team="vision", expected_runtime_s=60)
@@ -67,7 +66,7 @@ def test_a_holder_with_no_runtime_leaves_the_expected_start_unknown(pool):
     assert row["expected_start"] is None and "no runtime estimate" in row["expected_start_note"]
 
 
-def test_hold_and_resume_the_queue(pool, queue_with_a_holder):
+def test_hold_and_resume_the_queue(autodl, pool, queue_with_a_holder):
     held = autodl("queue", "--hold", "--reason", "driver upgrade until 14:00")
     assert "held the whole queue: it admits nothing until autodl queue --resume" in held.stdout
     rows = json.loads(autodl("queue", "--json", "--pool", pool).stdout)
@@ -88,6 +87,6 @@ def test_hold_and_resume_the_queue(pool, queue_with_a_holder):
     (["--team", "vision"], "only go with --hold or --resume"),
     (["--resume", "--reason", "x"], "--reason: only goes with --hold"),
 ])
-def test_hold_arguments_that_do_not_go_together_are_refused(args, says):
+def test_hold_arguments_that_do_not_go_together_are_refused(autodl, args, says):
     done = autodl("queue", *args, check=False)
     assert done.returncode != 0 and says in done.stderr and "Traceback" not in done.stderr

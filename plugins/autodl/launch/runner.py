@@ -98,14 +98,19 @@ def main(argv: list[str] | None = None) -> int:
     exit_file, command = args[0], args[2:]
     child: subprocess.Popen | None = None
     received: list[int] = []
+    forwarded: list[int] = []
+
+    def send(signum: int) -> None:
+        forwarded.append(signum)
+        try:
+            child.send_signal(signum)  # type: ignore[union-attr]
+        except ProcessLookupError:
+            pass
 
     def forward(signum, _frame):
         received.append(signum)
         if child is not None:
-            try:
-                child.send_signal(signum)
-            except ProcessLookupError:
-                pass
+            send(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.umask(0o077)  # what the training writes (logs, checkpoints, its report) is its owner's only
         child = subprocess.Popen(command, preexec_fn=die_with_parent)
+        if len(received) > len(forwarded):  # a stop that came while the child was being started reached no one
+            send(received[-1])
         code = child.wait()
     if code < 0:
         code = 128 - code
