@@ -36,6 +36,9 @@ def test_a_script_nothing_measured_has_an_unknown_size_said_in_a_warning():
     (f,) = [f for f in p.findings if f.code == "cold-start"]
     assert f.severity == "warning"
     assert "could not be measured" in f.message and "largest allowed device" in f.message
+    # the advice names what measures it; task.model_name only names outputs (a fresh user set it: nothing changed)
+    assert "let the dry run measure the script" in f.message and "paddle extra" in f.message
+    assert "task.model_name does not change the figure" in f.message
     assert p.max_batch_size_by_device == {}  # no largest batch without the model states
     assert p.flops_per_step is None and p.estimates_bytes == {}
 

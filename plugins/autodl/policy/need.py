@@ -37,5 +37,5 @@ def needed_bytes(profile: ResourceProfile, devices: Iterable[Device], allowed: s
 def unknown_size_reason(need: int) -> str:
     """The line placement and the queue log when :func:`needed_bytes` sized the run as the largest device."""
     return (f"the model's size is unknown (a cold start: the cold-start warning says why), so the run is sized as the "
-            f"largest allowed device: {need / 2**30:.2f} GiB (conservative); a dry run or task.model_name gives the "
-            "real figure")
+            f"largest allowed device: {need / 2**30:.2f} GiB (conservative); a dry run that measures the script "
+            "gives the real figure (the cold-start warning says how)")

@@ -401,7 +401,7 @@ def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> 
         b = profile.max_batch_size(mem, threshold)
         if b is None:
             out.append(f"{name} ({_gib(mem)}): the largest batch is unknown (the model's size is unknown: see the "
-                       "cold-start warning); name the model in task.model_name or let the dry run run.")
+                       "cold-start warning, which says what measures it).")
         elif b <= 0:
             out.append(f"{name} ({_gib(mem)}): even batch 1 exceeds {threshold:g} x memory; model states alone are too big.")
         else:

@@ -103,7 +103,10 @@ def _cold_start(inputs: RunInputs, est: Estimate) -> Finding:
                 f"the cold-start formula batch x seq_len({t}) x hidden({COLD_START_HIDDEN}) x 4 B x {COLD_START_FACTOR}"
                 + ("" if est.params else " and parameters are unknown, so this figure is no bound: placement sizes "
                    "the run as the largest allowed device (autodl.policy.need)")
-                + ". Set task.model_name, task.input_shape/sequence_length in the spec or let the dry run run.")
+                + ". To size it, let the dry run measure the script (PaddlePaddle where autodl profiles: the "
+                  "paddle extra, without --no-probe; or a docker or kubernetes launcher with the training's image); "
+                  "task.input_shape or task.sequence_length set the formula's input size; task.model_name does not "
+                  "change the figure, it only names outputs and records.")
 
 
 @dataclass
