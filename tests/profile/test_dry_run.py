@@ -601,3 +601,20 @@ def test_a_fixed_allocation_that_fails_in_the_dry_run_is_the_scripts_need_and_is
     assert "needs 64.5" in message and "largest batch that fits" not in message
     assert "lower the per-device batch" not in message
     assert Ledger().leases() == []
+
+
+def test_a_repeat_that_measured_no_larger_batch_is_said_as_such_not_as_did_not_measure():
+    """A fresh user read "a repeat at the script's own batch did not measure: measured at ..." (circular). The
+    finding says what was measured, at which sizes, and what the repeat did instead."""
+    from autodl.profile.dryrun import DryRun, repeat_fell_short
+
+    first = DryRun(outcome="measured", reason="measured", seconds=1.0, batch=256, batch_sizes=[2, 4])
+    measured = DryRun(outcome="measured", reason="measured at batch sizes [4]", seconds=1.0, batch=256,
+                      batch_sizes=[4])
+    text = repeat_fell_short(first, measured).message
+    assert "did not measure" not in text
+    assert "batch sizes [2, 4]" in text and "batch 256 itself was not measured" in text
+    assert "measured batch sizes [4], no larger" in text and "from batch 4 to 256" in text
+    failed = DryRun(outcome="timeout", reason="the script ran past 60 s", seconds=60.0, batch=256)
+    text = repeat_fell_short(first, failed).message
+    assert "got no measured step (timeout: the script ran past 60 s)" in text

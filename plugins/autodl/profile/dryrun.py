@@ -544,10 +544,7 @@ def run_dry_run(
                 f"was repeated at the script's own batch ({dr2.reason}).")))
             dr = dr2
         else:
-            dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
-                f"the script ended after batch sizes {dr.batch_sizes}; the peak at batch {dr.batch} is extrapolated "
-                f"far from them and may be low (a repeat at the script's own batch did not measure: {dr2.reason}). "
-                "Pass more steps in task.args, or set task.batch_size_per_gpu to a batch the script runs.")))
+            dr.findings.append(repeat_fell_short(dr, dr2))
     if dr.ok and dr.axis == "unknown" and cfg.reduce and dr.batch not in dr.batch_sizes \
             and time.monotonic() - t0 < timeout * 0.5:
         # one loader size, model rows of another count: which dimension grows cannot be told; measure the script
@@ -747,6 +744,23 @@ def axis_ratio(steps: list[dict]) -> float | None:
     if len({w for w, _ in pairs}) < 2:
         return 1.0 if all(r == 1 for r in ratios) else None
     return sum(ratios) / len(ratios) if max(ratios) <= AXIS_TOLERANCE * min(ratios) else 0.0
+
+
+def repeat_fell_short(dr: DryRun, dr2: DryRun) -> Finding:
+    """The warning for a dry run whose script ended on its reduced batches and whose repeat at the full batch did
+    not get further: what was measured, at which sizes, and what the repeat did instead (not a circular "did not
+    measure")."""
+    if dr2.ok:
+        repeat = (f"a repeat without the reductions measured batch sizes {dr2.batch_sizes or '(none)'}, no larger, "
+                  "so the script's own loop does not reach that batch in the steps it runs")
+    else:
+        repeat = f"a repeat without the reductions got no measured step ({dr2.outcome}: {dr2.reason})"
+    largest = max(dr.batch_sizes, default=0)
+    return Finding(severity="warning", code="dry-run-extrapolated", message=(
+        f"the dry run measured training steps at batch sizes {dr.batch_sizes or '(none)'} before the script ran out "
+        f"of steps; batch {dr.batch} itself was not measured: {repeat}. Its peak is extrapolated from batch "
+        f"{largest} to {dr.batch} and may be low. Pass more steps in task.args, or set task.batch_size_per_gpu to a "
+        "batch the script runs."))
 
 
 def script_native(raw: dict) -> int | None:
