@@ -112,3 +112,51 @@ def test_sizes_drawn_anew_at_every_read_are_said_and_not_taken_for_the_epochs_la
     assert [(f.code, f.severity) for f in said] == [("input-size-random", "warning")]
     unread = epoch_walk_findings({"epoch_walk": [{"loader": 0, "read": False}]})
     assert unread[0].code == "epoch-lengths-unread" and "None" not in unread[0].message
+
+
+@pytest.mark.slow
+def test_a_size_drawn_per_batch_in_the_loop_is_measured_at_the_largest_drawn_at_the_scripts_batch():
+    """retinanet_multiscale.py (-15.8%): the loop resizes each batch to ``random.choice(args.scales)``; the largest
+    size fell on the dry run's two warm-up batches of 1, the batches of 2 drew smaller sizes, and the figure was
+    extrapolated from batch 1. Also, the collate function's ``paddle.to_tensor`` of the stacked images, run in the
+    loader's prefetch thread, was shrunk to the step the schedule was at (1 of 2 images, the list of boxes whole):
+    the script's per-image loss then failed and the dry run stopped after one step. The dry run now measures on at
+    the script's batch until the largest input seen is measured there, and leaves a collate function's tensors as
+    the loader sized them. Truth 29,933,112 B (``measure.py --no-ref-flops --max-over-steps 12``, peak at the first
+    step, 112 px)."""
+    p = _profile("multiscale_size_per_batch")
+    assert p.batch_size == 2
+    assert not [f.message for f in p.findings if f.code == "dry-run-incomplete"]
+    assert _close(p.tensor_peak_bytes, 29_933_112), p.tensor_peak_bytes
+    largest = next(ph for ph in p.phases if ph.name == "train" and ph.input_shapes == [[3, 112, 112]])
+    assert 2 in dict(largest.measured) and not largest.extrapolated
+
+
+def test_the_largest_input_measured_at_a_smaller_batch_only_is_bounded_from_the_batch_itself():
+    """retinanet_multiscale.py's dry run before the fix above (its report kept here): 448 px at batch 1 only, 256 and
+    384 px at batch 2; the figure, extrapolated from batch 1, was 212.8 MB for a measured 229,213,876 B
+    (``benchmarks/fresh_scripts/truth.json``, max over 10 steps). A step at the batch itself, scaled by the elements
+    per sample, bounds it, and the profile says it is a bound."""
+    from autodl.profile.dryrun import dryrun_report, summarize
+
+    raw = dryrun_report((CASES / "multiscale_largest_at_batch_one_report.json").read_text())
+    dr = summarize(raw, None, target_batch=None, timeout=150)
+    assert dr.batch == 2 and dr.tensor_peak_bytes >= 229_213_876
+    said = [f for f in dr.findings if f.code == "input-size-bounded"]
+    assert said and said[0].severity == "warning" and "upper bound" in said[0].message
+    assert not any("could not change it" in f.message for f in dr.findings)
+
+
+def test_two_loaders_taking_turns_are_each_measured_at_their_own_batch_not_the_others():
+    """multitask_alternating_ini.py (+114%): a classification loader of 32 x 64 tokens and a tagging loader of
+    12 x 192 take turns through one encoder; the tagging steps, measured at 6 and 12, were extrapolated to the
+    other loader's 32 (914 MiB), a batch the script never feeds them (its dry run's report kept here). Each shape is
+    now at its own loader's batch. Truth 448,023,152 B (``benchmarks/fresh_scripts/truth.json``, max over 12
+    steps)."""
+    from autodl.profile.dryrun import dryrun_report, summarize
+
+    raw = dryrun_report((CASES / "two_tasks_round_robin_report.json").read_text())
+    dr = summarize(raw, None, target_batch=None, timeout=150)
+    assert _close(dr.tensor_peak_bytes, 448_023_152), dr.tensor_peak_bytes
+    tagging = next(p for p in dr.phases if p.input_shapes == [[192]])
+    assert tagging.batch_size == 12 and not tagging.extrapolated

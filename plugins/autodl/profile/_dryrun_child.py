@@ -156,6 +156,8 @@ class Ctl:
         self.max_extra_steps = int(CFG["max_extra_steps"])
         self.reduce = bool(CFG["reduce"])
         self.own = False                         # the training loader's batch sampler builds its batches itself
+        self.varies = False                      # the measured steps' inputs changed shape (per-sample)
+        self.shape_steps = 0                     # steps measured on, waiting for the largest input at hi
 
     def top(self, orig):
         return self.target or self.native or orig
@@ -207,7 +209,24 @@ class Ctl:
         j = k - self.plan_at
         if self.plan and j < 2:
             return self.plan[0]
-        return m
+        return (self.hi() or m) if self.varies else m
+
+    def hi(self):
+        """The largest size of the schedule (the plan's, else ``lo``), once the plan is decided; else None."""
+        plan = R.get("plan") or {}
+        return max([plan["lo"], *(self.plan or [])]) if "lo" in plan else None
+
+    def larger_input_pending(self):
+        """Whether the measured steps' inputs changed shape (a size the script draws per batch, e.g. multi-scale
+        training) and the largest input per sample seen was not yet measured at the schedule's largest size: the
+        steps then go on at that size (at most :data:`MAX_SHAPE_STEPS` more) so the figure is measured at it."""
+        steps = [s for s in R["steps"] if s.get("measured") and s.get("inputs")]
+        if len({_key(s["inputs"]) for s in steps}) < 2:
+            return False
+        self.varies = True
+        most = max(_per_sample_elements(s) for s in steps)
+        hi = self.hi()
+        return hi is not None and not any(self.unit(s) == hi and _per_sample_elements(s) >= most for s in steps)
 
     def next_size(self, orig):
         size = self.at(self.k, orig)
@@ -273,6 +292,13 @@ class Ctl:
         n_opt = max(1, len(St.optimizers))  # a GAN's step is one window per optimizer: each needs a steady one
         if all(steady.get(s, 0) >= n_opt for s in need) or (all(c.get(s) for s in need)
                                                   and elapsed + rec["seconds"] > 1.5 * self.budget_s):
+            if self.reduce and self.shape_steps < MAX_SHAPE_STEPS and elapsed + rec["seconds"] <= 1.5 * self.budget_s \
+                    and self.larger_input_pending():
+                self.shape_steps += 1
+                return
+            if self.shape_steps and self.larger_input_pending():
+                note(f"the largest training input seen was not measured at batch {self.hi()} within "
+                     f"{self.shape_steps} more steps")
             self.mark_done()
             return
         if len(c) < 2 and elapsed + rec["seconds"] > 1.5 * self.budget_s and not R["replay"]:
@@ -289,6 +315,17 @@ class Ctl:
             R["train_done"] = True
             R["seconds"]["train_done"] = round(time.monotonic() - T0, 3)
             save()
+
+
+MAX_SHAPE_STEPS = 8
+"""Training steps measured on, at the schedule's largest size, when the inputs change shape between steps and the
+largest seen was measured at a smaller size only (a size drawn per batch from a few: 8 draws of 4 sizes miss the
+largest with probability 0.1)."""
+
+
+def _per_sample_elements(step):
+    """Elements per sample of a step's inputs (all but their leading dimension)."""
+    return sum(np_prod(d["shape"][1:]) for d in step.get("inputs") or [] if d.get("shape"))
 
 
 CTL = Ctl()
@@ -1144,6 +1181,8 @@ def _dl_init(self, dataset, *a, **k):
         bound["num_workers"] = 2  # fewer processes; batches still arrive through shared memory, as asked
     if bound.get("persistent_workers"):
         bound["persistent_workers"] = False
+    if callable(bound.get("collate_fn")):
+        bound["collate_fn"] = _collating(bound["collate_fn"])
     _orig_dl_init(self, dataset, **bound)
     self._autodl_role = None
     self._autodl_positions = []
@@ -1172,6 +1211,24 @@ def _dl_init(self, dataset, *a, **k):
         if getattr(self, "_batch_sampler", None) is not None:
             self._batch_sampler = self.batch_sampler
     save()
+
+
+_COLLATE = threading.local()
+"""``on`` while a DataLoader's ``collate_fn`` runs (in the loader's prefetch thread or a worker)."""
+
+
+def _collating(fn):
+    """``fn``, marked while it runs: the tensors a collate function creates are the batch the loader's sampler
+    already sized (the dry run drives it), not tensors of the run's batch to shrink; the prefetch thread collates
+    batches ahead of the step the schedule is at, so shrinking them to that step's size cut a batch's images and
+    left its list of boxes whole (retinanet_multiscale)."""
+    def collate(*a, **k):
+        _COLLATE.on = True
+        try:
+            return fn(*a, **k)
+        finally:
+            _COLLATE.on = False
+    return collate
 
 
 def np_prod(shape):
@@ -1359,7 +1416,7 @@ def _patch_creation(mod, name, shape_pos, shape_kw="shape"):
         return
 
     def f(*a, **k):
-        b = _creation_batch() if _user_frame(2) else None
+        b = _creation_batch() if _user_frame(2) and not getattr(_COLLATE, "on", False) else None
         if b is not None:
             shp = k.get(shape_kw) if shape_kw in k else (a[shape_pos] if len(a) > shape_pos else None)
             native = isinstance(shp, (list, tuple)) and shp and isinstance(shp[0], int) and shp[0] in NATIVE_BATCHES
@@ -1390,7 +1447,7 @@ _orig_to_tensor = paddle.to_tensor
 def _to_tensor(data, *a, **k):
     """``paddle.to_tensor(array)`` of an array the script made with the run's batch as first dimension: the rows
     the schedule's batch needs (the same data, fewer samples)."""
-    b = _creation_batch() if _user_frame(2) else None
+    b = _creation_batch() if _user_frame(2) and not getattr(_COLLATE, "on", False) else None
     shape = getattr(data, "shape", None)
     native = b is not None and shape is not None and len(shape) >= 1 and int(shape[0]) in NATIVE_BATCHES
     if native:

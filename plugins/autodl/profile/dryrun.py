@@ -819,6 +819,64 @@ def _axis_findings(dr: DryRun, main: list[dict], target: int, src: str) -> list[
     return []
 
 
+def _elements_per_sample(step: dict) -> int:
+    """Elements per sample of a step's inputs (all but their leading dimension)."""
+    total = 0
+    for d in step.get("inputs") or []:
+        n = 1
+        for x in (d.get("shape") or [])[1:]:
+            n *= int(x)
+        total += n if d.get("shape") else 0
+    return total
+
+
+def group_batch(group: list[dict], target: int, own_batches: set[int] | frozenset[int], unit: Any) -> int:
+    """The batch the figure of one input shape's steps is for: ``target``, or, when the script's loaders have
+    batches of their own that differ (two tasks' loaders taking turns, 32 sentences then 12 tagged sequences) and
+    these steps ran at one of them, that batch -- the script never feeds these inputs at the other loader's batch.
+
+    :param own_batches: the training loaders' own batch sizes, when the figure is at the script's batches (no
+        spec batch); empty otherwise.
+    """
+    largest = max(unit(s) for s in group)
+    return largest if len(own_batches) >= 2 and largest in own_batches else target
+
+
+def shape_bound(groups: dict[tuple, list[dict]], target: int, unit: Any,
+                own_batches: set[int] | frozenset[int] = frozenset()) -> tuple[int, dict, dict] | None:
+    """A bound on the training peak at ``target`` for the largest input the steps had, when that input was measured
+    at other batch sizes only and a smaller one at ``target`` itself (a size the script draws per batch: the large
+    one fell on the dry run's smaller batches): the smaller input's step at ``target``, its allocations above the
+    step's start scaled in proportion to the elements per sample (activations of convolutions, FPN levels and
+    anchors grow with the pixels; an upper bound for anything that grows no faster).
+
+    :param groups: the measured steps by input shape (:func:`_key`).
+    :param target: the batch the figure is for, in ``unit``'s count.
+    :param unit: a step's batch in the figure's unit.
+    :param own_batches: see :func:`group_batch` (an input measured at its own loader's batch needs no bound).
+    :returns: ``(bound_bytes, largest_step, from_step)``, or None when the largest input was measured at ``target``
+        or no smaller one was.
+    """
+    if len(groups) < 2:
+        return None
+    steps = [s for g in groups.values() for s in g]
+    most = max(_elements_per_sample(s) for s in steps)
+    big = [s for s in steps if _elements_per_sample(s) >= most]
+    if any(unit(s) == target for s in big) or any(group_batch(g, target, own_batches, unit) != target
+                                                  for g in groups.values() if big[0] in g):
+        return None
+    at_target = [s for s in steps if unit(s) == target and 0 < _elements_per_sample(s) < most]
+    if not big or not at_target:
+        return None
+
+    def scaled(s: dict) -> int:
+        peak = max(s["fwd_bwd_peak"], s["update_peak"]) + (0 if s.get("steady") else int(s.get("kept_adjust") or 0))
+        return int(s["start_bytes"] + max(0, peak - s["start_bytes"]) * most / _elements_per_sample(s))
+
+    src = max(at_target, key=scaled)
+    return scaled(src), big[0], src
+
+
 def called_amp(raw: dict) -> str | None:
     """The AMP level the script ran under, as the dry run saw it called (``paddle.amp.auto_cast``/``decorate``/
     ``GradScaler``): ``O2`` over ``O1``; None when the script called none."""
@@ -883,6 +941,33 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
                 "assumed the rest of the epoch holds no larger batch: set task.sequence_length or task.input_shape "
                 "to the largest the data holds, or keep headroom")))
     return out
+
+
+def _bound_largest_input(dr: DryRun, groups: dict[tuple, list[dict]], phases: list[PhasePeak], target: int,
+                         unit: Any, own_batches: set[int]) -> bool:
+    """Raise the training phase of the largest input to :func:`shape_bound` when that is larger, and say so.
+
+    :returns: whether the main phase (``phases[0]``, ``dr.train_peak_bytes``) was raised."""
+    got = shape_bound(groups, target, unit, own_batches)
+    if got is None:
+        return False
+    bound, big, src = got
+    shapes = [d["shape"][1:] for d in big.get("inputs") or [] if d.get("shape")]
+    phase = next((p for p in phases if p.name == "train" and p.input_shapes == shapes), None)
+    if phase is None or phase.peak_bytes >= bound:
+        return False
+    i = phases.index(phase)
+    phases[i] = phase.model_copy(update={"peak_bytes": bound, "extrapolated": True})
+    if i == 0:
+        dr.train_peak_bytes = bound
+    src_shapes = [d["shape"][1:] for d in src.get("inputs") or [] if d.get("shape")]
+    dr.findings.append(Finding(severity="warning", code="input-size-bounded", message=(
+        f"the largest training input the steps had ({shapes}) was measured at batch {unit(big)} only, not at batch "
+        f"{target}; its peak at batch {target} is bounded from the step at {src_shapes}, batch {target}, its "
+        f"allocations above the step's start scaled by the elements per sample: {bound / 2**20:,.1f} MiB, an upper "
+        "bound for activations that grow no faster than the input (set task.input_shape to the largest size the "
+        "script draws to have it measured).")))
+    return i == 0
 
 
 def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
@@ -962,7 +1047,11 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     v_fb_at: dict[int, int] = {}
     v_up_at: dict[int, int] = {}
 
+    own_batches = {int(ld["batch_size"]) for ld in dr.loaders if type(ld.get("batch_size")) is int
+                   and ld["batch_size"] > 1} if target_batch is None and len(groups) >= 2 else set()
+
     def phase_at(group: list[dict]) -> tuple[int, float | None, bool, str]:
+        target = group_batch(group, dr.batch or 1, own_batches, unit)
         fb: dict[int, int] = {}
         up: dict[int, int] = {}
         start: dict[int, int] = {}
@@ -1012,7 +1101,8 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     dr.forward_flops_per_sample = max(flops) if flops else None
     dr.step_flops_per_sample = step_flops_per_sample(main, unit)
     phases = [PhasePeak(
-        name="train", batch_size=target, peak_bytes=peak, extrapolated=extrapolated,
+        name="train", batch_size=group_batch(main, target, own_batches, unit), peak_bytes=peak,
+        extrapolated=extrapolated,
         measured=sorted({(b, max(v_fb_at[b], v_up_at[b])) for b in v_fb_at}),
         input_shapes=[d["shape"][1:] for d in main[0].get("inputs") or [] if d.get("shape")],
         input_dtypes=[d["dtype"] for d in main[0].get("inputs") or [] if d.get("shape")],
@@ -1023,7 +1113,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
             continue
         p, _, ex, _ = phase_at(group)
         phases.append(PhasePeak(
-            name="train", batch_size=target, peak_bytes=p, extrapolated=ex,
+            name="train", batch_size=group_batch(group, target, own_batches, unit), peak_bytes=p, extrapolated=ex,
             measured=sorted({(unit(s), s["peak"]) for s in group}),
             input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k]))
     # ------------------------------------------------------------------------------------- eval
@@ -1054,6 +1144,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
             name="eval", batch_size=eb, peak_bytes=int(v), extrapolated=ex, measured=sorted(pts.items()),
             input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k],
             forward_flops_per_sample=max(flo) if flo else None, grad=any(e.get("grad") for e in group)))
+    bounded = _bound_largest_input(dr, groups, phases, target, unit, own_batches)
     dr.phases = phases
     dr.tensor_peak_bytes = max(p.peak_bytes for p in phases)
     how = (f"at batch {target}" if not extrapolated else
@@ -1073,7 +1164,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
             f"{dr.act_bytes_per_sample / 2**20:.2f} MiB per sample (measured within 5% on the benchmark; pass more "
             "steps in task.args to let it reach the batch itself).")))
     dr.findings.extend(_axis_findings(dr, main, target, src))
-    if b_seen != target and src not in ("measured", "axis-unknown"):
+    if b_seen != target and src not in ("measured", "axis-unknown") and not bounded:
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
             f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
