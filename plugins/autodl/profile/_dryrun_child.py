@@ -5,6 +5,7 @@ Details: docs/reference/estimator.md#autodlprofile_dryrun_child.
 
 import gc
 import json
+import random
 import os
 import runpy
 import signal
@@ -1461,6 +1462,38 @@ def _to_tensor(data, *a, **k):
 
 
 paddle.to_tensor = _to_tensor
+
+
+# ------------------------------------------------------------------------ sizes the script draws per batch
+MAX_DRAWN_SIZES = 64
+"""Longest population of whole numbers whose draws the dry run takes at their largest (a list of scales, not a data
+set's indices)."""
+
+_orig_choice = random.choice
+
+
+def _drawn_sizes(seq):
+    """Whether ``seq`` is a short list of sizes: whole numbers, each at least 2 (indices and flags -- a task index of
+    ``[0, 1, 2]``, a flip of ``[0, 1]`` -- start below), not all the same."""
+    return isinstance(seq, (list, tuple, range)) and 2 <= len(seq) <= MAX_DRAWN_SIZES \
+        and all(type(x) is int for x in seq) and min(seq) >= 2 and max(seq) > min(seq)
+
+
+def _choice(seq):
+    """``random.choice`` as the script gets it: while training steps run (after the first model call), a draw the
+    script makes from a short list of whole numbers (``random.choice(args.scales)``: multi-scale training) gives
+    the largest of them, so the dry run measures at the largest size the script can choose (the draw is still
+    made, so the script's random stream goes on as it would)."""
+    got = _orig_choice(seq)
+    if St.window is None or not _user_frame(2) or not _drawn_sizes(seq):
+        return got
+    top = max(seq)
+    note(f"the script drew a size per batch with random.choice from {list(seq)[:16]}: while it trained, the dry run "
+         f"took the largest, {top}, at every draw (the figure is for the largest size it can choose)")
+    return top
+
+
+random.choice = _choice
 
 
 # ---------------------------------------------------------------------------------------- CPU, one process

@@ -1,6 +1,7 @@
 """Multi-scale training: the loop resizes every batch to a size drawn from a list the script declares (issue 18,
-retinanet_multiscale's kind), labels as a list of per-image tensors from the collate function, as detection repos
-keep boxes. With this seed the largest size falls on the first two batches, then on the fifth."""
+retinanet_multiscale's kind; drawn by index, the draws random.choice makes), labels as a list of per-image tensors
+from the collate function, as detection repos keep boxes. With this seed the largest size falls on the first two
+batches, then on the fifth."""
 import argparse
 import random
 
@@ -41,7 +42,7 @@ loader = paddle.io.DataLoader(Images(), batch_size=args.batch_size, shuffle=True
                               collate_fn=collate)
 for epoch in range(2):
     for images, labels in loader:
-        size = random.choice(args.scales)        # one size per batch
+        size = args.scales[random.randrange(len(args.scales))]        # one size per batch
         images = F.interpolate(images, size=[size, size], mode="bilinear", align_corners=False)
         logits = model(images)
         loss = sum(F.cross_entropy(logits[i].unsqueeze(0), labels[i]) for i in range(len(labels))) / len(labels)
