@@ -5,8 +5,8 @@ Details: docs/reference/estimator.md#autodlprofile_dryrun_child.
 
 import gc
 import json
-import random
 import os
+import random
 import runpy
 import signal
 import sys
