@@ -778,6 +778,27 @@ def script_native(raw: dict) -> int | None:
     return None
 
 
+def trained_batch(raw: dict, static_batch: int | None) -> int | None:
+    """The batch the script trains at as the dry run saw it, where that says more than the static reading: its
+    own batch (:func:`script_native`), else, when the dry run changed nothing (no loader, no tensor shrunk), the
+    one batch every measured step called the model at when that is a slice of the ``static_batch`` rows (a data
+    tensor of 4096 rows stepped through 128 at a time trains at 128). None when it cannot be told: a first
+    dimension the static batch sits behind (a time-major ``[sequence, batch, ...]`` input) is not the batch."""
+    native = script_native(raw)
+    if native:
+        return native
+    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    if not steps or not static_batch or raw.get("reduced") or raw.get("loaders"):
+        return None
+    batches = {int(s["batch"]) for s in steps}
+    calls = max(max(1, int(s.get("fwd_calls") or 1)) for s in steps)
+    shapes = [list(i.get("shape") or []) for s in steps for i in (s.get("inputs") or []) if isinstance(i, dict)]
+    behind = any(static_batch in shape[1:] for shape in shapes)
+    if len(batches) == 1 and (b := batches.pop()) * calls < static_batch and not behind:
+        return b
+    return None
+
+
 def _target_for(raw: dict, batch: int | None, from_spec: bool) -> int | None:
     """The batch a dry run's figure is for: the spec's; else, when the dry run changed nothing (no loader driven,
     no tensor shrunk) and measured steps, the batch the script was seen to train at (None: summarize takes it),
