@@ -162,3 +162,20 @@ def test_the_trained_batch_is_a_slice_of_the_static_rows_only_when_the_dry_run_c
     varied["steps"][1]["batch"] = 64
     assert trained_batch(varied, 4096) is None
     assert trained_batch({"plan": {"native": 32}, "steps": []}, 4096) == 32
+
+
+@pytest.mark.slow
+def test_the_dry_runs_replay_leaves_gradients_freed_by_the_script_freed_and_is_not_the_scripts_reading():
+    """gpt2_small_recompute.py frees its gradients (clear_grad(set_to_zero=False)); when its slow steps sent the dry
+    run to its replay (the model trained at two small batches), the replay's clear_grad kept a zero gradient per
+    parameter: its second point, the allocator reading and the script's next step each held 4 bytes a parameter
+    more (+21% on the profile). Here a budget of 0.05 s sends a small MLP to the replay: before, the second point
+    was 18 MB (+17%) above the first and the reading 17.5% above the script's largest step."""
+    from autodl.profile.dryrun import run_dry_run
+
+    raw = run_dry_run(CASES / "frees_its_gradients.py", batch=None, budget_s=0.05).raw
+    steps = [s["peak"] for s in raw["steps"] if s.get("peak")]
+    (small, p_small), (large, p_large) = raw["replay"]
+    params = 512 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 512 + 512
+    assert small < large and p_large - p_small < params  # a quarter of the gradients (4 B a parameter): activations
+    assert raw["max_reading"] <= 1.05 * max(steps)

@@ -778,6 +778,12 @@ def script_native(raw: dict) -> int | None:
     return None
 
 
+def per_sample_text(n: float | None) -> str:
+    """Bytes a sample in a finding: KiB below a MiB (a slope of 2.2 KiB read "0.00 MiB", as if none), else MiB."""
+    n = float(n or 0)
+    return f"{n / 2**10:,.1f} KiB" if n < 2**20 else f"{n / 2**20:,.2f} MiB"
+
+
 def trained_batch(raw: dict, static_batch: int | None) -> int | None:
     """The batch the script trains at as the dry run saw it, where that says more than the static reading: its
     own batch (:func:`script_native`), else, when the dry run changed nothing (no loader, no tensor shrunk), the
@@ -1091,14 +1097,14 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         dr.findings.append(Finding(severity="info", code="dry-run-extrapolated", message=(
             f"the training step ran at batch sizes {dr.batch_sizes} (what the time budget or the script's own number "
             f"of steps allowed); the peak at batch {target} is extrapolated along the last two, "
-            f"{dr.act_bytes_per_sample / 2**20:.2f} MiB per sample (measured within 5% on the benchmark; pass more "
+            f"{per_sample_text(dr.act_bytes_per_sample)} per sample (measured within 5% on the benchmark; pass more "
             "steps in task.args to let it reach the batch itself).")))
     dr.findings.extend(_axis_findings(dr, main, target, src))
     if b_seen != target and src not in ("measured", "axis-unknown"):
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
             f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
-            f"is extrapolated with a slope of {dr.act_bytes_per_sample / 2**20:.2f} MiB per sample from "
+            f"is extrapolated with a slope of {per_sample_text(dr.act_bytes_per_sample)} per sample from "
             + ("a short replay of the model at two batch sizes" if src == "replay" else
                "the step's own activations (an upper bound)") + ".")))
     if err:
