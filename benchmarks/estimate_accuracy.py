@@ -91,6 +91,7 @@ def all_configs() -> list[tuple[str, Path, list[str], dict, tuple[str, ...], dic
             truth = {"peak": t["train_peak_bytes"], "eval_peak": t.get("eval_peak_bytes"), "params": t.get("params"),
                      "fwd_flops_per_call": None if varied else t.get("hook_forward_flops_per_call"), "input": inp,
                      "fwd_calls": t.get("forward_calls_in_step"),
+                     "fwd_flops_in_backward_per_call": t.get("hook_forward_flops_in_backward_per_call"),
                      "fwd_flops_per_sample": t.get("fwd_flops_per_sample"),
                      "spec": str(folder / t["spec"]) if t.get("spec") else None, "env": t.get("env") or {}}
             task = dict(t.get("task") or ({"batch_size_per_gpu": t["spec_batch_size"]} if t.get("spec_batch_size") else {}))
@@ -110,6 +111,19 @@ def measure(script: Path, argv: list[str], opts: tuple[str, ...] = ()) -> dict:
             if "peak" in t:
                 return t
     raise RuntimeError(f"{script}: no measurement ({r.stderr.strip().splitlines()[-3:]})")
+
+
+def _reference_step_flops(ref_per_sample: float | None, truth: dict) -> float | None:
+    """The measured step's training FLOPs per sample from the truth's hook count: every forward call of the step
+    (issue 18 item 7) x 3 for forward and backward, except the forward passes recomputed inside ``backward``
+    (``recompute``; measure.py counts them apart), which run once. None without a reference."""
+    if ref_per_sample is None:
+        return None
+    calls = max(1, int(truth.get("fwd_calls") or 1))
+    per_call = truth.get("fwd_flops_per_call") or 0.0
+    in_backward = ref_per_sample * (truth.get("fwd_flops_in_backward_per_call") or 0.0) / per_call if per_call else 0.0
+    forward = ref_per_sample * calls
+    return 3.0 * (forward - in_backward * calls) + in_backward * calls
 
 
 def main() -> None:
@@ -163,16 +177,15 @@ def main() -> None:
         ref = truth.get("fwd_flops_per_sample")
         if ref is None and truth.get("fwd_flops_per_call") and truth.get("input"):
             ref = truth["fwd_flops_per_call"] / max(1, truth["input"][0][0])
-        if ref is not None:  # the step's forward FLOPs: every forward call of it (issue 18, item 7)
-            ref *= max(1, int(truth.get("fwd_calls") or 1))
-        est_fwd = prof.flops_per_step / 3 / max(1, prof.batch_size) if prof.flops_per_step is not None else None
+        ref_step = _reference_step_flops(ref, truth)
+        est_step = prof.flops_per_step / max(1, prof.batch_size) if prof.flops_per_step is not None else None
         rows.append({
             "name": name, "params": truth.get("params"), "autodl_params": prof.params, "truth": peak,
             "train_truth": truth["peak"], "eval_truth": truth.get("eval_peak"),
             "estimate": prof.tensor_peak_bytes, "method": prof.method, "why": prof.method_reason,
             "static": prof.estimates_bytes.get("static") or prof.estimates_bytes.get("cold_start"),
             "profile_s": round(secs, 1), "load": round(load, 1),
-            "flops_ref": ref, "flops_est": est_fwd if ref else None,
+            "flops_ref": ref_step, "flops_est": est_step if ref_step else None,
             "phases": [(p.name, p.batch_size, p.peak_bytes) for p in prof.phases],
             "errors": [f.message for f in prof.errors],
             "warnings": [f.code for f in prof.findings if f.severity == "warning"],
@@ -224,7 +237,8 @@ def print_table(rows: list[dict]) -> None:
         a = [abs(x) for x in serrs]
         print(f"static alone: median |err| {100 * statistics.median(a):5.1f}%   worst |err| {100 * max(a):5.1f}%")
     if ferrs:
-        print(f"forward FLOPs vs the reference count: worst |err| {100 * max(abs(x) for x in ferrs):.1f}% "
+        print(f"training FLOPs per step vs the reference count (3 x every forward call of the step, plus the "
+              f"forwards recomputed in backward once): worst |err| {100 * max(abs(x) for x in ferrs):.1f}% "
               f"(n={len(ferrs)})")
     print(f"errors: {sum(1 for r in rows if r['errors'])} of {len(rows)}; profile time median "
           f"{statistics.median(times):.0f} s, worst {max(times):.0f} s (load = 1-minute load average of the "

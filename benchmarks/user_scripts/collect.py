@@ -187,6 +187,7 @@ def build(entry, here=HERE):
             tr["ref_flops_input"] or "paddle.flops needs one float input: the model's forward takes token ids "
                                      "and/or several inputs"),
         "hook_forward_flops_per_call": tr["fwd_flops_per_call"],
+        "hook_forward_flops_in_backward_per_call": tr.get("fwd_flops_in_backward_per_call"),
         "forward_calls_in_step": tr["fwd_calls"],
         "model_class": tr["model"],
         "optimizer": entry["optimizer"],

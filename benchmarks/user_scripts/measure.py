@@ -38,6 +38,8 @@ Also reported:
   layers or freezes some);
 * ``fwd_flops_per_call``: truth.py's reference forward FLOPs of the measured step, counted with hooks: 2 x MACs of
   Conv*/Linear/RNN layers and of ``paddle.matmul``/``bmm``/``@`` (element-wise ops not counted), per forward call;
+  ``fwd_flops_in_backward_per_call``: the part of it the hooks counted inside ``Tensor.backward`` (forward passes
+  recomputed there, ``recompute``; 0 without);
 * ``ref_flops`` (train phase, unless ``--no-ref-flops``): ``paddle.flops(model, input_shape,
   print_detail=False)`` at the exact input shape of the model's first call, **only** when that call had exactly
   one positional tensor input, no keyword tensors, and a floating dtype (``paddle.flops`` feeds
@@ -93,7 +95,8 @@ if phase not in ("train", "eval") or not args or max_over_steps < 0 or (max_over
 script, argv = args[0], args[1:]
 state = {"model": None, "updates_since_clear": 0, "updates": 0, "clears": 0, "counting": False, "flops": 0.0,
          "fwd_calls": 0, "input": None, "single_float_input": False, "t0": time.time(), "in_rnn": 0,
-         "eval_calls": 0, "eval_measuring": False, "done": False, "opt": None, "step_peaks": [], "step_s": []}
+         "eval_calls": 0, "eval_measuring": False, "done": False, "opt": None, "step_peaks": [], "step_s": [],
+         "in_backward": False, "bwd_flops": 0.0}
 
 
 # --------------------------------------------------------------------------- FLOP reference (forward), as truth.py
@@ -187,6 +190,23 @@ def t_method(self, y, transpose_x=False, transpose_y=False, name=None):
 
 
 paddle.Tensor.matmul = t_method
+_orig_backward = paddle.Tensor.backward
+
+
+def t_backward(self, *a, **k):
+    """``loss.backward()``: what the hooks count while it runs is forward passes recomputed inside it (``recompute``),
+    kept apart as ``bwd_flops`` (they are part of the step's forward calls, and of ``fwd_flops_per_call``)."""
+    before, outer = state["flops"], state["in_backward"]
+    state["in_backward"] = True
+    try:
+        return _orig_backward(self, *a, **k)
+    finally:
+        state["in_backward"] = outer
+        if not outer:
+            state["bwd_flops"] += state["flops"] - before
+
+
+paddle.Tensor.backward = t_backward
 
 
 # ------------------------------------------------------------------------------- reporting
@@ -247,6 +267,7 @@ def report(peak, what):
     out = {"phase": phase, "peak": peak, "params": params, "trainable": trainable,
            "opt_params": _opt_params(state["opt"]), "model": type(m).__name__ if m is not None else None,
            "input": state["input"], "fwd_flops_per_call": state["flops"] / calls, "fwd_calls": state["fwd_calls"],
+           "fwd_flops_in_backward_per_call": state["bwd_flops"] / calls,
            "step_s": round(time.time() - state["t_step"], 2), "total_s": round(time.time() - state["t0"], 1),
            "opt": type(state["opt"]).__name__ if state["opt"] is not None else None, "ended_by": what,
            "paddle": paddle.__version__}

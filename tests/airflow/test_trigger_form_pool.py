@@ -51,15 +51,12 @@ def test_the_operator_resolves_the_rendered_pool():
         _pool("examples")
 
 
-def test_the_cli_takes_a_pool_name_too():
+def test_the_cli_takes_a_pool_name_too(capsys):
     import json
-    import os
-    import subprocess
-    import sys
 
-    repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "autodl.cli", "inventory", "--pool", "demo", "--json"], cwd=repo,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo / "plugins")})
+    from tests.cli_helpers import run_cli
+
+    proc = run_cli(capsys, "inventory", "--pool", "demo", "--json", cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["devices"]) == 4
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autodl.cli import main
+from tests.cli_helpers import run_cli
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "bad-input"
 
@@ -32,8 +32,8 @@ def cases(tmp_path, monkeypatch):
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
+    """``autodl ARGV`` in this process; never a traceback nor autodl's 'internal error'."""
+    code, out, err = run_cli(capsys, *argv)
     assert "Traceback" not in out + err and "internal error" not in err, err
     return code, out, err
 

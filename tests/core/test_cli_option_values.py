@@ -13,6 +13,7 @@ import argparse
 import pytest
 
 from autodl import cli
+from tests.cli_helpers import run_cli
 
 BIG = "x" * 100_000
 VALUES = {"empty": "", "huge": BIG, "unicode": "é漢字🙂", "negative": "-1", "dashdash": "--"}
@@ -36,12 +37,9 @@ def cases():
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        rc = cli.main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out + out.err
+    """``autodl ARGV`` in this process: the exit status and stdout and stderr together."""
+    rc, out, err = run_cli(capsys, *argv)
+    return rc, out + err
 
 
 @pytest.mark.parametrize("command,flag,value", list(cases()))

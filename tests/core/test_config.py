@@ -156,6 +156,7 @@ def test_inside_airflow_the_section_comes_through_airflows_conf(tmp_path):
     assert _probe(env, code)["pool"] == "nvml"
 
 
+@pytest.mark.slow  # a process: what the bug was (Airflow's logging on stdout) is a fresh interpreter's import
 def test_plan_json_stays_json_with_an_airflow_cfg(tmp_path):
     env = _clean_env(tmp_path)
     home = tmp_path / "airflow_home"

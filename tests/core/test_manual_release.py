@@ -1,17 +1,13 @@
 """What a fresh Airflow user found with `autodl leases --release` (airtest): the messages of a manual release,
 a training stopped by hand reported as a crash, empty run keys listing leases, and whole 100k-character
-arguments echoed back. Real trainings (local launcher), the real store and the real CLI."""
+arguments echoed back. Real trainings (local launcher), the real store and the real CLI (in this process)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +17,6 @@ from autodl.launch.local import LocalLauncher
 from autodl.ledger import Ledger
 from autodl.records import RecordStore
 from autodl.types import LaunchHandle, MemoryBreakdown, ResourceProfile
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def autodl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autodl.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "plugins"), **(env or {})})
 
 
 def profile_out(tmp_path, body: str) -> dict:
@@ -119,12 +108,12 @@ def test_a_training_that_kills_itself_is_still_a_failure(tmp_path):
     assert out["outcome"] == "failed" and RecordStore().get(CTX.run_key).stopped is None
 
 
-def test_release_says_what_it_released_and_json_says_the_same(tmp_path):
+def test_release_says_what_it_released_and_json_says_the_same(tmp_path, autodl):
     """Seen: `autodl leases --release RUN` printed "released by hand ... after its Airflow run was lost"-style
     wording for a normal manual release, and "lease none held" next to "released". Now: which lease of which run
     on which devices, what happened to the training, the outcome; --json is one JSON object (log on stderr)."""
     sel, handle = launched(tmp_path)
-    done = autodl("leases", "--release", CTX.run_key, env={"AUTODL_USER": "alice"})
+    done = autodl("leases", "--release", CTX.run_key, env={"AUTODL_USER": "alice"}, check=False)
     assert done.returncode == 0, done.stderr
     lease_id, device = sel.lease.lease_id, sel.lease.device_ids[0]
     assert (f"released lease {lease_id} of run {CTX.run_key} held on devices {device}; its training was stopped; "
@@ -132,7 +121,7 @@ def test_release_says_what_it_released_and_json_says_the_same(tmp_path):
     assert "none held" not in done.stdout and "lost" not in done.stdout
 
     sel2, _ = launched(tmp_path)
-    shown = autodl("leases", "--release", CTX.run_key, "--json", env={"AUTODL_USER": "alice"})
+    shown = autodl("leases", "--release", CTX.run_key, "--json", env={"AUTODL_USER": "alice"}, check=False)
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["released"] is True and doc["lease_id"] == sel2.lease.lease_id and doc["run_key"] == CTX.run_key
@@ -140,50 +129,50 @@ def test_release_says_what_it_released_and_json_says_the_same(tmp_path):
     assert doc["outcome"] == "stopped" and doc["stopped"]["by"] == "alice" and doc["released_by"] == "alice"
 
 
-def test_release_of_a_run_without_lease_releases_nothing_and_fails():
+def test_release_of_a_run_without_lease_releases_nothing_and_fails(autodl):
     """Seen: a run key that holds no lease got "lease none held" and yet "released". Now: "no lease is held by run
     R: nothing released", exit 6; --json: {"released": false, ...} on stdout, the same message on stderr."""
-    text = autodl("leases", "--release", "dag.train.none")
+    text = autodl("leases", "--release", "dag.train.none", check=False)
     assert text.returncode == 6 and "no lease is held by run 'dag.train.none': nothing released" in text.stderr
     assert "released lease" not in text.stdout
-    as_json = autodl("leases", "--release", "dag.train.none", "--json")
+    as_json = autodl("leases", "--release", "dag.train.none", "--json", check=False)
     assert as_json.returncode == 6
     doc = json.loads(as_json.stdout)
     assert doc["released"] is False and doc["run_key"] == "dag.train.none" and "nothing released" in doc["error"]
 
 
 @pytest.mark.parametrize("key", ["", "   ", "\t"])
-def test_an_empty_run_key_is_refused_not_a_listing(key):
+def test_an_empty_run_key_is_refused_not_a_listing(key, autodl):
     """Seen: `autodl leases --release ''` listed the leases (exit 0) as if --release had not been given. Now a
     usage error (exit 2) naming the argument."""
     Ledger().book("dag.train.keep", ["GPU-0"])
-    proc = autodl("leases", "--release", key)
+    proc = autodl("leases", "--release", key, check=False)
     assert proc.returncode == 2 and "argument --release: the run key is empty" in proc.stderr
     assert "live leases" not in proc.stdout and Ledger().get("dag.train.keep") is not None
 
 
-def test_force_without_release_is_refused():
+def test_force_without_release_is_refused(autodl):
     """`autodl leases --force` listed the leases, --force silently ignored."""
-    proc = autodl("leases", "--force")
+    proc = autodl("leases", "--force", check=False)
     assert proc.returncode == 2 and "--force: only goes with --release" in proc.stderr
 
 
-def test_a_100k_character_run_key_is_not_echoed_whole():
+def test_a_100k_character_run_key_is_not_echoed_whole(autodl):
     """Seen: a 100,000-character run key came back whole in the error (4,000 characters of it after the
     message cut). Now the argument is refused naming its length, quoting at most a line of it."""
     key = "k" * 100_000
     for args in (("leases", "--release", key), ("leases", "--release", key, "--json"), ("runs", "--plot", key)):
-        proc = autodl(*args)
+        proc = autodl(*args, check=False)
         assert proc.returncode == 2, proc.stderr
         assert "100,000 characters long" in proc.stderr and len(proc.stderr) + len(proc.stdout) < 800
         assert "k" * 100 not in proc.stderr
 
 
-def test_a_long_argument_echoed_by_any_error_is_cut():
+def test_a_long_argument_echoed_by_any_error_is_cut(autodl):
     """The kind: whatever code builds an error, the CLI cuts each long argument it quotes (a 500-character run
     key passes the length check and is quoted by the run store's "no run folder" error)."""
     key = "r" * 500
-    proc = autodl("runs", "--plot", key)
+    proc = autodl("runs", "--plot", key, check=False)
     assert proc.returncode == 9 and "r" * 121 not in proc.stderr and "(500 characters)" in proc.stderr
 
 

@@ -1,7 +1,8 @@
 """Packing where platform teams look (issue 24, a fresh user's trial): ``autodl leases`` and ``autodl runs`` say
 which leases and runs shared a device and with whom, ``autodl plan`` says what a packed run would reserve, the
 wait log names every fitting device's holders and why a packed run waits, and a pair-bar refusal is logged once.
-Through the real CLI (``autodl.cli.main``) and the real wait step, SQLite and PostgreSQL."""
+Through the real CLI (``autodl.cli.main`` in this process: tests/cli_helpers.py) and the real wait step, SQLite
+and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from autodl import cli, pipeline
 from autodl.ledger import Ledger
 from autodl.queue import AdmissionQueue
+from tests.cli_helpers import run_cli
 from tests.core.test_packing_queue import PACKED, pool_file, poll, profile_out
 from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the schema-per-test fixture
 
@@ -33,9 +34,8 @@ def test_the_leases_table_shows_each_shared_lease_with_its_reservation_and_co_te
     alone = profile_out(tmp_path, "alone", None, peak=20 * GB)
     assert poll("p1", out, pool) is not None and poll("x1", alone, pool) is not None
     assert poll("p2", out, pool) is not None   # beside p1: the other device is x1's alone
-    capsys.readouterr()
-    assert cli.main(["leases"]) == 0
-    table = capsys.readouterr().out
+    code, table, _ = run_cli(capsys, "leases")
+    assert code == 0
     rows = {line.split("│")[2].strip(): line for line in table.splitlines() if line.count("│") > 3}
     reserved = Ledger().get("p2").reserved_bytes
     assert f"shared {20 * GB / GiB:.2f} GiB with p2" in rows["p1"], table
@@ -51,9 +51,8 @@ def test_the_runs_table_says_whom_a_packed_run_shared_with(autodl_home, capsys):
                                   ("c", "exclusive", [], None)):
         RecordStore().write(RunRecord(run_key=key, script=f"/{key}.py", outcome="succeeded", declared_pool=False,
                                       sharing=sharing, co_tenants=co, device_memory_cap_bytes=cap))
-    capsys.readouterr()
-    assert cli.main(["runs"]) == 0
-    table = capsys.readouterr().out
+    code, table, _ = run_cli(capsys, "runs")
+    assert code == 0
     rows = {key: line for line in table.splitlines() for key in ("a", "b", "c") if f" {key}.py " in line}
     assert "shared 0.56 GiB with b" in rows["a"], table
     assert "shared reservation unknown with a" in rows["b"], table
@@ -68,9 +67,8 @@ def _plan(tmp_path, capsys, spec_text: str, pool: str, *, as_json: bool, measure
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"task: {{script: {SCRIPT}, model_name: simple_cnn, batch_size_per_gpu: 64, "
                     "input_shape: [3, 32, 32]}\n" + spec_text)
-    capsys.readouterr()
-    cli.main(["plan", str(spec), "--pool", pool] + ([] if measured else ["--no-probe"]) + (["--json"] if as_json else []))
-    text = capsys.readouterr().out
+    text = run_cli(capsys, "plan", str(spec), "--pool", pool, *([] if measured else ["--no-probe"]),
+                   *(["--json"] if as_json else [])).stdout
     return json.loads(text) if as_json else text
 
 
@@ -95,9 +93,8 @@ def test_plan_says_a_packed_run_with_an_unknown_estimate_books_exclusively(autod
     script.write_text("import paddle\n")   # no model the profiler can find: the estimate is unknown
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"task: {{script: {script}}}\n" + PACKED)
-    capsys.readouterr()
-    cli.main(["plan", str(spec), "--pool", pool_file(tmp_path), "--no-probe"])
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sharing:"))
+    out = run_cli(capsys, "plan", str(spec), "--pool", pool_file(tmp_path), "--no-probe").stdout
+    line = next(x for x in out.splitlines() if x.startswith("sharing:"))
     assert line.startswith("sharing: packed, but the run's memory estimate is unknown") and "exclusively" in line
 
 
@@ -178,10 +175,10 @@ def test_the_queue_says_how_each_waiting_run_asked_to_share(store, tmp_path, cap
     assert poll("p1", packed, pool) is not None
     assert poll("x1", exclusive, pool) is None and poll("p2", packed, pool) is None
     assert {e.run_key: e.sharing for e in AdmissionQueue().entries()} == {"x1": "exclusive", "p2": "packed"}
-    capsys.readouterr()
-    assert cli.main(["queue", "--json"]) == 0
-    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    code, out, _ = run_cli(capsys, "queue", "--json")
+    assert code == 0
+    rows = {r["run_key"]: r for r in json.loads(out)}
     assert rows["x1"]["sharing"] == "exclusive" and rows["p2"]["sharing"] == "packed"
-    assert cli.main(["queue"]) == 0
-    table = capsys.readouterr().out
+    code, table, _ = run_cli(capsys, "queue")
+    assert code == 0
     assert "sharing" in table and "packed" in table

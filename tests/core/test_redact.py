@@ -5,8 +5,6 @@ whole environment, store URL included."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
@@ -88,15 +86,9 @@ def test_store_error_hides_every_kind_of_password(monkeypatch):
         assert "hunter2" not in message and "p@ss" not in message and "w/rd" not in message, message
 
 
-def test_cli_error_never_shows_the_store_password(tmp_path):
-    import subprocess
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(repo / "plugins"),
-           "AUTODL_STORE_URL": f"postgresql+psycopg2://autodl:{PASSWORD}@127.0.0.1:1/autodl"}
-    proc = subprocess.run([sys.executable, "-m", "autodl.cli", "leases", "--json"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path)
+def test_cli_error_never_shows_the_store_password(autodl, tmp_path):
+    proc = autodl("leases", "--json", cwd=tmp_path, check=False,
+                  env={"AUTODL_STORE_URL": f"postgresql+psycopg2://autodl:{PASSWORD}@127.0.0.1:1/autodl"})
     assert proc.returncode == 9, proc.stderr
     assert "p@ss" not in proc.stderr + proc.stdout and "autodl:***@127.0.0.1" in proc.stderr
     assert "Traceback" not in proc.stderr

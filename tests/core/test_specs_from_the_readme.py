@@ -27,15 +27,21 @@ from autodl.config import include_dir
 from autodl.errors import LaunchError, SpecError
 from autodl.launch import get_launcher
 from autodl.spec import parse_spec
+from tests.cli_helpers import CliResult
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "cases" / "newuser"
 
 
-def autodl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "plugins"), "AUTODL_HOME": str(cwd / "autodl_home")}
-    env.pop("AUTODL_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "autodl.cli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+@pytest.fixture()
+def outside(autodl):
+    """``autodl ARGS`` in this process, run from ``cwd`` (not the checkout), AUTODL_DEBUG unset (the test's own
+    AUTODL_HOME: tests/conftest.py); the exit status is the test's to check."""
+
+    def run(*args: str, cwd: Path) -> CliResult:
+        return autodl(*args, cwd=cwd, env={"AUTODL_DEBUG": None}, check=False)
+
+    return run
 
 
 @pytest.fixture()
@@ -56,11 +62,11 @@ def user_folder(tmp_path):
     ("c_missing_script.yaml", ["field 'task.script' names", "train/mlp.py: does not exist",
                                "fix task.script (relative to the spec file)"]),
 ])
-def test_a_new_users_spec_mistakes_are_named_with_their_fix(user_folder, command, spec, expected):
+def test_a_new_users_spec_mistakes_are_named_with_their_fix(outside, user_folder, command, spec, expected):
     """Each of the three specs fails with exit 2 (a spec error), the file named, every mistake named with its
     fix, and no traceback, from ``plan`` and from ``profile`` alike."""
     args = ["plan", spec] if command == "plan" else ["profile", "--spec", spec, "--no-probe"]  # the spec's script
-    proc = autodl(*args, cwd=user_folder)
+    proc = outside(*args, cwd=user_folder)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.startswith(f"autodl: error: ") and spec in proc.stderr
@@ -90,9 +96,9 @@ def test_an_unknown_key_says_the_key_it_probably_is(data, hint):
     (["profile", "include/scripts/simple_cnn.py", "--no-probe"], "scripts"),
     (["inventory", "--pool", "include/pools/demo.yaml"], "pools"),
 ])
-def test_the_readmes_relative_paths_outside_the_checkout_say_where_the_examples_are(tmp_path, args, kind):
+def test_the_readmes_relative_paths_outside_the_checkout_say_where_the_examples_are(outside, tmp_path, args, kind):
     """The README's commands use paths of the checkout; run elsewhere, the error names the installed examples."""
-    proc = autodl(*args, cwd=tmp_path)
+    proc = outside(*args, cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     folder = include_dir() / kind
     assert f"autodl's example {kind} are in {folder}: " in proc.stderr
@@ -135,19 +141,17 @@ def test_the_examples_hint_never_raises_on_a_path_it_cannot_check(tmp_path, name
 
 
 @pytest.mark.parametrize("launcher", ["docker", "kubernetes"])
-def test_a_launcher_whose_extra_is_not_installed_is_a_launch_error_naming_the_extra(tmp_path, launcher):
+def test_a_launcher_whose_extra_is_not_installed_is_a_launch_error_naming_the_extra(outside, tmp_path, launcher):
     """Seen (a fresh ``pip install autodl`` without extras): ``autodl plan include/specs/simple_cnn_docker.yaml`` said
     ``internal error (plan): ModuleNotFoundError: No module named 'docker'; this is a bug in autodl`` (exit 1): the
     launchers import their client lazily, so the missing extra surfaced deep in the render."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"task: {{script: {include_dir() / 'scripts' / 'simple_cnn.py'}, input_shape: [3, 32, 32]}}\n"
                     f"launcher: {{type: {launcher}}}\n")
-    code = (f"import sys; sys.modules[{launcher!r}] = None\n"
-            f"sys.argv = ['autodl', 'plan', {str(spec)!r}, '--no-probe', '--pool', {str(include_dir() / 'pools' / 'demo.yaml')!r}]\n"
-            "from autodl.cli import main\nsys.exit(main())\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "plugins"), "AUTODL_HOME": str(tmp_path / "home")}
-    env.pop("AUTODL_DEBUG", None)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, launcher, None)  # not installed: `import docker` raises ImportError
+        proc = outside("plan", str(spec), "--no-probe", "--pool", str(include_dir() / "pools" / "demo.yaml"),
+                       cwd=tmp_path)
     # the placement is still shown (exit 0); what it would launch is replaced by the launch error
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout and "internal error" not in proc.stderr

@@ -6,22 +6,16 @@ import json
 
 import pytest
 
-from autodl import cli
 from autodl.config import default_pool_file, include_dir
 from autodl.errors import InventoryError
 from autodl.inventory import read_inventory
 from autodl.inventory.nvml import NvmlFailed, NvmlUnavailable, read_nvml
 from autodl.policy import place
 from autodl.spec import ResourcePolicySection
+from tests.cli_helpers import run_cli
 from tests.hardware.conftest import GiB, MiB, nvml_calls
 
 SPEC = str(include_dir() / "specs" / "simple_cnn.yaml")
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def small_profile(catalog, need=GiB):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import uuid
 from contextlib import closing
@@ -20,6 +18,7 @@ from autodl.ledger import Ledger
 from autodl.pipeline import CollectGuard, CollectLimits, RunContext
 from autodl.store_faults import classify
 from autodl.types import LaunchHandle
+from tests.cli_helpers import run_cli
 from tests.integration.test_store_postgres import pg_url  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
@@ -134,14 +133,13 @@ def test_a_store_down_longer_than_the_ttl_stops_the_training_saying_why(proxied_
     assert "has not answered" in str(stopped) and "TTL" in str(stopped)
 
 
-def test_a_store_that_accepts_and_never_answers_fails_the_command_with_exit_9():
+def test_a_store_that_accepts_and_never_answers_fails_the_command_with_exit_9(capsys):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)                  # accepts (the kernel completes the handshake) and never says a word
     try:
         url = f"postgresql+psycopg2://autodl:pw@127.0.0.1:{silent.getsockname()[1]}/autodl"
-        env = {**os.environ, "AUTODL_STORE_URL": url}
-        done = subprocess.run([sys.executable, "-m", "autodl.cli", "leases"], env=env, capture_output=True, text=True)
+        done = run_cli(capsys, "leases", env={"AUTODL_STORE_URL": url})
         assert done.returncode == 9, done.stderr
         assert "AUTODL_STORE_URL" in done.stderr and "pw" not in done.stderr.replace("password", "")
     finally:

@@ -81,14 +81,15 @@ def test_docker_spec_renders_one_pinned_gpu(catalog):
 def test_autodl_plan_json(spec_path, tmp_path, capsys, catalog):
     """`autodl plan SPEC --json` on a declared two-A100 pool: it fits; ``launch`` is the Docker container
     as it runs on the chosen GPUs, ``launch_here`` the CPU fallback used because declared devices are not real."""
-    from autodl.cli import main
+    from tests.cli_helpers import run_cli
 
     pool = tmp_path / "pool.yaml"
     pool.write_text(yaml.safe_dump({"host": "node-2", "devices": [
         {"index": 0, "model": "A100-SXM4-40GB", "uuid": UUIDS[0]},
         {"index": 1, "model": "A100-SXM4-40GB", "uuid": UUIDS[1]}]}))
-    assert main(["plan", str(spec_path), "--pool", str(pool), "--no-probe", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    code, text, err = run_cli(capsys, "plan", str(spec_path), "--pool", str(pool), "--no-probe", "--json")
+    assert code == 0, err
+    out = json.loads(text)
     assert out["fits"] and out["placements"]
     launch = out["launch"]
     assert launch["launcher"] == "docker" and "error" not in launch

@@ -34,9 +34,11 @@ def _close(est: int, truth: int) -> bool:
 def test_a_forward_compiled_with_to_static_full_graph_is_measured_not_called_a_script_error():
     """mixer_to_static.py: the dry run's FLOPs hooks called int(numel()) on the graph values of a
     ``to_static(full_graph=True)`` trace; the TypeError was reported as the script's error (it trains as written).
-    Truth 8,929,008 B."""
+    Truth: the second step's peak is 8,929,008 B in most runs and 10,305,536 B in some (``measure.py
+    --max-over-steps 4``, 3 runs: the compiled program's allocations vary by 1.3 MiB from run to run, as the dry
+    run's own steps do), so the figure is held to -5% of the first and +10% of the second."""
     p = _profile("to_static_full_graph")
-    assert _close(p.tensor_peak_bytes, 8_929_008)
+    assert 0.95 * 8_929_008 <= p.tensor_peak_bytes <= 1.10 * 10_305_536
 
 
 @pytest.mark.slow
@@ -171,3 +173,68 @@ def test_two_loaders_taking_turns_are_each_measured_at_their_own_batch_not_the_o
     assert _close(dr.tensor_peak_bytes, 448_023_152), dr.tensor_peak_bytes
     tagging = next(p for p in dr.phases if p.input_shapes == [[192]])
     assert tagging.batch_size == 12 and not tagging.extrapolated
+
+
+def _spec_batch_warnings(name: str, batch: int) -> list[str]:
+    p = profile_script(CASES / f"{name}.py", parse_spec({"task": {"batch_size_per_gpu": batch}}), probe=True)
+    assert p.errors == [] and p.method == "dry_run", (p.method_reason, [f.message for f in p.findings])
+    return [f.message for f in p.findings if f.code == "spec-batch-not-used"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["micro_batches_of_a_created_tensor", "micro_batch_from_a_helper"])
+def test_spec_batch_not_used_names_the_batch_the_script_trains_at_not_its_data_tensors_rows(name):
+    """A script that steps through a 4096-row tensor it creates, 128 rows at a time (the step's size a constant or
+    a helper's ``rows // 32``): spec-batch-not-used said "the script uses batch 4096 ... set the spec to 4096", and
+    also warned under a spec of 128, the batch it trains at. It names 128, from what the dry run saw."""
+    [msg] = _spec_batch_warnings(name, 64)
+    assert "batch 128" in msg and "set the spec to 128" in msg and "4096" not in msg
+    assert _spec_batch_warnings(name, 128) == []
+
+
+@pytest.mark.slow
+def test_a_time_major_input_s_first_dimension_is_not_taken_for_the_batch_the_script_trains_at():
+    """[sequence 50, batch 16, features] fed to a time-major LSTM, no DataLoader: the steps' first dimension is 50,
+    which is not the batch; the spec's 16 is the script's (no warning) and a spec of 32 is told 16, not 50."""
+    assert _spec_batch_warnings("time_major_sequence_tensor", 16) == []
+    [msg] = _spec_batch_warnings("time_major_sequence_tensor", 32)
+    assert "set the spec to 16" in msg and "50" not in msg
+
+
+def test_the_trained_batch_is_a_slice_of_the_static_rows_only_when_the_dry_run_changed_nothing():
+    """trained_batch: 128-row slices of the static reading's 4096 rows are the batch; a loader, a shrunk tensor, a
+    batch that varies, accumulation that covers the rows, or the static batch behind the first dimension say
+    nothing."""
+    from autodl.profile.dryrun import trained_batch
+
+    def raw(batch=128, calls=1, shape=(128, 32), **extra):
+        step = {"measured": True, "batch": batch, "fwd_calls": calls, "inputs": [{"shape": list(shape)}]}
+        return {"steps": [step, dict(step)], **extra}
+
+    assert trained_batch(raw(), 4096) == 128
+    assert trained_batch(raw(), None) is None
+    assert trained_batch(raw(loaders=[{"batch_size": 128}]), 4096) is None
+    assert trained_batch(raw(reduced=True), 4096) is None
+    assert trained_batch(raw(calls=32), 4096) is None  # 32 accumulated calls of 128 are the 4096
+    assert trained_batch(raw(batch=50, shape=(50, 64, 8)), 64) is None
+    varied = raw()
+    varied["steps"][1]["batch"] = 64
+    assert trained_batch(varied, 4096) is None
+    assert trained_batch({"plan": {"native": 32}, "steps": []}, 4096) == 32
+
+
+@pytest.mark.slow
+def test_the_dry_runs_replay_leaves_gradients_freed_by_the_script_freed_and_is_not_the_scripts_reading():
+    """gpt2_small_recompute.py frees its gradients (clear_grad(set_to_zero=False)); when its slow steps sent the dry
+    run to its replay (the model trained at two small batches), the replay's clear_grad kept a zero gradient per
+    parameter: its second point, the allocator reading and the script's next step each held 4 bytes a parameter
+    more (+21% on the profile). Here a budget of 0.05 s sends a small MLP to the replay: before, the second point
+    was 18 MB (+17%) above the first and the reading 17.5% above the script's largest step."""
+    from autodl.profile.dryrun import run_dry_run
+
+    raw = run_dry_run(CASES / "frees_its_gradients.py", batch=None, budget_s=0.05).raw
+    steps = [s["peak"] for s in raw["steps"] if s.get("peak")]
+    (small, p_small), (large, p_large) = raw["replay"]
+    params = 512 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 512 + 512
+    assert small < large and p_large - p_small < params  # a quarter of the gradients (4 B a parameter): activations
+    assert raw["max_reading"] <= 1.05 * max(steps)

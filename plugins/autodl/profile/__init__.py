@@ -149,7 +149,7 @@ def profile_script(
     threshold = threshold if threshold is not None else (policy.memory_threshold if policy else DEFAULT_MEMORY_THRESHOLD)
     facts = _read_facts(path, source, tree)
     findings: list[Finding] = list(facts.findings)
-    _spec_batch_check(facts, spec, source, findings)
+    _spec_batch_check(facts.batch_size, spec, source, findings)
     inputs = P.run_inputs(facts, spec)
     bound = P.bound_path(inputs)
     reasons: list[str] = []
@@ -199,18 +199,34 @@ def _read_facts(path: Path, source: str, tree: ast.Module | None) -> ScriptFacts
     return facts
 
 
-def _spec_batch_check(facts: ScriptFacts, spec: TaskSpec | None, source: str, findings: list[Finding]) -> None:
-    """Warn when the spec's batch is not what the script will train with (and nothing the launch passes sets it)."""
+def _spec_batch_check(script_batch: int | None, spec: TaskSpec | None, source: str, findings: list[Finding],
+                      seen: str = "the script uses batch") -> None:
+    """Warn when the spec's batch is not ``script_batch``, the batch the script will train with (``seen``: how that
+    was told), and nothing the launch passes sets it (``AUTODL_BATCH_SIZE_PER_GPU``, ``task.args``,
+    ``launcher.env``)."""
     task = spec.task if spec else None
-    if not (task and task.batch_size_per_gpu and facts.batch_size and facts.batch_size != task.batch_size_per_gpu):
+    if not (task and task.batch_size_per_gpu and script_batch and script_batch != task.batch_size_per_gpu):
         return
     if BATCH_SIZE_ENV in source or batch_passed(task.batch_size_per_gpu, task.args, spec.launcher.env if spec else {}):
         return
     findings.append(Finding(
         severity="warning", code="spec-batch-not-used",
         message=f"the spec's task.batch_size_per_gpu={task.batch_size_per_gpu} is what this estimate is for, but "
-                f"the script uses batch {facts.batch_size} and never reads {BATCH_SIZE_ENV}; make the script read "
-                f"it (as include/scripts/simple_cnn.py does) or set the spec to {facts.batch_size}."))
+                f"{seen} {script_batch}, and the script does not read {BATCH_SIZE_ENV}; make the script read "
+                f"it (as include/scripts/simple_cnn.py does) or set the spec to {script_batch}."))
+
+
+def _trained_batch_check(dr, facts: ScriptFacts, spec: TaskSpec | None, source: str, findings: list[Finding]) -> None:
+    """Say ``spec-batch-not-used`` from the batch the dry run saw the script train at, where it saw one
+    (:func:`autodl.profile.dryrun.trained_batch`), over the static reading's: a data tensor's rows the script slices
+    micro-batches from are not its batch, and a batch the static reading could not follow is still checked."""
+    from autodl.profile.dryrun import trained_batch
+
+    trained = trained_batch(dr.raw, facts.batch_size)
+    if trained is None:
+        return
+    findings[:] = [f for f in findings if f.code != "spec-batch-not-used"]
+    _spec_batch_check(trained, spec, source, findings, seen="the dry run saw the script train at batch")
 
 
 def _num_gpus(spec: TaskSpec | None, facts: ScriptFacts, distributed, batch: int, findings: list[Finding]) -> int:
@@ -316,6 +332,8 @@ def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str
     findings.append(Finding(severity="info", code="estimate-path",
                             message=f"estimate by {est.method.replace('_', ' ')}: " + "; ".join(reasons) + "."))
     _loader_buffer(est, facts, findings)
+    if dry_ok:
+        _trained_batch_check(dr, facts, spec, source, findings)
     if est.method == "dry_run" and est.measured_peak is not None and task and task.sequence_length:
         est.measured_peak, length_factor = _to_sequence_length(est.measured_peak, task.sequence_length, est.phases,
                                                                est.params, est.trainable, optimizer, findings,

@@ -94,10 +94,14 @@ def _current():
     return int(core.host_memory_stat_current_value("Allocated", 0))
 
 
+READINGS_PAUSED = [False]
+"""True while autodl's own replay trains the model (:func:`_replay`): what it allocates is not the script's."""
+
+
 def _note_reading():
     """Keep the largest allocator peak the script reached while it ran (bytes) and the batch it ran at: the
     profile's figure is never below it, whatever stops the dry run later (a timeout, an error)."""
-    if R["status"] != "running":
+    if R["status"] != "running" or READINGS_PAUSED[0]:
         return
     v = _peak()
     if v > (R["max_reading"] or 0):
@@ -1633,6 +1637,11 @@ def _replay():
     model.train()
     peaks = {}
     St.step_depth += 1
+    _note_reading()  # what the script reached up to now is its own; the replay's allocations are not
+    READINGS_PAUSED[0] = True
+    # the gradients are left as the script left them: freed (clear_grad(set_to_zero=False)) or kept as zeros; a
+    # replay that kept them (Paddle's default) added a gradient per parameter to the script's next step
+    kept = any(getattr(p, "grad", None) is not None for p in model.parameters())
     try:
         for i, n in enumerate(pts, start=1):
             xa, xk = build(n)
@@ -1646,7 +1655,7 @@ def _replay():
             loss = out.astype("float32").mean()
             loss.backward()
             opt.step()
-            opt.clear_grad()
+            opt.clear_grad(set_to_zero=kept)
             if i:
                 peaks[n] = _peak()
             del out, loss, xa, xk
@@ -1655,6 +1664,10 @@ def _replay():
         R["replay_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     finally:
         St.step_depth -= 1
+        # what the replay's graphs keep in reference cycles is freed now, and its peak is not the next step's
+        gc.collect()
+        core.host_memory_stat_reset_peak_value("Allocated", 0)
+        READINGS_PAUSED[0] = False
 
 
 # ----------------------------------------------------------------------------------------------------- run

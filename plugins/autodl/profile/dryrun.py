@@ -778,6 +778,33 @@ def script_native(raw: dict) -> int | None:
     return None
 
 
+def per_sample_text(n: float | None) -> str:
+    """Bytes a sample in a finding: KiB below a MiB (a slope of 2.2 KiB read "0.00 MiB", as if none), else MiB."""
+    n = float(n or 0)
+    return f"{n / 2**10:,.1f} KiB" if n < 2**20 else f"{n / 2**20:,.2f} MiB"
+
+
+def trained_batch(raw: dict, static_batch: int | None) -> int | None:
+    """The batch the script trains at as the dry run saw it, where that says more than the static reading: its
+    own batch (:func:`script_native`), else, when the dry run changed nothing (no loader, no tensor shrunk), the
+    one batch every measured step called the model at when that is a slice of the ``static_batch`` rows (a data
+    tensor of 4096 rows stepped through 128 at a time trains at 128). None when it cannot be told: a first
+    dimension the static batch sits behind (a time-major ``[sequence, batch, ...]`` input) is not the batch."""
+    native = script_native(raw)
+    if native:
+        return native
+    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    if not steps or not static_batch or raw.get("reduced") or raw.get("loaders"):
+        return None
+    batches = {int(s["batch"]) for s in steps}
+    calls = max(max(1, int(s.get("fwd_calls") or 1)) for s in steps)
+    shapes = [list(i.get("shape") or []) for s in steps for i in (s.get("inputs") or []) if isinstance(i, dict)]
+    behind = any(static_batch in shape[1:] for shape in shapes)
+    if len(batches) == 1 and (b := batches.pop()) * calls < static_batch and not behind:
+        return b
+    return None
+
+
 def _target_for(raw: dict, batch: int | None, from_spec: bool) -> int | None:
     """The batch a dry run's figure is for: the spec's; else, when the dry run changed nothing (no loader driven,
     no tensor shrunk) and measured steps, the batch the script was seen to train at (None: summarize takes it),
@@ -1161,14 +1188,14 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         dr.findings.append(Finding(severity="info", code="dry-run-extrapolated", message=(
             f"the training step ran at batch sizes {dr.batch_sizes} (what the time budget or the script's own number "
             f"of steps allowed); the peak at batch {target} is extrapolated along the last two, "
-            f"{dr.act_bytes_per_sample / 2**20:.2f} MiB per sample (measured within 5% on the benchmark; pass more "
+            f"{per_sample_text(dr.act_bytes_per_sample)} per sample (measured within 5% on the benchmark; pass more "
             "steps in task.args to let it reach the batch itself).")))
     dr.findings.extend(_axis_findings(dr, main, target, src))
     if b_seen != target and src not in ("measured", "axis-unknown") and not bounded:
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
             f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
-            f"is extrapolated with a slope of {dr.act_bytes_per_sample / 2**20:.2f} MiB per sample from "
+            f"is extrapolated with a slope of {per_sample_text(dr.act_bytes_per_sample)} per sample from "
             + ("a short replay of the model at two batch sizes" if src == "replay" else
                "the step's own activations (an upper bound)") + ".")))
     if err:

@@ -263,11 +263,6 @@ def _dry(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inp
 
 def _measured(dr, bound: Estimate, inputs: RunInputs, facts: ScriptFacts, findings: list[Finding]) -> Estimate:
     """The dry run's estimate (it measured a training step), and the findings what it saw makes true or untrue."""
-    from autodl.profile.dryrun import script_native
-
-    if inputs.spec_batch and script_native(dr.raw) == inputs.spec_batch:
-        # the script, run with its task.args, uses the spec's batch itself (e.g. --batch-size in the args)
-        findings[:] = [f for f in findings if f.code != "spec-batch-not-used"]
     est = Estimate(method="dry_run", params=dr.params or bound.params,
                    trainable=dr.trainable if dr.trainable is not None else bound.trainable,
                    act_per_sample=dr.act_bytes_per_sample, fixed=bound.fixed,

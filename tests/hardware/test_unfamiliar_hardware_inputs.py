@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from autodl import cli, pipeline
+from autodl import pipeline
 from autodl.config import default_pool_file
 from autodl.errors import InventoryError, LaunchError
 from autodl.inventory import read_inventory
@@ -23,6 +23,7 @@ from autodl.oom import explain, find_oom
 from autodl.policy import place
 from autodl.spec import ResourcePolicySection
 from autodl.types import Inventory, MemoryBreakdown, ResourceProfile
+from tests.cli_helpers import run_cli
 from tests.hardware.conftest import CASES, GiB
 
 HW = CASES / "hwtest"
@@ -48,12 +49,6 @@ def profile(need=GiB, batch=32) -> ResourceProfile:
     return ResourceProfile(script="t.py", params=1000, peak_memory_bytes=need,
                            breakdown=MemoryBreakdown(weights_bytes=need // 2, activations_bytes=need // 2),
                            flops_per_step=1e12, batch_size=batch)
-
-
-def cli_run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 # ----------------------------------------------------------------------------------------------------- NVML init
@@ -107,9 +102,9 @@ def test_each_identity_field_in_its_own_guard(nvml, catalog, capsys):
     assert device_row(no_handle, None).memory_total_bytes is None                  # the GPU page: 'unknown'
     decision = place(profile(), read_nvml(catalog), catalog=catalog, policy=ResourcePolicySection())
     assert decision.chosen.devices == [ok.device_id]
-    code, out, _ = cli_run(capsys, "inventory", "--pool", "nvml", "--json")
+    code, out, _ = run_cli(capsys, "inventory", "--pool", "nvml", "--json")
     assert code == 0 and [d["memory_total_bytes"] for d in json.loads(out)["devices"]][3] is None
-    code, out, _ = cli_run(capsys, "inventory", "--pool", "nvml")
+    code, out, _ = run_cli(capsys, "inventory", "--pool", "nvml")
     row = next(line for line in out.splitlines() if f"{no_handle.host}:3 " in line)
     assert "0.00" not in row and "?" in row
 
@@ -331,9 +326,9 @@ def test_paddle3_cpu_oom_through_the_pipeline_is_explained(tmp_path, catalog):
 def test_runs_plot_out_that_cannot_be_written_is_a_clear_error(tmp_path, capsys):
     """Seen: `--out <a folder>` ended in a traceback (IsADirectoryError); `--out <missing folder>/x.png` exited 9
     with 'the run never sampled metrics (it did not start?)'."""
-    code, _, err = cli_run(capsys, "runs", "--plot", "any.run", "--out", str(tmp_path))
+    code, _, err = run_cli(capsys, "runs", "--plot", "any.run", "--out", str(tmp_path))
     assert code == 1 and "is a folder" in err and "Traceback" not in err
-    code, _, err = cli_run(capsys, "runs", "--plot", "any.run", "--out", str(tmp_path / "missing" / "x.png"))
+    code, _, err = run_cli(capsys, "runs", "--plot", "any.run", "--out", str(tmp_path / "missing" / "x.png"))
     assert code == 1 and "does not exist" in err and "never sampled" not in err
 
 
@@ -346,15 +341,13 @@ def test_exporter_port_problems_are_clear_errors(capsys):
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
-        code, _, err = cli_run(capsys, "exporter", "--port", str(taken.getsockname()[1]))
+        code, _, err = run_cli(capsys, "exporter", "--port", str(taken.getsockname()[1]))
         # exit 10 (config), not 1: 1 is documented as a bug in autodl (airtest)
         assert code == 10 and "cannot serve autodl's metrics" in err and "bug" not in err
     finally:
         taken.close()
-    with pytest.raises(SystemExit) as exc:  # out of range: a usage error naming --port (airtest)
-        cli_run(capsys, "exporter", "--port", "99999")
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and "argument --port" in err and "0 to 65535" in err
+    code, _, err = run_cli(capsys, "exporter", "--port", "99999")  # out of range: a usage error naming --port
+    assert code == 2 and "argument --port" in err and "0 to 65535" in err  # (airtest)
 
 
 def test_timeline_breaks_the_line_where_a_value_is_unknown(tmp_path):
