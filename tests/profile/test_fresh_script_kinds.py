@@ -182,14 +182,17 @@ def _spec_batch_warnings(name: str, batch: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["micro_batches_of_a_created_tensor", "micro_batch_from_a_helper"])
+@pytest.mark.parametrize("name", ["micro_batches_of_a_created_tensor", "micro_batch_from_a_helper",
+                                  "slices_of_a_permuted_data_tensor"])
 def test_spec_batch_not_used_names_the_batch_the_script_trains_at_not_its_data_tensors_rows(name):
     """A script that steps through a 4096-row tensor it creates, 128 rows at a time (the step's size a constant or
     a helper's ``rows // 32``): spec-batch-not-used said "the script uses batch 4096 ... set the spec to 4096", and
     also warned under a spec of 128, the batch it trains at. It names 128, from what the dry run saw."""
+    trains, rows = (50, 2000) if "permuted" in name else (128, 4096)
     [msg] = _spec_batch_warnings(name, 64)
-    assert "batch 128" in msg and "set the spec to 128" in msg and "4096" not in msg
-    assert _spec_batch_warnings(name, 128) == []
+    assert f"batch {trains}" in msg and f"set the spec to {trains}" in msg and str(rows) not in msg
+    assert "task.args" in msg and "launcher.env" in msg  # where a script that takes its batch from there gets it
+    assert _spec_batch_warnings(name, trains) == []
 
 
 @pytest.mark.slow
@@ -199,6 +202,9 @@ def test_a_time_major_input_s_first_dimension_is_not_taken_for_the_batch_the_scr
     assert _spec_batch_warnings("time_major_sequence_tensor", 16) == []
     [msg] = _spec_batch_warnings("time_major_sequence_tensor", 32)
     assert "set the spec to 16" in msg and "50" not in msg
+    # a spec of the sequence length: the dry run shrinks that first dimension, and it is still not the batch
+    [msg] = _spec_batch_warnings("time_major_sequence_tensor", 50)
+    assert "set the spec to 16" in msg
 
 
 def test_the_trained_batch_is_a_slice_of_the_static_rows_only_when_the_dry_run_changed_nothing():
@@ -221,6 +227,12 @@ def test_the_trained_batch_is_a_slice_of_the_static_rows_only_when_the_dry_run_c
     varied["steps"][1]["batch"] = 64
     assert trained_batch(varied, 4096) is None
     assert trained_batch({"plan": {"native": 32}, "steps": []}, 4096) == 32
+    # the dry run shrank the 2000-row data set to 2 rows; the steps' slices stayed 50: the batch is 50
+    assert trained_batch(raw(batch=50, shape=(50, 64), reduced=True, created_batches=[[2000, 2]]), 2000) == 50
+    # the steps ran at what the dry run shrank the 2000 rows to: those rows are the batch (script_native)
+    assert trained_batch(raw(batch=2, shape=(2, 64), reduced=True, created_batches=[[2000, 2]]), 2000) == 2000
+    # a time-major [sequence, batch, ...] input the spec's batch shrank along the sequence: no batch told
+    assert trained_batch(raw(batch=2, shape=(2, 12, 16), plan={"native": 20}), 12) is None
 
 
 @pytest.mark.slow

@@ -212,8 +212,10 @@ def _spec_batch_check(script_batch: int | None, spec: TaskSpec | None, source: s
     findings.append(Finding(
         severity="warning", code="spec-batch-not-used",
         message=f"the spec's task.batch_size_per_gpu={task.batch_size_per_gpu} is what this estimate is for, but "
-                f"{seen} {script_batch}, and the script does not read {BATCH_SIZE_ENV}; make the script read "
-                f"it (as include/scripts/simple_cnn.py does) or set the spec to {script_batch}."))
+                f"{seen} {script_batch}: nothing the launch passes sets it (task.args, launcher.env), and the script "
+                f"does not read {BATCH_SIZE_ENV}, which autodl sets to the spec's batch. Pass the batch where the "
+                f"script takes it from (e.g. task.args: [--batch-size, {task.batch_size_per_gpu}], or the variable "
+                f"it reads in launcher.env), make it read {BATCH_SIZE_ENV}, or set the spec to {script_batch}."))
 
 
 def _trained_batch_check(dr, facts: ScriptFacts, spec: TaskSpec | None, source: str, findings: list[Finding]) -> None:

@@ -786,21 +786,26 @@ def per_sample_text(n: float | None) -> str:
 
 def trained_batch(raw: dict, static_batch: int | None) -> int | None:
     """The batch the script trains at as the dry run saw it, where that says more than the static reading: its
-    own batch (:func:`script_native`), else, when the dry run changed nothing (no loader, no tensor shrunk), the
-    one batch every measured step called the model at when that is a slice of the ``static_batch`` rows (a data
-    tensor of 4096 rows stepped through 128 at a time trains at 128). None when it cannot be told: a first
-    dimension the static batch sits behind (a time-major ``[sequence, batch, ...]`` input) is not the batch."""
+    own batch (:func:`script_native`), else, when no loader fed the steps, the one batch every measured step called
+    the model at when that is a slice of the ``static_batch`` rows (a data tensor of 4096 rows stepped through 128
+    at a time trains at 128, also when the dry run shrank that tensor and the steps' slices stayed 128). None when
+    it cannot be told: a first dimension the static batch sits behind (a time-major ``[sequence, batch, ...]``
+    input) is not the batch, nor is a size the dry run shrank a tensor to."""
+    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
+    shapes = [list(i.get("shape") or []) for s in steps for i in (s.get("inputs") or []) if isinstance(i, dict)]
+    if static_batch and any(static_batch in shape[1:] for shape in shapes):
+        return None
     native = script_native(raw)
     if native:
         return native
-    steps = [s for s in raw.get("steps") or [] if s.get("measured") and s.get("batch")]
-    if not steps or not static_batch or raw.get("reduced") or raw.get("loaders"):
+    if not steps or not static_batch or raw.get("loaders"):
         return None
     batches = {int(s["batch"]) for s in steps}
+    shrunk = {int(c[1]) for c in raw.get("created_batches") or []}
+    if raw.get("reduced") and (not shrunk or batches & shrunk):
+        return None
     calls = max(max(1, int(s.get("fwd_calls") or 1)) for s in steps)
-    shapes = [list(i.get("shape") or []) for s in steps for i in (s.get("inputs") or []) if isinstance(i, dict)]
-    behind = any(static_batch in shape[1:] for shape in shapes)
-    if len(batches) == 1 and (b := batches.pop()) * calls < static_batch and not behind:
+    if len(batches) == 1 and (b := batches.pop()) * calls < static_batch:
         return b
     return None
 
