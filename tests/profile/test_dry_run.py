@@ -627,3 +627,19 @@ def test_a_slope_under_a_mebibyte_per_sample_is_said_in_kib_not_as_zero_mib():
     assert per_sample_text(2_300) == "2.2 KiB"
     assert per_sample_text(3 * 2**20) == "3.00 MiB"
     assert per_sample_text(None) == "0.0 KiB"
+
+
+def test_a_reading_above_the_figure_says_by_how_much_not_two_equal_looking_numbers():
+    """A fresh user read "the dry run's allocator reached 1.1 MiB ..., more than the dry run figure (1.1 MiB)": the
+    difference is said, in KiB under a MiB."""
+    from types import SimpleNamespace
+
+    from autodl.profile import _measured_floor
+    from autodl.profile.paths import Estimate
+
+    est = Estimate(method="dry_run", measured_peak=1_150_000)
+    findings: list = []
+    dr = SimpleNamespace(raw={"max_reading": 1_160_000, "max_reading_batch": 8})
+    _measured_floor(est, dr, False, None, False, findings)
+    [f] = findings
+    assert "9.8 KiB more than the dry run figure (1.1 MiB)" in f.message and est.measured_peak == 1_160_000

@@ -779,7 +779,8 @@ def script_native(raw: dict) -> int | None:
 
 
 def per_sample_text(n: float | None) -> str:
-    """Bytes a sample in a finding: KiB below a MiB (a slope of 2.2 KiB read "0.00 MiB", as if none), else MiB."""
+    """Bytes (a sample's, or a difference) in a finding: KiB below a MiB (a slope of 2.2 KiB read "0.00 MiB", as if
+    none), else MiB."""
     n = float(n or 0)
     return f"{n / 2**10:,.1f} KiB" if n < 2**20 else f"{n / 2**20:,.2f} MiB"
 
