@@ -6,8 +6,8 @@ Figures live in YAML with a ``source:`` per entry (``include/catalog/gpus.yaml``
 
 from __future__ import annotations
 
-import re
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal

@@ -333,7 +333,7 @@ def _make_loader():
         def construct_object(self, node, deep=False):
             try:
                 return SafeConstructor.construct_object(self, node, deep)
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as exc:
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError):
                 what = {"int": "an integer", "float": "a number", "bool": "true or false", "null": "null"}.get(
                     node.tag.replace(tag, ""), node.tag.replace(tag, "!!"))
                 raise YAMLRefused(f"{short(node.value) if isinstance(node, ScalarNode) else 'the value'} is not "

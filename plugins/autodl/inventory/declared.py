@@ -18,7 +18,6 @@ from autodl.fields import DeviceBytes, DeviceIndex, Percent, UsedDeviceBytes
 from autodl.inputs import clip, short
 from autodl.types import Device, Inventory
 
-
 RESERVED_DEVICE_IDS = frozenset({"all", "none", "void"})
 """Values the NVIDIA container runtime reads as device *sets* in ``NVIDIA_VISIBLE_DEVICES`` and ``--gpus``
 (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html): a device

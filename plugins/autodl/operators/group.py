@@ -13,7 +13,6 @@ from airflow.sdk import TaskGroup, XComArg
 
 from autodl.operators.steps import (
     STEP_IDS,
-    default_deferrable,
     AutoDLBookedHostOperator,
     AutoDLCollectOperator,
     AutoDLLaunchOperator,
@@ -21,9 +20,9 @@ from autodl.operators.steps import (
     AutoDLProfileOperator,
     AutoDLReleaseOperator,
     AutoDLSelectOperator,
+    default_deferrable,
 )
 from autodl.policies import routing_enabled
-
 
 BOOKED_HOST_ID = "booked_host"
 """Task id of the step that turns the booking into the list launch and collect are mapped over (routed mode only)."""

@@ -18,7 +18,6 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from autodl.config import include_dir
 from autodl.errors import SpecError
 from autodl.inputs import short
 from autodl.steps.inputs import KEEP_SPEC, OVERRIDES, pool_names

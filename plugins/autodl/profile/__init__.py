@@ -14,13 +14,13 @@ from pathlib import Path
 from autodl.catalog import Catalog, load_catalog
 from autodl.errors import ProfileError
 from autodl.profile import memory as E
+from autodl.profile import paths as P
 from autodl.profile.advice import advice
 from autodl.profile.facts import ScriptFacts, scan
-from autodl.profile.runtime import estimate_step_time_s
-from autodl.profile import paths as P
 from autodl.profile.paths import BATCH_SIZE_ENV, COLD_START_FACTOR, DEFAULT_BATCH_SIZE
-from autodl.spec import DEFAULT_MEMORY_THRESHOLD, TaskSpec
+from autodl.profile.runtime import estimate_step_time_s
 from autodl.sandbox import isolation
+from autodl.spec import DEFAULT_MEMORY_THRESHOLD, TaskSpec
 from autodl.types import Finding, PhasePeak, ResourceProfile
 
 __all__ = ["profile_script", "advice", "estimate_step_time_s", "paddle_available", "BATCH_SIZE_ENV",
@@ -85,8 +85,14 @@ def _with_siblings(tree: ast.Module, path: Path) -> ast.Module:
 def _bound_script_values(facts: ScriptFacts) -> None:
     """Drop sizes read from the script that no run can have (a batch of 10**400), with a warning saying so: the
     same bounds as the spec's (:mod:`autodl.fields`), so nothing downstream overflows or is planned from them."""
-    from autodl.fields import (MAX_BATCH_PER_DEVICE, MAX_DEVICES_PER_RUN, MAX_INPUT_DIM, MAX_INPUT_ELEMENTS,
-                               MAX_INPUT_RANK, MAX_SEQUENCE_LENGTH)
+    from autodl.fields import (
+        MAX_BATCH_PER_DEVICE,
+        MAX_DEVICES_PER_RUN,
+        MAX_INPUT_DIM,
+        MAX_INPUT_ELEMENTS,
+        MAX_INPUT_RANK,
+        MAX_SEQUENCE_LENGTH,
+    )
 
     def fits(value, limit) -> bool:
         return type(value) is int and 0 < value <= limit

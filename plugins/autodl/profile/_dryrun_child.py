@@ -1342,6 +1342,7 @@ def _standin_file(url):
     import pickle
     import struct
     import tarfile
+
     import numpy as np
 
     name = url.rsplit("/", 1)[-1]

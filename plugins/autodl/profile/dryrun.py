@@ -21,8 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from autodl.profile.dryrun_report import dryrun_report
 from autodl.profile.memory import TRAINING_FLOPS_FACTOR
 from autodl.profile.probe import REPORT_MAX_BYTES, report_text
-from autodl.sandbox import (SandboxLimits, SandboxResult, SandboxUnavailable, Staged, protected_paths, read_output,
-                            run_sandboxed, stage_tree, why_protected)
+from autodl.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailable,
+    Staged,
+    protected_paths,
+    read_output,
+    run_sandboxed,
+    stage_tree,
+    why_protected,
+)
 from autodl.types import Finding, PhasePeak
 
 CHILD = Path(__file__).with_name("_dryrun_child.py")

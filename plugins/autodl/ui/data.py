@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autodl.config import autodl_home
 from autodl.errors import AutoDLError
-from autodl.ui.urls import dag_run_path, run_record_path, split_run_key
 from autodl.types import Device, Lease, RunRecord, utcnow
+from autodl.ui.urls import dag_run_path, run_record_path, split_run_key
 
 GiB = 1 << 30
 
