@@ -1007,8 +1007,8 @@ def _bound_largest_input(dr: DryRun, groups: dict[tuple, list[dict]], phases: li
         f"the largest training input the steps had ({shapes}) was measured at batch {unit(big)} only, not at batch "
         f"{target}; its peak at batch {target} is bounded from the step at {src_shapes}, batch {target}, its "
         f"allocations above the step's start scaled by the elements per sample: {bound / 2**20:,.1f} MiB, an upper "
-        "bound for activations that grow no faster than the input (set task.input_shape to the largest size the "
-        "script draws to have it measured).")))
+        "bound for activations that grow no faster than the input (to have it measured, let the script draw only "
+        "its largest size in the dry run, e.g. through task.args if it takes its sizes from there).")))
     return i == 0
 
 
