@@ -250,3 +250,14 @@ def test_the_dry_runs_replay_leaves_gradients_freed_by_the_script_freed_and_is_n
     params = 512 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 512 + 512
     assert small < large and p_large - p_small < params  # a quarter of the gradients (4 B a parameter): activations
     assert raw["max_reading"] <= 1.05 * max(steps)
+
+
+@pytest.mark.slow
+def test_a_model_whose_flops_nothing_counts_has_unknown_flops_said_in_a_finding():
+    """A model of paddle.einsum only: the dry run's counters (layers, matmul) saw nothing, and flops_per_step was
+    null with no word of it. It stays unknown, never 0, and an info finding says so."""
+    p = _profile("einsum_only_model")
+    assert p.flops_per_step is None
+    assert [f.severity for f in p.findings if f.code == "flops-not-counted"] == ["info"]
+    counted = _profile("micro_batch_from_a_helper")  # Linear layers: counted, nothing said
+    assert counted.flops_per_step and not any(f.code == "flops-not-counted" for f in counted.findings)

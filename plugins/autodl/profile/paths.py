@@ -261,6 +261,12 @@ def _dry(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str, inp
                        venue=venue(where, spec, engine))
 
 
+FLOPS_NOT_COUNTED = Finding(severity="info", code="flops-not-counted", message=(
+    "the dry run counted no FLOPs in the training step: the model computes with none of what autodl counts (Conv, "
+    "Linear and RNN layers, paddle.matmul/bmm/@; not einsum, functional convolutions or custom operators), so "
+    "flops_per_step is unknown (null), not 0: no step time is estimated and placement does not score the run's cost."))
+
+
 def _measured(dr, bound: Estimate, inputs: RunInputs, facts: ScriptFacts, findings: list[Finding]) -> Estimate:
     """The dry run's estimate (it measured a training step), and the findings what it saw makes true or untrue."""
     est = Estimate(method="dry_run", params=dr.params or bound.params,
@@ -272,6 +278,8 @@ def _measured(dr, bound: Estimate, inputs: RunInputs, facts: ScriptFacts, findin
                    batch=dr.batch or inputs.batch, phases=list(dr.phases),
                    input_shape=list(dr.inputs[0]["shape"][1:]) if dr.inputs else inputs.input_shape)
     _called(dr, facts)
+    if not est.flops_fwd and not est.step_flops:
+        findings.append(FLOPS_NOT_COUNTED)
     if dr.num_workers is not None or dr.loaders:
         facts.num_workers = dr.num_workers
         findings[:] = [f for f in findings if f.code != "dataloader-workers-unknown"]
