@@ -643,3 +643,19 @@ def test_a_reading_above_the_figure_says_by_how_much_not_two_equal_looking_numbe
     _measured_floor(est, dr, False, None, False, findings)
     [f] = findings
     assert "9.8 KiB more than the dry run figure (1.1 MiB)" in f.message and est.measured_peak == 1_160_000
+
+
+def test_a_gan_step_is_both_optimizers_windows_not_the_larger_one():
+    """dcgan_two_optimizers.py: the discriminator's update (G(z), D(real), D(fake)) and the generator's (D(fake))
+    are a window each; the step's FLOPs were the larger window's, 3 of the 4 forward calls (-25% against the
+    reference count). With two optimizers a step is two consecutive windows; one optimizer keeps one window."""
+    from autodl.profile.dryrun import step_flops_per_sample
+
+    g = d = 1.0e9  # forward FLOPs of one call at batch 16
+    windows = [{"index": i, "batch": 16, "fwd_flops": (g + 2 * d) if i % 2 else d, "recompute_flops": 0.0}
+               for i in range(1, 7)]
+    assert step_flops_per_sample(windows, optimizers=2) == 3 * (g + 3 * d) / 16
+    assert step_flops_per_sample(windows, optimizers=1) == 3 * (g + 2 * d) / 16
+    gap = [w for w in windows if w["index"] != 4]  # a window not measured: no step across it
+    assert step_flops_per_sample(gap[:3], optimizers=2) == 3 * (g + 3 * d) / 16
+    assert step_flops_per_sample([windows[0], windows[2]], optimizers=2) == 3 * (g + 2 * d) / 16

@@ -832,14 +832,29 @@ def _target_for(raw: dict, batch: int | None, from_spec: bool) -> int | None:
     return batch
 
 
-def step_flops_per_sample(steps: list[dict], unit: Any = lambda s: s["batch"]) -> float | None:
+def step_flops_per_sample(steps: list[dict], unit: Any = lambda s: s["batch"], optimizers: int = 1,
+                          windows: list[dict] | None = None) -> float | None:
     """Training FLOPs of one whole step per sample (per unit of ``unit(step)``), from what the dry run counted in
     it: every forward call of the step (the model called twice, a separate head, a loss's matmul outside
     ``forward``) x :data:`TRAINING_FLOPS_FACTOR`, plus the forward passes recomputed during ``backward``
-    (``recompute``), counted once. The largest over the measured steps; None when nothing was counted."""
-    per = [(TRAINING_FLOPS_FACTOR * (s["fwd_flops"] - s.get("recompute_flops", 0.0)) + s.get("recompute_flops", 0.0))
-           / unit(s) for s in steps if s.get("fwd_flops") and unit(s)]
-    return max(per) if per else None
+    (``recompute``), counted once. With several ``optimizers`` (a GAN: the discriminator's update, then the
+    generator's) each update is a window of its own and a training step is that many consecutive windows: their
+    sum (the generator and two discriminator calls, then the third), over ``windows`` (all measured windows, whatever
+    their inputs' shape; default ``steps``). The largest over the measured steps; None when nothing was counted."""
+    def training(s: dict) -> float:
+        recomputed = s.get("recompute_flops", 0.0)
+        return TRAINING_FLOPS_FACTOR * ((s.get("fwd_flops") or 0.0) - recomputed) + recomputed
+
+    per = [training(s) / unit(s) for s in steps if s.get("fwd_flops") and unit(s)]
+    if optimizers > 1:
+        ordered = sorted((s for s in (windows or steps) if unit(s) and s.get("index") is not None),
+                         key=lambda s: s["index"])
+        for i in range(len(ordered) - optimizers + 1):
+            run = ordered[i:i + optimizers]
+            if [s["index"] for s in run] == list(range(run[0]["index"], run[0]["index"] + optimizers)) \
+                    and len({unit(s) for s in run}) == 1:
+                per.append(sum(training(s) for s in run) / unit(run[0]))
+    return max(per) if any(per) else None
 
 
 def _axis_findings(dr: DryRun, main: list[dict], target: int, src: str) -> list[Finding]:
@@ -1141,7 +1156,7 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     calls = [s for s in main if s.get("fwd_calls")]
     flops = [s["fwd_flops"] / s["fwd_calls"] / unit(s) for s in calls if s.get("fwd_flops")]
     dr.forward_flops_per_sample = max(flops) if flops else None
-    dr.step_flops_per_sample = step_flops_per_sample(main, unit)
+    dr.step_flops_per_sample = step_flops_per_sample(main, unit, len(raw.get("optimizer") or []), steps)
     phases = [PhasePeak(
         name="train", batch_size=group_batch(main, target, own_batches, unit), peak_bytes=peak,
         extrapolated=extrapolated,
