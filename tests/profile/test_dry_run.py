@@ -652,10 +652,14 @@ def test_a_gan_step_is_both_optimizers_windows_not_the_larger_one():
     from autodl.profile.dryrun import step_flops_per_sample
 
     g = d = 1.0e9  # forward FLOPs of one call at batch 16
-    windows = [{"index": i, "batch": 16, "fwd_flops": (g + 2 * d) if i % 2 else d, "recompute_flops": 0.0}
-               for i in range(1, 7)]
+    noise, images = [{"shape": [16, 100, 1, 1], "dtype": "float32"}], [{"shape": [16, 3, 64, 64], "dtype": "float32"}]
+    windows = [{"index": i, "batch": 16, "fwd_flops": (g + 2 * d) if i % 2 else d, "recompute_flops": 0.0,
+                "inputs": noise if i % 2 else images} for i in range(1, 7)]
     assert step_flops_per_sample(windows, optimizers=2) == 3 * (g + 3 * d) / 16
     assert step_flops_per_sample(windows, optimizers=1) == 3 * (g + 2 * d) / 16
     gap = [w for w in windows if w["index"] != 4]  # a window not measured: no step across it
     assert step_flops_per_sample(gap[:3], optimizers=2) == 3 * (g + 3 * d) / 16
     assert step_flops_per_sample([windows[0], windows[2]], optimizers=2) == 3 * (g + 2 * d) / 16
+    # wide_deep_two_optimizers.py: both optimizers update after one backward; every window is a whole step
+    shared = [{**w, "fwd_flops": g, "inputs": images} for w in windows]
+    assert step_flops_per_sample(shared, optimizers=2) == 3 * g / 16

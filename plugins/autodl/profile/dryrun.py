@@ -838,9 +838,11 @@ def step_flops_per_sample(steps: list[dict], unit: Any = lambda s: s["batch"], o
     it: every forward call of the step (the model called twice, a separate head, a loss's matmul outside
     ``forward``) x :data:`TRAINING_FLOPS_FACTOR`, plus the forward passes recomputed during ``backward``
     (``recompute``), counted once. With several ``optimizers`` (a GAN: the discriminator's update, then the
-    generator's) each update is a window of its own and a training step is that many consecutive windows: their
-    sum (the generator and two discriminator calls, then the third), over ``windows`` (all measured windows, whatever
-    their inputs' shape; default ``steps``). The largest over the measured steps; None when nothing was counted."""
+    generator's) that take turns, each update is a window of its own, first calling a model on inputs of its own
+    (the generator's noise, then the images), and a training step is that many consecutive windows: their sum (the
+    generator and two discriminator calls, then the third), over ``windows`` (all measured windows, whatever their
+    inputs' shape; default ``steps``). Optimizers that all update after one backward (a wide and a deep part) share
+    each window. The largest over the measured steps; None when nothing was counted."""
     def training(s: dict) -> float:
         recomputed = s.get("recompute_flops", 0.0)
         return TRAINING_FLOPS_FACTOR * ((s.get("fwd_flops") or 0.0) - recomputed) + recomputed
@@ -852,7 +854,7 @@ def step_flops_per_sample(steps: list[dict], unit: Any = lambda s: s["batch"], o
         for i in range(len(ordered) - optimizers + 1):
             run = ordered[i:i + optimizers]
             if [s["index"] for s in run] == list(range(run[0]["index"], run[0]["index"] + optimizers)) \
-                    and len({unit(s) for s in run}) == 1:
+                    and len({unit(s) for s in run}) == 1 and len({_key(s.get("inputs")) for s in run}) == optimizers:
                 per.append(sum(training(s) for s in run) / unit(run[0]))
     return max(per) if any(per) else None
 
