@@ -103,9 +103,10 @@ def _note_reading():
     profile's figure is never below it, whatever stops the dry run later (a timeout, an error)."""
     if R["status"] != "running" or READINGS_PAUSED[0]:
         return
-    v = _peak()
+    w = St.window if "St" in globals() else None
+    # the batches the dry run's own head had the loader hold past what the script's epoch has are autodl's
+    v = _peak() - _beyond_epoch_bytes(w)
     if v > (R["max_reading"] or 0):
-        w = St.window if "St" in globals() else None
         R["max_reading"] = v
         R["max_reading_batch"] = (w or {}).get("batch")
 
@@ -563,13 +564,37 @@ def _prefetch_correction(w):
     if L is None or pos is None or not getattr(L, "_autodl_depth", 0) or not getattr(L, "_autodl_sample_bytes", 0):
         return 0
     b = CTL.intended.get(pos) or w["batch"] or 0  # in the loader's unit, as its prefetched batches are
+    ahead = _epoch_ahead(L)
     corr = 0
     for j in range(1, L._autodl_depth + 1):
         nxt = CTL.intended.get(pos + j)
         if nxt is None:
             break
-        corr += (b - nxt) * L._autodl_sample_bytes
+        # past the batches the script's epoch has ahead of its first, a prefetched batch is the dry run's own
+        # (its head of the epoch's largest batch outlasts a short epoch): none is held in a real run
+        corr += ((b if j <= ahead else 0) - nxt) * L._autodl_sample_bytes
     return int(corr)
+
+
+def _beyond_epoch_bytes(w):
+    """Bytes of the batches the loader held in the window ``w`` past the script's epoch (:func:`_epoch_ahead`): the
+    dry run's head of the epoch's largest batch outlasts a short epoch, a real run holds none of them."""
+    L, pos = (w or {}).get("loader"), (w or {}).get("pos")
+    if L is None or pos is None or not getattr(L, "_autodl_depth", 0) or not getattr(L, "_autodl_sample_bytes", 0):
+        return 0
+    return sum((CTL.intended.get(pos + j) or 0) * L._autodl_sample_bytes
+               for j in range(_epoch_ahead(L) + 1, L._autodl_depth + 1))
+
+
+def _epoch_ahead(L):
+    """Batches the script's loader can hold ahead of the one in use: its prefetch depth, at most the batches of one
+    epoch after the first (an epoch of two batches holds one; a new epoch starts a new iterator). The depth where
+    the epoch's length is not known (an iterable data set)."""
+    try:
+        n = len(L.batch_sampler.inner)
+    except Exception:  # noqa: BLE001 - a sampler without a length: the loader's whole depth
+        return L._autodl_depth
+    return max(0, min(L._autodl_depth, int(n) - 1))
 
 
 def _close_eval():
