@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -45,14 +46,15 @@ def local_poll(handle: dict) -> int | None:
 def test_an_expired_lease_is_reaped_before_the_device_is_offered(tmp_path, one_device_pool, monkeypatch):
     """kill -9 of the Airflow process left a lease and its training behind (issue 9): once the TTL has run
     out the next waiting run stops that training, frees the lease, records why, and books the device."""
-    monkeypatch.setenv("AUTODL_LEASE_TTL", "1")
+    monkeypatch.setenv("AUTODL_LEASE_TTL", "300")
     out_a = profile_out(tmp_path, "import time\nprint('training', flush=True)\ntime.sleep(600)\n")
     sel = pipeline.step_wait(ctx("a"), out_a, pool=one_device_pool, log=lambda _l: None)
     handle = pipeline.step_launch(ctx("a"), out_a, sel, log=lambda _l: None)
     assert Ledger().get("a").handle["pid"] == handle["pid"]
-    monkeypatch.setenv("AUTODL_LEASE_TTL", "300")
     assert pipeline.step_wait(ctx("b", "bob"), out_a, pool=one_device_pool, log=lambda _l: None) is None  # a lives
-    time.sleep(1.2)  # nobody heartbeats a's lease any more
+    # nobody heartbeats a's lease any more: its last heartbeat was 10 minutes ago, with a TTL of 1 s (a TTL of 1 s
+    # from the start expired under CI's load before the launch had recorded its handle: LeaseLost in step_launch)
+    Ledger().heartbeat("a", now=datetime.now(timezone.utc) - timedelta(minutes=10), ttl_s=1)
     logs: list[str] = []
     booked = pipeline.step_wait(ctx("b", "bob"), out_a, pool=one_device_pool, log=logs.append)
     assert booked is not None and booked.lease.device_ids == ["GPU-only"]
