@@ -675,11 +675,11 @@ def test_a_repeat_that_measured_no_larger_batch_is_said_as_such_not_as_did_not_m
 
 def test_a_slope_under_a_mebibyte_per_sample_is_said_in_kib_not_as_zero_mib():
     """A 32-256-10 MLP's 2.2 KiB of activations a sample read "a slope of 0.00 MiB per sample", as if none."""
-    from autodl.profile.dryrun import per_sample_text
+    from autodl.profile.dryrun import bytes_text
 
-    assert per_sample_text(2_300) == "2.2 KiB"
-    assert per_sample_text(3 * 2**20) == "3.00 MiB"
-    assert per_sample_text(None) == "0.0 KiB"
+    assert bytes_text(2_300) == "2.2 KiB"
+    assert bytes_text(3 * 2**20) == "3.00 MiB"
+    assert bytes_text(None) == "0.0 KiB"
 
 
 def test_a_reading_above_the_figure_says_by_how_much_not_two_equal_looking_numbers():

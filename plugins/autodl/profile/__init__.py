@@ -282,14 +282,14 @@ def _measured_floor(est: P.Estimate, dr, user_error: bool, facts: ScriptFacts, h
         est.params, est.trainable, facts, est.act_per_sample, est.batch or 1, est.fixed, has_conv)
     if not (reading > (est.measured_peak or 0) and (est.measured_peak is not None or reading > figure)):
         return
-    from autodl.profile.dryrun import per_sample_text  # bytes in KiB under a MiB ("1.1 MiB, more than 1.1 MiB")
+    from autodl.profile.dryrun import bytes_text  # bytes in KiB under a MiB ("1.1 MiB, more than 1.1 MiB")
 
     # a few percent above the figure is the allocator's own rounding and caching: a note; more is a warning
     over = reading > figure * (1 + MEASURED_FLOOR_NOTE_FRACTION)
     findings.append(Finding(severity="warning" if over else "info", code="measured-floor", message=(
         f"the dry run's allocator reached {reading / 2**20:,.1f} MiB while the script ran"
         + (f" (at batch {dr.raw['max_reading_batch']})" if dr.raw.get("max_reading_batch") else "")
-        + f", {per_sample_text(reading - figure)} more than the {est.method.replace('_', ' ')} figure "
+        + f", {bytes_text(reading - figure)} more than the {est.method.replace('_', ' ')} figure "
         f"({figure / 2**20:,.1f} MiB); a run needs at least "
         "what was measured, so "
         "tensor_peak_bytes is raised to that reading (a lower bound, not an extrapolation).")))

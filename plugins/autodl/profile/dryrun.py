@@ -6,6 +6,7 @@ Details: docs/reference/estimator.md#autodlprofiledryrun.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -787,7 +788,7 @@ def script_native(raw: dict) -> int | None:
     return None
 
 
-def per_sample_text(n: float | None) -> str:
+def bytes_text(n: float | None) -> str:
     """Bytes (a sample's, or a difference) in a finding: KiB below a MiB (a slope of 2.2 KiB read "0.00 MiB", as if
     none), else MiB."""
     n = float(n or 0)
@@ -880,13 +881,7 @@ def _axis_findings(dr: DryRun, main: list[dict], target: int, src: str) -> list[
 
 def _elements_per_sample(step: dict) -> int:
     """Elements per sample of a step's inputs (all but their leading dimension)."""
-    total = 0
-    for d in step.get("inputs") or []:
-        n = 1
-        for x in (d.get("shape") or [])[1:]:
-            n *= int(x)
-        total += n if d.get("shape") else 0
-    return total
+    return sum(math.prod(int(x) for x in d["shape"][1:]) for d in step.get("inputs") or [] if d.get("shape"))
 
 
 def group_batch(group: list[dict], target: int, own_batches: set[int] | frozenset[int], unit: Any) -> int:
@@ -1220,14 +1215,14 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
         dr.findings.append(Finding(severity="info", code="dry-run-extrapolated", message=(
             f"the training step ran at batch sizes {dr.batch_sizes} (what the time budget or the script's own number "
             f"of steps allowed); the peak at batch {target} is extrapolated along the last two, "
-            f"{per_sample_text(dr.act_bytes_per_sample)} per sample (measured within 5% on the benchmark; pass more "
+            f"{bytes_text(dr.act_bytes_per_sample)} per sample (measured within 5% on the benchmark; pass more "
             "steps in task.args to let it reach the batch itself).")))
     dr.findings.extend(_axis_findings(dr, main, target, src))
     if b_seen != target and src not in ("measured", "axis-unknown") and not bounded:
         dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
             f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
-            f"is extrapolated with a slope of {per_sample_text(dr.act_bytes_per_sample)} per sample from "
+            f"is extrapolated with a slope of {bytes_text(dr.act_bytes_per_sample)} per sample from "
             + ("a short replay of the model at two batch sizes" if src == "replay" else
                "the step's own activations (an upper bound)") + ".")))
     if err:
