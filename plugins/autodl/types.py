@@ -483,7 +483,7 @@ class RunRecord(_Frozen):
 
 
 # ---------------------------------------------------------------------------------- step values
-class _StepValue(_Frozen):
+class StepValue(_Frozen):
     """A value one step hands the next (through an XCom, a trigger's kwargs and :class:`autodl.store.RunState`).
 
     Inside autodl it is a model; ``model_dump(mode="json")`` happens only at the XCom or trigger edge, and
@@ -513,7 +513,7 @@ class _StepValue(_Frozen):
                              "them again.") from None
 
 
-class ProfileResult(_StepValue):
+class ProfileResult(StepValue):
     """What the profile step hands on: the profile and the inputs the later steps go by."""
 
     profile: ResourceProfile
@@ -529,7 +529,7 @@ class ProfileResult(_StepValue):
         default_factory=dict, description="Run-time spec overrides, e.g. {'launcher': 'docker', 'args': ['--epochs', '3']}.")
 
 
-class Selection(_StepValue):
+class Selection(StepValue):
     """What the wait and select steps hand on: the lease, the chosen placement and the booked devices."""
 
     lease: Lease
@@ -548,7 +548,7 @@ class Selection(_StepValue):
         return booked_host(d.host for d in self.devices)
 
 
-class PoolEvent(_StepValue):
+class PoolEvent(StepValue):
     """The event :class:`autodl.triggers.pool.PoolTrigger` fires once.
 
     ``booked``: the run holds its lease (``selection``); ``no_fit``: nothing in the pool could ever hold it;
@@ -564,7 +564,7 @@ StopStatus = Literal["lease_lost", "timed_out", "unschedulable", "stopped"]
 """Why the collect stopped a training before it ended by itself (:class:`autodl.steps.collect.CollectStopped`)."""
 
 
-class CollectEvent(_StepValue):
+class CollectEvent(StepValue):
     """The event :class:`autodl.triggers.collect.CollectTrigger` fires once.
 
     ``ended``: the training ended by itself (``exit_code``); ``lease_lost``, ``timed_out``, ``unschedulable``,

@@ -43,9 +43,10 @@ from autodl.steps.select import step_select
 from autodl.steps.training import stop_training
 from autodl.steps.wait import step_wait
 from autodl.store import RunState
-from autodl.types import PoolEvent, ProfileResult, Selection
+from autodl.types import PoolEvent, ProfileResult, Selection, StepValue
 
-HANDED = {"profile": (ProfileResult, RunState.PROFILE), "select": (Selection, RunState.SELECTION)}
+HANDED: dict[str, tuple[type[StepValue], str]] = {
+    "profile": (ProfileResult, RunState.PROFILE), "select": (Selection, RunState.SELECTION)}
 """The typed values the profile and select steps hand the later ones: (model, run-state name)."""
 
 def _pool(value: str | None) -> str | None:
