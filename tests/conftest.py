@@ -33,6 +33,35 @@ def pytest_configure(config):
         config.option.basetemp = tempfile.mkdtemp(prefix="autodl-pytest-")
 
 
+SERVICE_FIXTURES = frozenset({"docker_client", "busybox_image", "pg_url"})
+"""Fixtures that need a daemon .ci/run starts (a Docker engine, PostgreSQL): a test requesting one is a
+``services`` test."""
+
+SERVICE_PARAMS = frozenset({"postgresql"})
+"""Fixture parameters that reach a daemon through ``request.getfixturevalue`` (the store kinds' PostgreSQL)."""
+
+
+def needs_services(item: pytest.Item) -> bool:
+    """Whether ``item`` needs a daemon that .ci/run starts after the fast job: marked ``integration`` or
+    ``services``, or requesting a :data:`SERVICE_FIXTURES` fixture (directly or through another), or parametrized
+    with a :data:`SERVICE_PARAMS` value."""
+    if item.get_closest_marker("integration") or item.get_closest_marker("services"):
+        return True
+    if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and bool(SERVICE_PARAMS & {str(v) for v in callspec.params.values()})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that needs a daemon ``services``, so .ci/run's fast job (``-m "not (services or slow)"``)
+    runs before any daemon starts and the second job (``-m "services or slow"``) runs the rest: every test in
+    exactly one job."""
+    for item in items:
+        if needs_services(item) and not item.get_closest_marker("services"):
+            item.add_marker(pytest.mark.services)
+
+
 @pytest.fixture(autouse=True)
 def autodl_home(tmp_path, monkeypatch):
     """Every test gets its own AUTODL_HOME and SQLite store."""

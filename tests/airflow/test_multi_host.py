@@ -33,7 +33,7 @@ from autodl.ledger import Ledger
 from autodl.records import RecordStore
 from autodl.types import utcnow
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.services]  # Redis: the Celery workers' broker
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "multi_host"
 DEVICE = {"gpu-a": "GPU-aaaa0000-0000-0000-0000-000000000000", "gpu-b": "GPU-bbbb0000-0000-0000-0000-000000000000"}

@@ -5,6 +5,7 @@ Seen before (issue 12): .ci/run started PostgreSQL and dockerd and left them run
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -81,3 +82,14 @@ echo "ready=$AUTODL_DOCKER_READY"
     assert f"ci: started dockerd (pid {pid})" in out.stderr and f"ci: stopping dockerd (pid {pid}, SIGTERM)" in out.stderr
     time.sleep(0.2)
     assert not _alive(pid)
+
+
+def test_ci_runs_every_test_in_exactly_one_of_its_two_jobs():
+    """The fast job's marker expression is the services job's negated, so no test is in both or in neither, and
+    the daemons start between the two jobs (tests/conftest.py marks who needs them)."""
+    run = (REPO / ".ci/run").read_text()
+    jobs = dict(re.findall(r'job (\w+) "([^"]+)"', run))
+    assert set(jobs) == {"fast", "services"}, jobs
+    assert jobs["fast"] == f"not ({jobs['services']})"
+    assert run.index("job fast ") < run.index("source .ci/postgres.sh") < run.index("job services ")
+    assert run.index("source .ci/bubblewrap.sh") < run.index("job fast ")

@@ -117,6 +117,7 @@ def test_missing_certificate_file_is_named(monkeypatch, tmp_path):
         launcher_kwargs("docker")
 
 
+@pytest.mark.services  # the real Docker engine
 def test_gpu_host_hook_builds_its_docker_client_once_and_it_answers(monkeypatch):
     """The hook caches its client (cached_property, as the providers' hooks do); it talks to the real engine."""
     import os
