@@ -13,7 +13,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from autodl.errors import AutoDLError
 from autodl.fields import MAX_RUN_KEY_CHARS  # the store's run-key column width
@@ -140,9 +140,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     decision = plan(profile, spec, inventory=inventory, catalog=catalog)
     launch = launch_here = None
     by_id = {d.device_id: d for d in inventory.devices}
-    sharing = plan_sharing(profile, spec, by_id.get(decision.chosen.devices[0]) if decision.chosen else None)
-    if decision.chosen is not None:
-        devices: list[Device] = [by_id[i] for i in decision.chosen.devices]
+    chosen = decision.chosen
+    sharing = plan_sharing(profile, spec, by_id.get(chosen.devices[0]) if chosen else None)
+    if chosen is not None:
+        devices: list[Device] = [by_id[i] for i in chosen.devices]
         ctx = RunContext(run_key="plan")
         profile_out = ProfileResult(profile=profile, script=profile.script, spec_path=spec.source_path,
                                     pool_source=inventory.source, declared_pool=inventory.declared,
@@ -150,7 +151,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         def render(on_cpu: bool) -> dict:
             lease = Lease(lease_id="plan", run_key=ctx.run_key, device_ids=[d.device_id for d in devices])
-            selection = Selection(lease=lease, placement=decision.chosen.to_json(), devices=devices,
+            selection = Selection(lease=lease, placement=chosen.to_json(), devices=devices,
                                   declared_pool=on_cpu, pool_source=inventory.source, algorithm=decision.algorithm)
             _spec, request = build_request(ctx, profile_out, selection)
             try:
@@ -204,15 +205,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         con.print(sharing_line(sharing), markup=False)
         for s in decision.suggestions:
             con.print(f"  suggestion: {s}")
-        if launch and launch.get("shell"):
-            con.print(f"on {decision.chosen.model} it would run: {launch['shell']}")
-        elif launch and launch.get("pod"):
-            import yaml
+        if chosen is not None and launch:  # launch is rendered only for a chosen placement
+            if launch.get("shell"):
+                con.print(f"on {chosen.model} it would run: {launch['shell']}")
+            elif launch.get("pod"):
+                import yaml
 
-            con.print(f"on {decision.chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
-            print(yaml.safe_dump(launch["pod"], sort_keys=False))
-        elif launch and launch.get("error"):
-            con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
+                con.print(f"on {chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
+                print(yaml.safe_dump(launch["pod"], sort_keys=False))
+            elif launch.get("error"):
+                con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
         if launch_here and launch_here.get("shell"):
             con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
     return 0 if decision.fits else 4
@@ -522,6 +524,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OomRunRow(TypedDict):
+    """One out-of-memory run of ``autodl calibration``: its record's fields and its ``oom`` explanation's."""
+
+    run_key: str
+    script: str
+    recorded_at: str
+    batch_size: int | None
+    wanted_bytes: int | None
+    requested_bytes: int | None
+    memory: str | None
+    device_kind: str | None
+    script_sha256: str | None
+    cleared_at: str | None
+
+
 def cmd_calibration(args: argparse.Namespace) -> int:
     """What out-of-memory runs teach the estimate (per run: script, batch, memory, device), or forget it."""
     from autodl.records import RecordStore, clear_calibration
@@ -534,7 +551,7 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         else:
             print(f"cleared {len(cleared)} out-of-memory run(s) from calibration" + (f": {', '.join(cleared)}" if cleared else ""))
         return 0
-    rows = []
+    rows: list[_OomRunRow] = []
     for r in RecordStore().list(limit=args.limit):
         if r.outcome != "failed" or not r.oom or (args.script and r.script != str(Path(args.script).resolve())):
             continue
@@ -790,8 +807,11 @@ def _one_value_each(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Refuse (exit 2) an option that should hold one value but holds a list: argparse turns ``--load=--``
     into ``[]`` without calling the option's type, which then failed deep inside as an internal error."""
     sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    sp = sub.choices.get(getattr(args, "command", None)) if sub is not None else None
-    for a in sp._actions if sp is not None else ():
+    command = getattr(args, "command", None)
+    sp = sub.choices.get(command) if sub is not None and command is not None else None
+    if sp is None:
+        return
+    for a in sp._actions:
         if type(a) is argparse._StoreAction and a.nargs is None and isinstance(getattr(args, a.dest, None), list):
             name = a.option_strings[0] if a.option_strings else a.dest
             sp.error(f"argument {name}: expected one value, got '--'; write the value itself, e.g. {name}=1")

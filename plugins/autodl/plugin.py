@@ -12,10 +12,14 @@ release the leases of failed runs.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from airflow.plugins_manager import AirflowPlugin
 
 from autodl.ui.urls import APP_PREFIX, URL_ROUTE
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 class GpuPageApp:
@@ -23,7 +27,7 @@ class GpuPageApp:
     api-server serves this, so the others never import FastAPI routes, templates or matplotlib for it."""
 
     def __init__(self) -> None:
-        self._app = None
+        self._app: FastAPI | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         if self._app is None:

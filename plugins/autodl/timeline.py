@@ -12,7 +12,10 @@ import math
 import os
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 GiB = 1 << 30
 PNG_NAME = "timeline.png"
@@ -68,6 +71,88 @@ def _handle(folder: Path) -> dict[str, Any]:
     return {}
 
 
+def _memory_reports(folder: Path) -> list[dict[str, Any]]:
+    """The training's own memory reports (``kind: memory``) in the steps file its launch handle names."""
+    handle = _handle(folder)
+    steps = _jsonl(Path(handle["steps_path"])) if handle.get("steps_path") else []
+    return [r for r in steps if r.get("kind") == "memory"]
+
+
+def _profile_estimate_bytes(folder: Path) -> int | None:
+    """``profile.json``'s ``peak_memory_bytes``; None when the file is missing or unreadable."""
+    if not (folder / "profile.json").is_file():
+        return None
+    try:
+        return json.loads((folder / "profile.json").read_text())["profile"]["peak_memory_bytes"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _series(samples: list[dict[str, Any]], t0: float, key: str, scale: float = GiB) -> tuple[list[float], list[float]]:
+    """Points of ``key`` (seconds since ``t0``, value / ``scale``); a sample where it is unknown is NaN, so the
+    line breaks there instead of bridging the gap with invented values."""
+    rows = [r for r in samples if "t" in r and key in r]
+    if not any(r[key] is not None for r in rows):
+        return [], []
+    return [r["t"] - t0 for r in rows], [math.nan if r[key] is None else r[key] / scale for r in rows]
+
+
+def _draw_sampled_memory(mem_ax: Axes, samples: list[dict[str, Any]], t0: float) -> bool:
+    """The sampled memory lines (the run's processes, the device, the others); whether any was drawn."""
+    drawn = False
+    for key, label, style in (("process_bytes", "run's processes (NVML)", "-"),
+                              ("rss_bytes", "run's processes RSS (CPU run)", "-"),
+                              ("device_used_bytes", "device used, all processes (NVML)", ":"),
+                              ("others_bytes", "other processes (NVML)", "--")):
+        xs, ys = _series(samples, t0, key)
+        if xs:
+            mem_ax.plot(xs, ys, style, label=label)
+            drawn = True
+    return drawn
+
+
+def _draw_paddle_peaks(mem_ax: Axes, reports: list[dict[str, Any]], t0: float) -> None:
+    """Paddle's reserved and allocated peaks as the training reported them: two step lines per device."""
+    by_device: dict[str, list[tuple[float, float, float]]] = {}
+    for r in reports:
+        by_device.setdefault(str(r.get("device") or r.get("place")), []).append(
+            (r["t"] - t0, (r.get("reserved_peak_bytes") or 0) / GiB, (r.get("allocated_peak_bytes") or 0) / GiB))
+    for device, pts in by_device.items():
+        short = device if len(device) <= 16 else device[:12] + "…"
+        mem_ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"Paddle reserved peak {short}")
+        mem_ax.step([p[0] for p in pts], [p[2] for p in pts], where="post", alpha=0.6,
+                    label=f"Paddle allocated peak {short}")
+
+
+def _draw_memory(mem_ax: Axes, samples: list[dict[str, Any]], reports: list[dict[str, Any]], t0: float,
+                 estimate_bytes: int | None) -> None:
+    """The top panel: memory in GiB, the estimate as a horizontal line."""
+    drawn = _draw_sampled_memory(mem_ax, samples, t0)
+    if reports:
+        _draw_paddle_peaks(mem_ax, reports, t0)
+        drawn = True
+    if estimate_bytes:
+        mem_ax.axhline(estimate_bytes / GiB, color="red", linestyle="-.", label=f"estimate {estimate_bytes / GiB:.2f} GiB")
+    mem_ax.set_ylabel("memory (GiB)")
+    if drawn or estimate_bytes:
+        mem_ax.legend(loc="best", fontsize="small")
+    mem_ax.grid(True, alpha=0.3)
+
+
+def _draw_utilization(util_ax: Axes, samples: list[dict[str, Any]], t0: float) -> None:
+    """The bottom panel: GPU utilization, or CPU % of one core on a CPU run."""
+    for key, label in (("utilization_pct", "GPU utilization (mean of devices; gap = unknown)"),
+                       ("cpu_pct", "CPU % of one core")):
+        xs, ys = _series(samples, t0, key, scale=1.0)
+        if xs:
+            util_ax.plot(xs, ys, label=label)
+    util_ax.set_ylabel("utilization (%)")
+    util_ax.set_xlabel("seconds since the first sample")
+    util_ax.grid(True, alpha=0.3)
+    if util_ax.lines:
+        util_ax.legend(loc="best", fontsize="small")
+
+
 def plot_run(folder: str | Path, *, out: str | Path | None = None, estimate_bytes: int | None = None,
              title: str | None = None) -> Path:
     """Draw the run kept in ``folder`` and write it as a PNG.
@@ -91,68 +176,19 @@ def plot_run(folder: str | Path, *, out: str | Path | None = None, estimate_byte
     if out is not None:
         check_output_path(out)
     samples = _jsonl(folder / "samples.jsonl")
-    handle = _handle(folder)
-    steps = _jsonl(Path(handle["steps_path"])) if handle.get("steps_path") else []
-    reports = [r for r in steps if r.get("kind") == "memory"]
+    reports = _memory_reports(folder)
     if not samples and not reports:
         raise FileNotFoundError(f"{folder}: no metric samples and no memory reports to draw")
-    if estimate_bytes is None and (folder / "profile.json").is_file():
-        try:
-            estimate_bytes = json.loads((folder / "profile.json").read_text())["profile"]["peak_memory_bytes"]
-        except (ValueError, KeyError, TypeError):
-            estimate_bytes = None
+    if estimate_bytes is None:
+        estimate_bytes = _profile_estimate_bytes(folder)
     times = [r["t"] for r in samples if "t" in r] + [r["t"] for r in reports if "t" in r]
     t0 = min(times) if times else 0.0
 
     fig = Figure(figsize=(9, 5.5), dpi=100)
     FigureCanvasAgg(fig)
     mem_ax, util_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
-
-    def series(key: str, scale: float = GiB) -> tuple[list[float], list[float]]:
-        """Points of ``key``; a sample where it is unknown is NaN, so the line breaks there instead of
-        bridging the gap with invented values."""
-        rows = [r for r in samples if "t" in r and key in r]
-        if not any(r[key] is not None for r in rows):
-            return [], []
-        return [r["t"] - t0 for r in rows], [math.nan if r[key] is None else r[key] / scale for r in rows]
-
-    drawn = False
-    for key, label, style in (("process_bytes", "run's processes (NVML)", "-"),
-                              ("rss_bytes", "run's processes RSS (CPU run)", "-"),
-                              ("device_used_bytes", "device used, all processes (NVML)", ":"),
-                              ("others_bytes", "other processes (NVML)", "--")):
-        xs, ys = series(key)
-        if xs:
-            mem_ax.plot(xs, ys, style, label=label)
-            drawn = True
-    if reports:
-        by_device: dict[str, list[tuple[float, float, float]]] = {}
-        for r in reports:
-            by_device.setdefault(str(r.get("device") or r.get("place")), []).append(
-                (r["t"] - t0, (r.get("reserved_peak_bytes") or 0) / GiB, (r.get("allocated_peak_bytes") or 0) / GiB))
-        for device, pts in by_device.items():
-            short = device if len(device) <= 16 else device[:12] + "…"
-            mem_ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"Paddle reserved peak {short}")
-            mem_ax.step([p[0] for p in pts], [p[2] for p in pts], where="post", alpha=0.6,
-                        label=f"Paddle allocated peak {short}")
-        drawn = True
-    if estimate_bytes:
-        mem_ax.axhline(estimate_bytes / GiB, color="red", linestyle="-.", label=f"estimate {estimate_bytes / GiB:.2f} GiB")
-    mem_ax.set_ylabel("memory (GiB)")
-    if drawn or estimate_bytes:
-        mem_ax.legend(loc="best", fontsize="small")
-    mem_ax.grid(True, alpha=0.3)
-
-    for key, label in (("utilization_pct", "GPU utilization (mean of devices; gap = unknown)"),
-                       ("cpu_pct", "CPU % of one core")):
-        xs, ys = series(key, scale=1.0)
-        if xs:
-            util_ax.plot(xs, ys, label=label)
-    util_ax.set_ylabel("utilization (%)")
-    util_ax.set_xlabel("seconds since the first sample")
-    util_ax.grid(True, alpha=0.3)
-    if util_ax.lines:
-        util_ax.legend(loc="best", fontsize="small")
+    _draw_memory(mem_ax, samples, reports, t0, estimate_bytes)
+    _draw_utilization(util_ax, samples, t0)
     fig.suptitle(textwrap.fill(title or f"run {folder.name}", TITLE_WIDTH), fontsize="medium")
     fig.tight_layout()
     path = Path(out) if out else folder / PNG_NAME

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from airflow.sdk import TaskGroup, XComArg
 
@@ -23,6 +23,9 @@ from autodl.operators.steps import (
     default_deferrable,
 )
 from autodl.policies import routing_enabled
+
+if TYPE_CHECKING:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 BOOKED_HOST_ID = "booked_host"
 """Task id of the step that turns the booking into the list launch and collect are mapped over (routed mode only)."""
@@ -93,6 +96,51 @@ def default_retries(dag_default_args: dict[str, Any], group_default_args: dict[s
     return None if value is None else int(value)
 
 
+class _AirflowPool(TypedDict, total=False):
+    """A step's ``pool=``: Airflow's pool (Admin > Pools); absent, the step takes Airflow's default pool."""
+
+    pool: str
+
+
+class _PoolStepKwargs(_AirflowPool, total=False):
+    """What every step of the group is given, the wait sensor too: its group, inventory source and pool."""
+
+    group_id: Required[str]
+    pool_source: Required[str | None]
+    task_group: Required[TaskGroup]
+
+
+class _StepKwargs(_PoolStepKwargs, total=False):
+    """What every step but the wait sensor is given besides: the script and spec paths (templated)."""
+
+    script: Required[str | None]
+    spec: Required[str | None]
+
+
+class _Retries(TypedDict, total=False):
+    """A step's ``retries=`` and, unless the DAG's ``default_args`` set one, its ``retry_delay=``."""
+
+    retries: Required[int]
+    retry_delay: timedelta
+
+
+class _TrainingStepKwargs(_StepKwargs, _Retries, total=False):
+    """The launch and collect steps' arguments (the two steps mapped over the booked host in routed mode)."""
+
+    task_id: Required[str]
+    sample_interval_s: Required[float]
+    deferrable: bool
+    execution_timeout: timedelta | None
+
+
+def _retries(retries: int, retry_delay: timedelta | None) -> _Retries:
+    """``retries=`` and, when ``retry_delay`` is not None, ``retry_delay=`` of one step."""
+    out: _Retries = {"retries": retries}
+    if retry_delay is not None:
+        out["retry_delay"] = retry_delay
+    return out
+
+
 class AutoDLTrainOperator(TaskGroup):
     """Profile, wait for the pool (and book), select a device, launch, collect metrics, release and record.
 
@@ -139,40 +187,42 @@ class AutoDLTrainOperator(TaskGroup):
         timeout = wait_timeout_s or timeout
         dag_args = getattr(self.dag, "default_args", None) or {}
         inherited = default_retries(dag_args, self.default_args)
-        delay = {} if "retry_delay" in {**dag_args, **(self.default_args or {})} else {"retry_delay": timedelta(seconds=5)}
-        common = {"group_id": task_id, "script": script, "spec": spec, "pool_source": gpu_pool, "task_group": self,
-                  **({"pool": pool} if pool else {})}
+        own_delay = "retry_delay" not in {**dag_args, **(self.default_args or {})}
+        airflow_pool: _AirflowPool = {"pool": pool} if pool else {}
+        wait_kwargs: _PoolStepKwargs = {"group_id": task_id, "pool_source": gpu_pool, "task_group": self,
+                                        **airflow_pool}
+        common: _StepKwargs = {**wait_kwargs, "script": script, "spec": spec}
         # every step is idempotent: a try failed by Airflow itself (the execution API timing out under load, a
         # lost worker) is retried; autodl's own refusals and a failed training fail at once (PERMANENT_ERRORS).
         # An explicit retries= wins; default_args above the floor are kept, and their retry_delay too.
         floor = retries if retries is not None else max(inherited or 0, TRANSIENT_RETRIES)
-        retry = {"retries": floor, **delay}
+        retry = _retries(floor, timedelta(seconds=5) if own_delay else None)
         self.profile = AutoDLProfileOperator(task_id=STEP_IDS["profile"], probe=probe, launcher=launcher, policy=policy,
                                              args=args, **common, **retry)
-        wait_kwargs = {k: v for k, v in common.items() if k not in ("script", "spec")}
         self.wait = AutoDLPoolSensor(task_id=STEP_IDS["wait"], **wait_kwargs,
                                      timeout=timeout, poke_interval=poke, deferrable=deferrable,
                                      wait_timeout_s=wait_timeout_s,
-                                     retries=max(floor, reschedule_retries(timeout, poke)),
-                                     **({"retry_delay": timedelta(seconds=min(poke, 5))} if delay else {}))
+                                     **_retries(max(floor, reschedule_retries(timeout, poke)),
+                                                timedelta(seconds=min(poke, 5)) if own_delay else None))
         # select and collect defer too: retries absorb Airflow's stale-event race on a quick resume (see
         # autodl.triggers.MIN_DEFERRAL_S); a failed training is final (no retry)
-        deferred = {"retries": max(floor, DEFERRED_STEP_RETRIES), **delay}
+        deferred = _retries(max(floor, DEFERRED_STEP_RETRIES), timedelta(seconds=5) if own_delay else None)
         self.select = AutoDLSelectOperator(task_id=STEP_IDS["select"], deferrable=deferrable,
                                            wait_timeout_s=wait_timeout_s, **common, **deferred)
         routed = routing_enabled()
-        launch_kwargs: dict[str, Any] = dict(task_id=STEP_IDS["launch"], sample_interval_s=sample_interval_s, **common,
-                                             **retry)
+        launch_kwargs: _TrainingStepKwargs = {"task_id": STEP_IDS["launch"], "sample_interval_s": sample_interval_s,
+                                              **common, **retry}
         # routed to a GPU host's worker, collect follows the training there (its process, its GPUs) instead
         # of deferring to a triggerer on another machine
-        collect_kwargs = dict(task_id=STEP_IDS["collect"], sample_interval_s=sample_interval_s,
-                              deferrable=deferrable and not routed, execution_timeout=execution_timeout,
-                              **common, **deferred)
+        collect_kwargs: _TrainingStepKwargs = {"task_id": STEP_IDS["collect"], "sample_interval_s": sample_interval_s,
+                                               "deferrable": deferrable and not routed,
+                                               "execution_timeout": execution_timeout, **common, **deferred}
+        self.launch: AutoDLLaunchOperator | MappedOperator
+        self.collect: AutoDLCollectOperator | MappedOperator
         if routed:
             # several GPU hosts on Celery: launch and collect are created once the booking is known, so
             # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
-            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self,
-                                                        **({"pool": pool} if pool else {}))
+            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self, **airflow_pool)
             self.select >> self.booked_host
             hosts = XComArg(self.booked_host)
             self.launch = AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts)

@@ -56,14 +56,16 @@ class GpuHostHook(BaseHook):
 
         :raises LaunchError: when the connection has no ``base_url``.
         """
-        import docker
+        # from docker.client, not `docker.DockerClient`: mypy reads the repository's docker/ folder (Dockerfiles)
+        # as a namespace package `docker` that has no DockerClient; docker-py itself ships no types
+        from docker.client import DockerClient
 
         kwargs = self.engine_kwargs()
         if "base_url" not in kwargs:
             raise LaunchError(f"Airflow connection {self.conn_id}: no 'base_url' in its extra; set it, e.g. "
                               '{"base_url": "tcp://gpu-node-2:2376", "tls": true}.')
-        return docker.DockerClient(base_url=kwargs["base_url"], tls=kwargs.get("tls", False),
-                                   timeout=kwargs.get("timeout", 60))
+        return DockerClient(base_url=kwargs["base_url"], tls=kwargs.get("tls", False),
+                            timeout=kwargs.get("timeout", 60))
 
     def get_conn(self) -> Any:
         """The cached :attr:`api_client` (Airflow's hook interface)."""

@@ -20,7 +20,9 @@ def _mask_secret() -> Callable[[str], None]:
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:
-        from airflow.sdk.execution_time.secrets_masker import mask_secret
+        from airflow.sdk.execution_time.secrets_masker import mask_secret as older_mask_secret
+
+        return older_mask_secret
     return mask_secret
 
 

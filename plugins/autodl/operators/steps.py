@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
@@ -44,6 +44,10 @@ from autodl.steps.training import stop_training
 from autodl.steps.wait import step_wait
 from autodl.store import RunState
 from autodl.types import PoolEvent, ProfileResult, Selection, StepValue
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
+    from airflow.triggers.base import BaseTrigger
 
 HANDED: dict[str, tuple[type[StepValue], str]] = {
     "profile": (ProfileResult, RunState.PROFILE), "select": (Selection, RunState.SELECTION)}
@@ -202,6 +206,11 @@ class _AutoDLStep(BaseOperator):
                 return candidate
         return value
 
+    def run_step(self, ctx: RunContext, context) -> Any:
+        """This step's work: one function of :mod:`autodl.steps`; its value is the step's XCom (each step
+        defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no run_step")
+
     def execute(self, context) -> Any:
         register_secrets([self.pool_source])
         ctx = self._ctx(context)
@@ -269,17 +278,40 @@ def _run_fields(ctx: RunContext) -> dict[str, Any]:
             "try_number": ctx.try_number, "user": ctx.user}
 
 
+class _QueueStep(Protocol):
+    """What :class:`_Waiting` needs of the step it is mixed into (the wait sensor, the select step): the
+    operator's log and ``defer``, the run's context and handed values, its inventory source and wait timeout."""
+
+    wait_timeout_s: float | None
+
+    @property
+    def log(self) -> Logger: ...
+
+    def defer(self, *, trigger: BaseTrigger, method_name: str, kwargs: dict[str, Any] | None = None,
+              timeout: timedelta | int | float | None = None) -> NoReturn: ...
+
+    def _handed(self, context, step: str) -> Any: ...
+
+    def _ctx(self, context) -> RunContext: ...
+
+    def _src(self) -> str | None: ...
+
+    def _scheduler(self, context) -> tuple[float, float]: ...
+
+    def _poll(self, context) -> dict[str, Any] | None: ...
+
+
 class _Waiting:
     """Waiting in the admission queue, shared by the wait sensor and the select step (which goes back to
     waiting when it holds no lease): one poll, the trigger that polls in the triggerer, and its outcome."""
 
-    def _scheduler(self, context) -> tuple[float, float]:
+    def _scheduler(self: _QueueStep, context) -> tuple[float, float]:
         """(timeout s, poke interval s): the spec's ``scheduler`` section as the profile step read it."""
         sched = run_spec(self._handed(context, "profile") or {}).scheduler
         timeout = float(self.wait_timeout_s or sched.timeout)
         return timeout, float(sched.poke_interval)
 
-    def _poll(self, context) -> dict[str, Any] | None:
+    def _poll(self: _QueueStep, context) -> dict[str, Any] | None:
         """One poll of the queue (the selection as its XCom when booked); permanent problems fail the task, a
         wait past the timeout too."""
         ctx = self._ctx(context)
@@ -298,7 +330,7 @@ class _Waiting:
             self.log.error("%s", exc)
             raise AirflowFailException(str(exc)) from None  # logged above; its traceback is autodl's, not the user's
 
-    def _defer_to_queue(self, context, method_name: str = "execute_complete") -> None:
+    def _defer_to_queue(self: _QueueStep, context, method_name: str = "execute_complete") -> None:
         from autodl.triggers.pool import PoolTrigger
 
         timeout, poke = self._scheduler(context)
@@ -314,7 +346,7 @@ class _Waiting:
             timeout=timedelta(seconds=timeout + 10 * poke + 60),
         )
 
-    def _queue_event(self, context, event: dict[str, Any] | None) -> dict[str, Any]:
+    def _queue_event(self: _QueueStep, context, event: dict[str, Any] | None) -> dict[str, Any]:
         ctx = self._ctx(context)
         try:
             typed = PoolEvent.coerce(event or {"status": "error"}, what="the admission queue trigger's event")
@@ -525,9 +557,10 @@ class AutoDLCollectOperator(_AutoDLStep):
         too, so it never computes on devices whose lease the release step is about to free."""
         from airflow.sdk.exceptions import AirflowTaskTimeout
 
-        handle, ctx = getattr(self, "_following", (None, None))
-        if handle is None:
+        following: tuple[dict[str, Any], RunContext] | None = getattr(self, "_following", None)
+        if following is None:
             return
+        handle, ctx = following
         if isinstance(sys.exc_info()[1], AirflowTaskTimeout):
             why = (f"the collect task passed its execution_timeout ({self.execution_timeout}); "
                    "the training was stopped with it")

@@ -102,9 +102,16 @@ def create_app(*, pool: str | None = None) -> FastAPI:
     # Airflow's own dependency (JWT cookie or bearer token, validated by the auth manager) on every route
     app = FastAPI(title="autodl GPUs", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(get_user)])
+    _add_error_handler(app)
+    _add_pages(app, pool)
+    _add_json_api(app, pool)
+    _add_lease_release(app)
+    _add_plots(app)
+    return app
 
-    def base(request: Request) -> str:
-        return _base_path(request)
+
+def _add_error_handler(app: FastAPI) -> None:
+    """autodl's errors as a 503 page (or JSON under ``/api/`` and for plots)."""
 
     @app.exception_handler(AutoDLError)
     def autodl_error(request: Request, exc: AutoDLError) -> Response:
@@ -114,10 +121,13 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         html = TEMPLATES.get_template("error.html").render(app_root=_app_root(request), message=str(exc))
         return HTMLResponse(html, status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
-    # ------------------------------------------------------------------ pages
+
+def _add_pages(app: FastAPI, pool: str | None) -> None:
+    """The HTML pages: the pool, queue, leases and runs (``/``), and one run (``/runs/RUN_KEY``)."""
+
     @app.get("/", response_class=HTMLResponse, name="index")
     def index(request: Request, user: GetUserDep) -> HTMLResponse:
-        b = base(request)
+        b = _base_path(request)
         leases = data.current_leases()
         readable, admin = dag_filter(user), is_admin(user)
         return _render("index.html", request,
@@ -128,41 +138,49 @@ def create_app(*, pool: str | None = None) -> FastAPI:
 
     @app.get("/runs/{run_key:path}", response_class=HTMLResponse, name="run_page")
     def run_page(run_key: str, request: Request, user: GetUserDep) -> HTMLResponse:
-        detail = data.run_detail(run_key, base(request), dag_filter(user), is_admin(user))
+        detail = data.run_detail(run_key, _base_path(request), dag_filter(user), is_admin(user))
         if detail is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}")
         return _render("run.html", request, row=detail.row, record=detail.record, ranking=detail.ranking,
                        timeline=detail.timeline, timeline_note=detail.timeline_note,
                        record_json=json.dumps(detail.record, indent=2))
 
-    # ------------------------------------------------------------------- JSON
+
+def _add_json_api(app: FastAPI, pool: str | None) -> None:
+    """The JSON API (``/api/pool``, ``/api/queue``, ``/api/leases``, ``/api/runs``, ``/api/runs/RUN_KEY``)."""
+
     @app.get("/api/pool")
     def api_pool(request: Request, user: GetUserDep) -> JSONResponse:
-        view = data.pool_view(pool, base_path=base(request), readable=dag_filter(user), admin=is_admin(user))
+        view = data.pool_view(pool, base_path=_base_path(request), readable=dag_filter(user), admin=is_admin(user))
         return JSONResponse(view.to_json())
 
     @app.get("/api/queue")
     def api_queue(request: Request, user: GetUserDep) -> JSONResponse:
-        return JSONResponse(data.queue_view(base(request), pool, readable=dag_filter(user), admin=is_admin(user)).to_json())
+        return JSONResponse(data.queue_view(_base_path(request), pool, readable=dag_filter(user),
+                                            admin=is_admin(user)).to_json())
 
     @app.get("/api/leases")
     def api_leases(request: Request, user: GetUserDep) -> JSONResponse:
-        rows = data.lease_rows(base_path=base(request), readable=dag_filter(user), admin=is_admin(user))
+        rows = data.lease_rows(base_path=_base_path(request), readable=dag_filter(user), admin=is_admin(user))
         return JSONResponse([r.to_json() for r in rows])
 
     @app.get("/api/runs")
     def api_runs(request: Request, user: GetUserDep, limit: int = 50, dag_id: str | None = None) -> JSONResponse:
         limit = max(1, min(limit, 500))
-        rows = data.run_rows(limit, dag_id=dag_id, base_path=base(request), readable=dag_filter(user),
+        rows = data.run_rows(limit, dag_id=dag_id, base_path=_base_path(request), readable=dag_filter(user),
                              admin=is_admin(user))
         return JSONResponse([r.to_json() for r in rows])
 
     @app.get("/api/runs/{run_key:path}")
     def api_run(run_key: str, request: Request, user: GetUserDep) -> JSONResponse:
-        detail = data.run_detail(run_key, base(request), dag_filter(user), is_admin(user))
+        detail = data.run_detail(run_key, _base_path(request), dag_filter(user), is_admin(user))
         if detail is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run record {short(run_key)}")
         return JSONResponse(detail.to_json())
+
+
+def _add_lease_release(app: FastAPI) -> None:
+    """An admin's release of a run's lease (``POST /api/leases/RUN_KEY/release``, the page's release button)."""
 
     @app.post("/api/leases/{run_key:path}/release")
     def api_release(run_key: str, user: GetUserDep,
@@ -183,7 +201,10 @@ def create_app(*, pool: str | None = None) -> FastAPI:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         return JSONResponse({**result, "log": lines, "released_by": getattr(user, "get_name", lambda: None)()})
 
-    # ------------------------------------------------------------------ plots
+
+def _add_plots(app: FastAPI) -> None:
+    """The PNG plots: estimate vs actual over the recorded runs, and one run's timeline."""
+
     @app.get("/plots/estimate_vs_actual.png")
     def plot_estimates(user: GetUserDep, limit: int = 200) -> Response:
         rows = data.run_rows(max(1, min(limit, 1000)), readable=dag_filter(user), admin=is_admin(user))
@@ -198,5 +219,3 @@ def create_app(*, pool: str | None = None) -> FastAPI:
         return _png(plots.run_timeline_png(path, estimated_peak_bytes=rec.estimated_peak_bytes,
                                            source=(rec.metrics or {}).get("source"),
                                            title=f"{rec.run_key} on {rec.device_model or 'unknown device'}"))
-
-    return app

@@ -250,7 +250,7 @@ def lease_rows(leases: list[Lease] | None = None, *, base_path: str = "", now: d
     return [LeaseRow(lease_id=h.lease_id, run_key=h.run_key, device_ids=le.device_ids, host=le.host, model=le.model,
                      created_at=le.created_at, held_s=max(0.0, (now - le.created_at).total_seconds()),
                      expires_at=getattr(le, "expires_at", None), holder=h,
-                     expired=bool(getattr(le, "expires_at", None) and le.expires_at <= now),
+                     expired=le.expires_at is not None and le.expires_at <= now,
                      launched=getattr(le, "handle", None) is not None)
             for le, h in zip(leases, holders)]
 
@@ -328,7 +328,7 @@ def get_record(run_key: str) -> RunRecord | None:
 def ranking(rec: RunRecord) -> list[dict[str, Any]]:
     """The candidates the booking was decided on: kept ones ranked best first (``rank`` 1..n), then the
     dropped ones with their reasons. Older records without the decision have only the chosen placement."""
-    blank = {"devices": [], "model": None, "host": None, "kept": False, "score": None, "terms": {},
+    blank: dict[str, Any] = {"devices": [], "model": None, "host": None, "kept": False, "score": None, "terms": {},
              "est_step_time_s": None, "reasons": []}
     if rec.decision and rec.decision.get("candidates"):
         out, rank = [], 0

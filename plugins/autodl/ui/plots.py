@@ -104,13 +104,11 @@ def run_timeline_png(samples_path: Path, *, estimated_peak_bytes: int | None, so
     try:
         from autodl.timeline import plot_run
     except ImportError:
-        plot_run = None
-    if plot_run is not None:
-        with tempfile.TemporaryDirectory(prefix="autodl-timeline-") as tmp:
-            out = Path(tmp) / "timeline.png"
-            plot_run(samples_path.parent, out=out, estimate_bytes=estimated_peak_bytes, title=title)
-            return out.read_bytes()
-    from autodl.ui.data import read_samples
+        from autodl.ui.data import read_samples
 
-    return timeline_png(read_samples(samples_path), estimated_peak_bytes=estimated_peak_bytes, source=source,
-                        title=title)
+        return timeline_png(read_samples(samples_path), estimated_peak_bytes=estimated_peak_bytes, source=source,
+                            title=title)
+    with tempfile.TemporaryDirectory(prefix="autodl-timeline-") as tmp:
+        out = Path(tmp) / "timeline.png"
+        plot_run(samples_path.parent, out=out, estimate_bytes=estimated_peak_bytes, title=title)
+        return out.read_bytes()
