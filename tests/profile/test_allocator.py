@@ -34,3 +34,19 @@ def test_frees_of_allocations_made_before_the_recording_release_preexisting_byte
     r = replay_auto_growth([(9, -1024), (1, 1000)], preexisting=[10_240])
     assert r.unmatched_frees == 1
     assert r.peak_allocated == 10_240 and r.peak_reserved == 10_240  # the 1000 B fit the released 1024
+
+
+def test_an_address_reused_without_its_free_releases_the_stale_allocation_first():
+    r = replay_auto_growth([(1, 1000), (1, 500)])
+    assert r.chunks == 1 and r.peak_reserved == 1024  # the 512 B request fit the released 1024 B block
+    assert r.peak_allocated == 1024
+
+
+def test_a_chunk_size_flag_reserves_whole_chunks_whose_remainder_serves_later_requests():
+    r = replay_auto_growth([(1, 1000), (2, 1000)], chunk_bytes=4096)
+    assert r.chunks == 1 and r.peak_reserved == 4096 and r.peak_allocated == 2048
+
+
+def test_a_zero_byte_event_is_counted_and_changes_no_peak():
+    r = replay_auto_growth([(1, 0)])
+    assert r.events == 1 and r.chunks == 0 and r.peak_allocated == 0 and r.peak_reserved == 0

@@ -120,3 +120,18 @@ def test_probe_has_no_network(tmp_path):
                       limits=SandboxLimits(timeout_s=30, memory_bytes=1 << 30), env={"PATH": "/usr/bin:/bin"})
     interfaces = [l.split(":")[0].strip() for l in r.stdout.splitlines()[2:] if ":" in l]
     assert r.returncode == 0 and interfaces == ["lo"]
+
+
+def test_a_probe_without_its_report_says_why_from_how_the_child_ended():
+    from autodl.profile.probe import _no_report_reason
+    from autodl.sandbox import SandboxResult
+
+    def ended(returncode, stderr, oom_kills=None):
+        return SandboxResult(returncode, "", stderr, False, 1.0, "none", oom_kills=oom_kills)
+
+    assert _no_report_reason(ended(1, "a\nb\nc\nd\n"), 4 << 30) == "b; c; d"
+    assert _no_report_reason(ended(3, ""), 4 << 30) == "exit code 3"
+    assert _no_report_reason(ended(-9, "x"), 4 << 30) == "killed by signal 9"
+    assert _no_report_reason(ended(1, "MemoryError"), 4 << 30) == \
+        "ran out of its 4 GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
+    assert "address-space" in _no_report_reason(ended(-9, "", oom_kills=1), 8 << 30)

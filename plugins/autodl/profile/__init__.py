@@ -50,6 +50,16 @@ MAX_SIBLING_MODULES = 8
 """Modules beside the script whose definitions the static reading takes in (``from mymodels import Net``)."""
 
 
+def _sibling_module(stmt: ast.ImportFrom, path: Path) -> Path | None:
+    """The file ``X.py`` beside ``path`` that ``from X import a, b`` names (not ``*``, not relative, not the script
+    itself), or None."""
+    mod = stmt.module if not stmt.level else None
+    sib = path.parent / f"{mod}.py" if mod and "." not in mod and mod.isidentifier() else None
+    if sib is None or sib.resolve() == path.resolve() or not sib.is_file() or any(a.name == "*" for a in stmt.names):
+        return None
+    return sib
+
+
 def _with_siblings(tree: ast.Module, path: Path) -> ast.Module:
     """``tree`` with each ``from X import a, b`` of a module ``X.py`` beside the script replaced by X's top-level
     imports, definitions and constants (one level, at most :data:`MAX_SIBLING_MODULES`): the model is often defined
@@ -59,15 +69,15 @@ def _with_siblings(tree: ast.Module, path: Path) -> ast.Module:
     body: list[ast.stmt] = []
     taken = 0
     for stmt in tree.body:
-        mod = stmt.module if isinstance(stmt, ast.ImportFrom) and not stmt.level else None
-        sib = path.parent / f"{mod}.py" if mod and "." not in mod and mod.isidentifier() else None
-        if sib is None or taken >= MAX_SIBLING_MODULES or sib.resolve() == path.resolve() or not sib.is_file() \
-                or any(a.name == "*" for a in stmt.names):
+        sib = _sibling_module(stmt, path) if isinstance(stmt, ast.ImportFrom) else None
+        if not isinstance(stmt, ast.ImportFrom) or sib is None or taken >= MAX_SIBLING_MODULES:
             body.append(stmt)
             continue
         try:
             _, _, sub = read_script(sib, ProfileError)
         except (ProfileError, OSError, RecursionError, ValueError):
+            sub = None
+        if sub is None:  # unreadable, or nested deeper than Python builds a syntax tree for: left as an import
             body.append(stmt)
             continue
         taken += 1

@@ -6,7 +6,7 @@ Details: docs/reference/estimator.md#autodlprofile_flops.
 import math
 
 state = {"on": False, "flops": 0.0}
-_hooked = set()
+_hooked: set[int] = set()  # id() of each layer whose forward is hooked
 
 
 def _numel(t):

@@ -24,46 +24,39 @@ def _load_flops():
     return mod
 
 
-def main():
-    cfg = json.load(open(sys.argv[1]))
-    t0 = time.time()
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    import paddle
-    import paddle.nn.functional as F
-    from paddle.base import core
+class _Args:
+    """The script's argparse defaults, as the namespace its code reads (``args.hidden``)."""
 
-    paddle.set_device("cpu")
-    paddle.seed(0)
+    def __init__(self, d):
+        self.__dict__.update(d)
+
+
+def _build_model(cfg, paddle):
+    """The model the filtered script's expression builds, or None after emitting why it could not be built."""
     ns = {"__name__": "__autodl_probe__", "__file__": cfg["script"]}
-
-    class _Args:
-        def __init__(self, d):
-            self.__dict__.update(d)
-
     ns["__autodl_args__"] = _Args(cfg.get("argparse") or {})
     try:
         code = compile(cfg["source"], cfg["script"], "exec")
         exec(code, ns)
     except Exception as exc:
         emit({"ok": False, "stage": "definitions", "error": f"{type(exc).__name__}: {exc}"})
-        return
+        return None
     try:
         model = eval(compile(cfg["model_expr"], cfg["script"] + ":model", "eval"), ns)
     except Exception as exc:
         emit({"ok": False, "stage": "model", "error": f"{type(exc).__name__}: {exc}",
               "trace": traceback.format_exc()[-1500:]})
-        return
+        return None
     if isinstance(model, (tuple, list)):
         model = model[0]
     if not isinstance(model, paddle.nn.Layer):
         emit({"ok": False, "stage": "model", "error": f"the model expression gave {type(model).__name__}, not a paddle.nn.Layer"})
-        return
-    params = sum(int(p.numel()) for p in model.parameters())
-    trainable = sum(int(p.numel()) for p in model.parameters() if not p.stop_gradient)
-    model.train()
+        return None
+    return model
 
-    # name each sublayer; a pre-hook keeps the stack of layers being run, for shape errors
-    stack = []
+
+def _track_layers(model, paddle, stack):
+    """Name each sublayer; a pre-hook keeps in ``stack`` the layers being run, for shape errors."""
     names = {}
     for n, sub in model.named_sublayers(include_self=True):
         names[id(sub)] = n or type(model).__name__
@@ -76,93 +69,141 @@ def main():
         sub.register_forward_pre_hook(pre)
         sub.register_forward_post_hook(post)
 
+
+def _optimizer(cfg, paddle, model):
+    """The script's optimizer class over the model's parameters (Adam when it is unknown or takes other arguments)."""
     opt_name = cfg.get("optimizer") or "Adam"
     opt_cls = getattr(paddle.optimizer, opt_name, paddle.optimizer.Adam)
     try:
-        opt = opt_cls(learning_rate=1e-3, parameters=model.parameters())
+        return opt_cls(learning_rate=1e-3, parameters=model.parameters())
     except TypeError:
-        opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
+        return paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
 
-    ce = bool(cfg.get("cross_entropy"))
+
+def _make_input(paddle, d, b):
+    """A random tensor of batch ``b`` for one input description (per-sample shape, dtype, integer id range)."""
+    shape, dt = [b, *d["shape"]], d["dtype"]
+    if "int" in dt:
+        lo, hi = int(d.get("min") or 0), int(d.get("max") if d.get("max") is not None else 1)
+        return paddle.randint(lo, max(lo + 1, hi + 1), shape, dtype=dt)
+    if dt == "bool":
+        return paddle.rand(shape) > 0.5
+    return paddle.randn(shape).astype(dt if "float" in dt else "float32")
+
+
+class _TrainingStep:
+    """One training step of the model on made-up inputs: forward, a loss, backward, the optimizer's step."""
+
+    def __init__(self, paddle, F, model, opt, ce):
+        self.paddle, self.F, self.model, self.opt, self.ce = paddle, F, model, opt, ce
+        self.held = None
+
+    def __call__(self, b, inputs):
+        paddle = self.paddle
+        xs = [_make_input(paddle, d, b) for d in inputs]
+        out = self.model(*xs)
+        # a training loop's variables (``logits = model(x)``) keep the previous step's outputs alive through the
+        # next forward, until they are assigned again: the probe keeps them the same way (measured: a tied-MLM
+        # encoder's 131 MB of logits, -16% without; where the step is a function returning a float the run holds
+        # less, and this errs high by one output)
+        self.held = out
+        while isinstance(out, (tuple, list)):
+            out = out[0]
+        if isinstance(out, dict):
+            out = next(iter(out.values()))
+        if self.ce and out.ndim >= 2 and "float" in str(out.dtype):
+            y = paddle.randint(0, int(out.shape[-1]), out.shape[:-1] + [1])
+            loss = self.F.cross_entropy(out, y)
+        else:
+            loss = out.astype("float32").mean()
+        loss.backward()
+        self.opt.step()
+        self.opt.clear_grad()
+
+
+def _describe(inputs):
+    return ", ".join(f"{d['dtype']}[b, {', '.join(str(x) for x in d['shape'])}]" for d in inputs)
+
+
+def _first_working_input(step, cands, batch, stack):
+    """Index of the first candidate input list a step at ``batch`` runs with, and the last candidate's exception."""
+    exc_last = None
+    for i, inputs in enumerate(cands):
+        try:
+            stack.clear()
+            step(batch, inputs)
+            return i, None
+        except Exception as exc:  # noqa: BLE001 - try the next candidate input
+            exc_last = exc
+    return None, exc_last
+
+
+def _measure(step, fl, core, batches, inputs):
+    """Host allocator peak (bytes) of a step at each batch after one step there, and forward FLOPs per sample at
+    the last batch."""
+    peaks = {}
+    flops = None
+    for j, b in enumerate(batches):
+        if j:
+            step(b, inputs)
+        core.host_memory_stat_reset_peak_value("Allocated", 0)
+        fl.state["flops"], fl.state["on"] = 0.0, True
+        step(b, inputs)
+        fl.state["on"] = False
+        peaks[b] = int(core.host_memory_stat_peak_value("Allocated", 0))
+        flops = fl.state["flops"] / b
+    return peaks, flops
+
+
+def _step_failure(exc, stack):
+    """The report fields of a failed step: Paddle's line that names the shape, and the layer being run."""
+    msg = str(exc).strip().splitlines()
+    short = next((l for l in msg if "InvalidArgument" in l or "mismatch" in l.lower() or "shape" in l.lower()),
+                 msg[0] if msg else type(exc).__name__)
+    info = None
+    if stack:
+        name, typ, shapes, layer = stack[-1]
+        wshape = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:1]
+        info = {"layer": name, "type": typ, "input_shapes": shapes, "weight_shape": wshape[0] if wshape else None}
+    return {"ok": False, "stage": "step", "error": f"{type(exc).__name__}: {short[:400]}", "layer": info}
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    t0 = time.time()
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    import paddle
+    import paddle.nn.functional as F
+    from paddle.base import core
+
+    paddle.set_device("cpu")
+    paddle.seed(0)
+    model = _build_model(cfg, paddle)
+    if model is None:
+        return
+    params = sum(int(p.numel()) for p in model.parameters())
+    trainable = sum(int(p.numel()) for p in model.parameters() if not p.stop_gradient)
+    model.train()
+    stack = []
+    _track_layers(model, paddle, stack)
+    opt = _optimizer(cfg, paddle, model)
     cands = cfg.get("input_candidates") or [[{"shape": cfg["input_shape"], "dtype": cfg["input_dtype"], "min": 0,
                                               "max": int(cfg.get("vocab") or 2) - 1}]]
     fl = _load_flops()
     fl.install(paddle)
     fl.attach(model)
-
-    def make(d, b):
-        shape, dt = [b, *d["shape"]], d["dtype"]
-        if "int" in dt:
-            lo, hi = int(d.get("min") or 0), int(d.get("max") if d.get("max") is not None else 1)
-            return paddle.randint(lo, max(lo + 1, hi + 1), shape, dtype=dt)
-        if dt == "bool":
-            return paddle.rand(shape) > 0.5
-        return paddle.randn(shape).astype(dt if "float" in dt else "float32")
-
-    held = [None]
-
-    def step(b, inputs):
-        xs = [make(d, b) for d in inputs]
-        out = model(*xs)
-        # a training loop's variables (``logits = model(x)``) keep the previous step's outputs alive through the
-        # next forward, until they are assigned again: the probe keeps them the same way (measured: a tied-MLM
-        # encoder's 131 MB of logits, -16% without; where the step is a function returning a float the run holds
-        # less, and this errs high by one output)
-        held[0] = out
-        while isinstance(out, (tuple, list)):
-            out = out[0]
-        if isinstance(out, dict):
-            out = next(iter(out.values()))
-        if ce and out.ndim >= 2 and "float" in str(out.dtype):
-            y = paddle.randint(0, int(out.shape[-1]), out.shape[:-1] + [1])
-            loss = F.cross_entropy(out, y)
-        else:
-            loss = out.astype("float32").mean()
-        loss.backward()
-        opt.step()
-        opt.clear_grad()
-
-    def describe(inputs):
-        return ", ".join(f"{d['dtype']}[b, {', '.join(str(x) for x in d['shape'])}]" for d in inputs)
-
-    peaks = {}
-    chosen = None
-    exc_last = None
-    for i, inputs in enumerate(cands):
-        try:
-            stack.clear()
-            step(cfg["batches"][0], inputs)
-            chosen = i
-            break
-        except Exception as exc:  # noqa: BLE001 - try the next candidate input
-            exc_last = exc
+    step = _TrainingStep(paddle, F, model, opt, bool(cfg.get("cross_entropy")))
+    chosen, exc_last = _first_working_input(step, cands, cfg["batches"][0], stack)
     try:
         if chosen is None:
             raise exc_last
-        inputs = cands[chosen]
-        for j, b in enumerate(cfg["batches"]):
-            if j:
-                step(b, inputs)
-            core.host_memory_stat_reset_peak_value("Allocated", 0)
-            fl.state["flops"], fl.state["on"] = 0.0, True
-            step(b, inputs)
-            fl.state["on"] = False
-            peaks[b] = int(core.host_memory_stat_peak_value("Allocated", 0))
-            flops = fl.state["flops"] / b
+        peaks, flops = _measure(step, fl, core, cfg["batches"], cands[chosen])
     except Exception as exc:
-        msg = str(exc).strip().splitlines()
-        short = next((l for l in msg if "InvalidArgument" in l or "mismatch" in l.lower() or "shape" in l.lower()),
-                     msg[0] if msg else type(exc).__name__)
-        info = None
-        if stack:
-            name, typ, shapes, layer = stack[-1]
-            wshape = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:1]
-            info = {"layer": name, "type": typ, "input_shapes": shapes, "weight_shape": wshape[0] if wshape else None}
-        emit({"ok": False, "stage": "step", "error": f"{type(exc).__name__}: {short[:400]}", "layer": info,
-              "params": params, "trainable": trainable, "input_desc": describe(cands[-1])})
+        emit({**_step_failure(exc, stack), "params": params, "trainable": trainable,
+              "input_desc": _describe(cands[-1])})
         return
     emit({"ok": True, "params": params, "trainable": trainable, "peaks": peaks, "seconds": time.time() - t0,
-          "fwd_flops_per_sample": flops or None, "input_index": chosen, "input_desc": describe(cands[chosen])})
+          "fwd_flops_per_sample": flops or None, "input_index": chosen, "input_desc": _describe(cands[chosen])})
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -1024,11 +1025,31 @@ def _bound_largest_input(dr: DryRun, groups: dict[tuple, list[dict]], phases: li
     return i == 0
 
 
-def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
-    """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
-    seconds = res.seconds if res is not None else 0.0
-    dr = DryRun(outcome="tool-failure", reason="", seconds=seconds, raw=raw)
-    steps = _steps_in_their_unit(raw)
+StepUnit: TypeAlias = Callable[[dict], int]
+"""How a measured step's batch is counted: the loader's batch or the model's leading dimension."""
+
+
+class _TrainFit(NamedTuple):
+    """One input shape's training-step peak at its batch (bytes), the slope there (bytes per sample), whether the
+    peak was extrapolated, where the slope came from, and the measured ``(batch, peak)`` points."""
+
+    peak: int
+    slope: float | None
+    extrapolated: bool
+    source: str
+    measured: list[tuple[int, int]]
+
+
+def _loader_batch(step: dict) -> int:
+    return step["loader_batch"]
+
+
+def _model_batch(step: dict) -> int:
+    return step["batch"]
+
+
+def _read_what_it_called(dr: DryRun, raw: dict) -> None:
+    """The script's parameters, optimizer, AMP, distributed calls, inputs and loaders, whatever the outcome."""
     dr.params, dr.trainable = raw.get("params"), raw.get("trainable")
     dr.optimizer = (raw.get("optimizer") or [None])[0]
     dr.amp, dr.distributed, dr.has_conv = called_amp(raw), called_distributed(raw), raw.get("conv")
@@ -1037,140 +1058,159 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     nws = [n for n in raw.get("num_workers") or []]
     if nws:
         dr.num_workers = max(n for n in nws if isinstance(n, int)) if all(isinstance(n, int) for n in nws) else None
-    err = raw.get("error")
-    end = raw.get("end")
-    if raw.get("report_error"):
+
+
+def _not_started(dr: DryRun, res: SandboxResult | None, disk: str | None, timeout: float) -> DryRun:
+    """``dr`` when the child wrote no report: its disk bound, its timeout, or how the process ended."""
+    if disk:
+        dr.outcome, dr.reason = "cannot-run", disk
+    elif res is not None and res.timed_out:
+        dr.outcome, dr.reason = "timeout", f"it did not get past its start within {timeout:.0f} s"
+    else:
+        tail = "; ".join((res.stderr if res else "").strip().splitlines()[-2:])[:300]
         dr.outcome = "tool-failure"
-        dr.reason = (f"its report could not be used ({raw['report_error']}): autodl's measurement, or the script "
-                     "wrote over it; not an error of the script's training")
-        return dr
-    disk = _disk_reason(res)
-    if not raw:
-        if disk:
-            dr.outcome, dr.reason = "cannot-run", disk
-        elif res is not None and res.timed_out:
-            dr.outcome, dr.reason = "timeout", f"it did not get past its start within {timeout:.0f} s"
-        else:
-            tail = "; ".join((res.stderr if res else "").strip().splitlines()[-2:])[:300]
-            dr.outcome = "tool-failure"
-            dr.reason = f"the dry-run process ended before starting the script (exit {res.returncode if res else '?'}" \
-                        + (f": {tail}" if tail else "") + ")"
-        return dr
-    if not steps:
-        if disk:
-            dr.outcome, dr.reason = "cannot-run", disk
-        elif res is not None and res.timed_out:
-            what = "the first training step" if raw.get("inputs") is None else "two training steps"
-            dr.outcome, dr.reason = "timeout", f"it did not reach the end of {what} within {timeout:.0f} s"
-        elif err:
-            dr.outcome, dr.reason = classify(err)
-            uf = err.get("user_frame") or {}
-            if uf:
-                dr.error_line = uf.get("line") if uf.get("file") == raw.get("script", uf.get("file")) else uf.get("line")
-        elif end == "exit" and raw.get("exit_code"):
-            dr.outcome = "cannot-run"
-            dr.reason = (f"it exited with status {raw['exit_code']} before training"
-                         + (f" ({raw['exit_message']})" if raw.get("exit_message") else "")
-                         + " (missing arguments? set task.args)")
-        else:
-            dr.outcome = "no-steps"
-            dr.reason = ("it ran to its end without an optimizer step (no training loop runs under "
-                         "__main__, or it does not call optimizer.step()/minimize())")
-        return dr
-    # ---------------------------------------------------------------------------------- measured
-    dr.outcome = "measured"
-    groups: dict[tuple, list[dict]] = {}
-    for s in steps:
-        groups.setdefault(_key(s.get("inputs")), []).append(s)
-    main_key = max(groups, key=lambda k: (len({s["batch"] for s in groups[k]}), len(groups[k])))
-    main = groups[main_key]
+        dr.reason = f"the dry-run process ended before starting the script (exit {res.returncode if res else '?'}" \
+                    + (f": {tail}" if tail else "") + ")"
+    return dr
+
+
+def _no_steps(dr: DryRun, raw: dict, res: SandboxResult | None, disk: str | None, timeout: float) -> DryRun:
+    """``dr`` when the script made no measured training step: why (disk, timeout, its error, its exit, no loop)."""
+    err = raw.get("error")
+    if disk:
+        dr.outcome, dr.reason = "cannot-run", disk
+    elif res is not None and res.timed_out:
+        what = "the first training step" if raw.get("inputs") is None else "two training steps"
+        dr.outcome, dr.reason = "timeout", f"it did not reach the end of {what} within {timeout:.0f} s"
+    elif err:
+        dr.outcome, dr.reason = classify(err)
+        uf = err.get("user_frame") or {}
+        if uf:
+            dr.error_line = uf.get("line") if uf.get("file") == raw.get("script", uf.get("file")) else uf.get("line")
+    elif raw.get("end") == "exit" and raw.get("exit_code"):
+        dr.outcome = "cannot-run"
+        dr.reason = (f"it exited with status {raw['exit_code']} before training"
+                     + (f" ({raw['exit_message']})" if raw.get("exit_message") else "")
+                     + " (missing arguments? set task.args)")
+    else:
+        dr.outcome = "no-steps"
+        dr.reason = ("it ran to its end without an optimizer step (no training loop runs under "
+                     "__main__, or it does not call optimizer.step()/minimize())")
+    return dr
+
+
+def _batch_unit(dr: DryRun, main: list[dict]) -> StepUnit:
+    """Set ``dr.axis_ratio`` and ``dr.axis`` from the main input shape's steps; the unit its batches count in."""
     ratio = axis_ratio(main)
     pairs = {(s.get("loader_batch"), s["batch"]) for s in main}
     dr.axis_ratio = ratio
     # the spec's batch counts what the loader hands out; the model's leading dimension may count other rows
     dr.axis = "loader" if ratio else ("unknown" if ratio is None and all(w for w, _ in pairs) else "model")
-    unit = (lambda s: s["loader_batch"]) if dr.axis != "model" else (lambda s: s["batch"])
-    b_seen = max(unit(s) for s in main)
-    target = target_batch or script_native(raw) or b_seen
-    dr.batch = target
+    return _loader_batch if dr.axis != "model" else _model_batch
+
+
+def _replay_slope(raw: dict) -> float | None:
+    """Bytes per sample between the first and last batch of the child's short model replay, or None."""
     replay = raw.get("replay") or []
-    replay_slope = None
     if len(replay) >= 2 and replay[-1][0] != replay[0][0]:
-        replay_slope = max(0.0, (replay[-1][1] - replay[0][1]) / (replay[-1][0] - replay[0][0]))
+        return max(0.0, (replay[-1][1] - replay[0][1]) / (replay[-1][0] - replay[0][0]))
+    return None
 
-    v_fb_at: dict[int, int] = {}
-    v_up_at: dict[int, int] = {}
 
-    own_batches = {int(ld["batch_size"]) for ld in dr.loaders if type(ld.get("batch_size")) is int
-                   and ld["batch_size"] > 1} if target_batch is None and len(groups) >= 2 else set()
+def _step_peaks(group: list[dict], unit: StepUnit) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Forward-backward peak, update peak and start bytes per batch of one input shape's steps; a first step at a
+    size, after another size, is left out where a steady step at that size stands."""
+    fb: dict[int, int] = {}
+    up: dict[int, int] = {}
+    start: dict[int, int] = {}
+    steady = {unit(s) for s in group if s.get("steady")}
+    for s in group:
+        b = unit(s)
+        if b in steady and not s.get("steady"):
+            continue  # a first step at this size, after another size: the steady one stands
+        adj = 0 if s.get("steady") else int(s.get("kept_adjust") or 0)
+        fb[b] = max(fb.get(b, 0), s["fwd_bwd_peak"] + adj)
+        up[b] = max(up.get(b, 0), s["update_peak"] + adj)
+        start[b] = min(start.get(b, 1 << 62), s["start_bytes"])
+    return fb, up, start
 
-    def phase_at(group: list[dict]) -> tuple[int, float | None, bool, str]:
-        target = group_batch(group, dr.batch or 1, own_batches, unit)
-        fb: dict[int, int] = {}
-        up: dict[int, int] = {}
-        start: dict[int, int] = {}
-        steady = {unit(s) for s in group if s.get("steady")}
-        for s in group:
-            b = unit(s)
-            if b in steady and not s.get("steady"):
-                continue  # a first step at this size, after another size: the steady one stands
-            adj = 0 if s.get("steady") else int(s.get("kept_adjust") or 0)
-            fb[b] = max(fb.get(b, 0), s["fwd_bwd_peak"] + adj)
-            up[b] = max(up.get(b, 0), s["update_peak"] + adj)
-            start[b] = min(start.get(b, 1 << 62), s["start_bytes"])
-        v_fb_at.clear()
-        v_up_at.clear()
-        v_fb_at.update(fb)
-        v_up_at.update(up)
-        v_fb, sl_fb, ex = _line(fb, target)
-        v_up, sl_up, _ = _line(up, target)
-        src = "measured"
-        if sl_fb is None and dr.axis == "unknown":  # one loader size, rows of another count: a bound
-            b = next(iter(fb))
-            sl_fb, src = max(0.0, (fb[b] - start[b]) / b), "axis-unknown"
-            if target > b:
-                v_fb = int(start[b] + (fb[b] - start[b]) * target / b)
-                v_up = int(start[b] + (up[b] - start[b]) * target / b)
-        elif sl_fb is None:  # one batch size only
-            b = next(iter(fb))
-            if replay_slope is not None:
-                sl_fb, src = replay_slope, "replay"
-            else:
-                sl_fb, src = max(0.0, (fb[b] - start[b]) / b), "proportional"
-            if target != b:
-                v_fb = int(fb[b] + (target - b) * sl_fb)
-                share = max(0.0, (up[b] - start[b]) / b)
-                v_up = int(up[b] + (target - b) * min(share, sl_fb))
-        peak = max(v_fb, v_up)
-        slope = sl_fb if v_fb >= v_up else (sl_up if sl_up is not None else sl_fb)
-        return int(peak), slope, ex or target not in fb, src
 
-    peak, slope, extrapolated, src = phase_at(main)
-    dr.train_peak_bytes = peak
-    dr.act_bytes_per_sample = int(max(0.0, slope or 0.0))
-    dr.slope_source = src
-    dr.batch_sizes = sorted({unit(s) for s in main})
-    calls = [s for s in main if s.get("fwd_calls")]
-    flops = [s["fwd_flops"] / s["fwd_calls"] / unit(s) for s in calls if s.get("fwd_flops")]
-    dr.forward_flops_per_sample = max(flops) if flops else None
-    dr.step_flops_per_sample = step_flops_per_sample(main, unit, len(raw.get("optimizer") or []), steps)
-    phases = [PhasePeak(
-        name="train", batch_size=group_batch(main, target, own_batches, unit), peak_bytes=peak,
-        extrapolated=extrapolated,
-        measured=sorted({(b, max(v_fb_at[b], v_up_at[b])) for b in v_fb_at}),
-        input_shapes=[d["shape"][1:] for d in main[0].get("inputs") or [] if d.get("shape")],
-        input_dtypes=[d["dtype"] for d in main[0].get("inputs") or [] if d.get("shape")],
-        forward_flops_per_sample=dr.forward_flops_per_sample, slope_bytes_per_sample=dr.act_bytes_per_sample,
-        step_flops_per_sample=dr.step_flops_per_sample)]
+def _one_size_fit(fb: dict[int, int], up: dict[int, int], start: dict[int, int], target: int, axis: str,
+                  replay_slope: float | None, v_fb: int, v_up: int) -> tuple[int, int, float, str]:
+    """Forward-backward and update peaks at ``target`` and the slope, from steps at one batch size only: a bound
+    when the axis is unknown, else along the replay's slope or the step's own activations."""
+    b = next(iter(fb))
+    if axis == "unknown":  # one loader size, rows of another count: a bound
+        sl_fb = max(0.0, (fb[b] - start[b]) / b)
+        if target > b:
+            v_fb = int(start[b] + (fb[b] - start[b]) * target / b)
+            v_up = int(start[b] + (up[b] - start[b]) * target / b)
+        return v_fb, v_up, sl_fb, "axis-unknown"
+    if replay_slope is not None:
+        sl_fb, src = replay_slope, "replay"
+    else:
+        sl_fb, src = max(0.0, (fb[b] - start[b]) / b), "proportional"
+    if target != b:
+        v_fb = int(fb[b] + (target - b) * sl_fb)
+        share = max(0.0, (up[b] - start[b]) / b)
+        v_up = int(up[b] + (target - b) * min(share, sl_fb))
+    return v_fb, v_up, sl_fb, src
+
+
+def _fit_train_phase(group: list[dict], batch: int, axis: str, own_batches: set[int], unit: StepUnit,
+                     replay_slope: float | None) -> _TrainFit:
+    """One input shape's training-step peak at its batch (see :func:`group_batch`), from its measured steps."""
+    target = group_batch(group, batch, own_batches, unit)
+    fb, up, start = _step_peaks(group, unit)
+    v_fb, sl_fb, ex = _line(fb, target)
+    v_up, sl_up, _ = _line(up, target)
+    src = "measured"
+    if sl_fb is None:  # one batch size only
+        v_fb, v_up, sl_fb, src = _one_size_fit(fb, up, start, target, axis, replay_slope, v_fb, v_up)
+    peak = max(v_fb, v_up)
+    slope = sl_fb if v_fb >= v_up else (sl_up if sl_up is not None else sl_fb)
+    return _TrainFit(int(peak), slope, ex or target not in fb, src, sorted({(b, max(fb[b], up[b])) for b in fb}))
+
+
+def _other_train_phases(dr: DryRun, groups: dict[tuple, list[dict]], main_key: tuple, target: int,
+                        own_batches: set[int], unit: StepUnit, replay_slope: float | None) -> list[PhasePeak]:
+    """The training phases of the input shapes other than the main one, each at its batch."""
+    phases = []
     for k, group in groups.items():
         if k is main_key:
             continue
-        p, _, ex, _ = phase_at(group)
+        fit = _fit_train_phase(group, dr.batch or 1, dr.axis, own_batches, unit, replay_slope)
         phases.append(PhasePeak(
-            name="train", batch_size=group_batch(group, target, own_batches, unit), peak_bytes=p, extrapolated=ex,
-            measured=sorted({(unit(s), s["peak"]) for s in group}),
+            name="train", batch_size=group_batch(group, target, own_batches, unit), peak_bytes=fit.peak,
+            extrapolated=fit.extrapolated, measured=sorted({(unit(s), s["peak"]) for s in group}),
             input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k]))
-    # ------------------------------------------------------------------------------------- eval
+    return phases
+
+
+def _eval_phase(k: tuple, group: list[dict], rows: float) -> PhasePeak:
+    """One input shape's evaluation peak at the script's own evaluation batch (in the loader's unit)."""
+    pts: dict[int, int] = {}
+    start: dict[int, int] = {}
+    for e in group:
+        eb_seen = max(1, round(e["batch"] / rows))  # in the loader's unit, as its native batch is
+        pts[eb_seen] = max(pts.get(eb_seen, 0), e.get("steady_peak") or e["peak"])
+        start[eb_seen] = min(start.get(eb_seen, 1 << 62), e["start_bytes"])
+    natives: list[int] = [e["native_batch"] for e in group if e.get("native_batch")]
+    eb = max(natives) if natives else max(pts)
+    if eb in pts or len(pts) >= 2:
+        v, _, ex = _line(pts, eb)
+    else:
+        b = max(pts)
+        v, ex = int(start[b] + (pts[b] - start[b]) * eb / b), True
+    flo = [e["fwd_flops"] / max(1.0, e["batch"] / rows) for e in group if e.get("fwd_flops")]
+    return PhasePeak(
+        name="eval", batch_size=eb, peak_bytes=int(v), extrapolated=ex, measured=sorted(pts.items()),
+        input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k],
+        forward_flops_per_sample=max(flo) if flo else None, grad=any(e.get("grad") for e in group))
+
+
+def _eval_phases(dr: DryRun, raw: dict) -> list[PhasePeak]:
+    """The evaluation phases, one per input shape (a partial evaluation cut by the timeout included)."""
     egroups: dict[tuple, list[dict]] = {}
     evals = list(raw.get("evals") or [])
     if raw.get("eval_partial"):  # killed on its timeout after an evaluation forward ended
@@ -1178,78 +1218,138 @@ def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None,
     for e in evals:
         if e.get("batch"):
             egroups.setdefault(_key(e.get("inputs")), []).append(e)
-    for k, group in egroups.items():
-        pts: dict[int, int] = {}
-        start: dict[int, int] = {}
-        rows = dr.axis_ratio if dr.axis == "loader" and dr.axis_ratio else 1.0
-        for e in group:
-            eb_seen = max(1, round(e["batch"] / rows))  # in the loader's unit, as its native batch is
-            pts[eb_seen] = max(pts.get(eb_seen, 0), e.get("steady_peak") or e["peak"])
-            start[eb_seen] = min(start.get(eb_seen, 1 << 62), e["start_bytes"])
-        natives = [e.get("native_batch") for e in group if e.get("native_batch")]
-        eb = max(natives) if natives else max(pts)
-        if eb in pts or len(pts) >= 2:
-            v, _, ex = _line(pts, eb)
-        else:
-            b = max(pts)
-            v, ex = int(start[b] + (pts[b] - start[b]) * eb / b), True
-        flo = [e["fwd_flops"] / max(1.0, e["batch"] / rows) for e in group if e.get("fwd_flops")]
-        phases.append(PhasePeak(
-            name="eval", batch_size=eb, peak_bytes=int(v), extrapolated=ex, measured=sorted(pts.items()),
-            input_shapes=[list(x[0]) for x in k], input_dtypes=[x[1] for x in k],
-            forward_flops_per_sample=max(flo) if flo else None, grad=any(e.get("grad") for e in group)))
-    bounded = _bound_largest_input(dr, groups, phases, target, unit, own_batches)
-    dr.phases = phases
-    dr.tensor_peak_bytes = max(p.peak_bytes for p in phases)
-    how = (f"at batch {target}" if not extrapolated else
-           f"at batch sizes {dr.batch_sizes}, extrapolated to {target}")
-    dr.reason = f"the script ran {len(steps)} measured training step(s) {how}"
+    rows = dr.axis_ratio if dr.axis == "loader" and dr.axis_ratio else 1.0
+    return [_eval_phase(k, group, rows) for k, group in egroups.items()]
+
+
+def _cut_short_findings(res: SandboxResult | None, disk: str | None, timeout: float) -> list[Finding]:
+    """What stopped the dry run after its measured training steps: its time limit, its disk bound."""
+    findings = []
     if res is not None and res.timed_out:
-        dr.findings.append(Finding(severity="info", code="dry-run-timeout", message=(
+        findings.append(Finding(severity="info", code="dry-run-timeout", message=(
             f"the dry run reached its {timeout:.0f} s limit after measuring the training step; what it measured is "
             "used (the evaluation pass, if any, may be missing).")))
     if disk:
-        dr.findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
+        findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
             f"after the measured training steps the dry run was stopped: {disk}; what ran before is used.")))
-    if extrapolated and src == "measured" and target > max(dr.batch_sizes):
-        dr.findings.append(Finding(severity="info", code="dry-run-extrapolated", message=(
+    return findings
+
+
+def _extrapolation_findings(dr: DryRun, main: list[dict], target: int, b_seen: int, fit: _TrainFit,
+                            bounded: bool) -> list[Finding]:
+    """How the training peak at ``target`` was extrapolated from the batches the steps ran at, and on which axis."""
+    findings = []
+    if fit.extrapolated and fit.source == "measured" and target > max(dr.batch_sizes):
+        findings.append(Finding(severity="info", code="dry-run-extrapolated", message=(
             f"the training step ran at batch sizes {dr.batch_sizes} (what the time budget or the script's own number "
             f"of steps allowed); the peak at batch {target} is extrapolated along the last two, "
             f"{bytes_text(dr.act_bytes_per_sample)} per sample (measured within 5% on the benchmark; pass more "
             "steps in task.args to let it reach the batch itself).")))
-    dr.findings.extend(_axis_findings(dr, main, target, src))
-    if b_seen != target and src not in ("measured", "axis-unknown") and not bounded:
-        dr.findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
+    findings.extend(_axis_findings(dr, main, target, fit.source))
+    if b_seen != target and fit.source not in ("measured", "axis-unknown") and not bounded:
+        findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
             f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
             f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
             f"is extrapolated with a slope of {bytes_text(dr.act_bytes_per_sample)} per sample from "
-            + ("a short replay of the model at two batch sizes" if src == "replay" else
+            + ("a short replay of the model at two batch sizes" if fit.source == "replay" else
                "the step's own activations (an upper bound)") + ".")))
-    if err:
-        outcome, why = classify(err)
-        sev = "error" if outcome == "user-error" else "warning"
-        during = err.get("during")
-        uf = err.get("user_frame") or {}
-        where = f"line {uf['line']}: " if uf.get("line") else ""
-        if outcome == "user-error":
-            dr.findings.append(Finding(severity=sev, code="script-error", line=uf.get("line"), message=(
-                f"{where}after the measured training steps, the script raised {why} (in its {during} phase, run "
-                "as the launcher would, on CPU); it would stop the real run there too.")))
-        else:
-            dr.findings.append(Finding(severity="warning", code="dry-run-incomplete", message=(
-                f"after the measured training steps the dry run stopped because {why}; what ran before is used.")))
-    dr.findings.extend(epoch_walk_findings(raw))
-    for n in raw.get("notes") or []:
-        dr.findings.append(Finding(severity="info", code="dry-run-note", message=f"dry run: {n}."))
+    return findings
+
+
+def _late_error_findings(err: dict | None) -> list[Finding]:
+    """The script's error after its measured training steps: an error finding when it is the script's own."""
+    if not err:
+        return []
+    outcome, why = classify(err)
+    uf = err.get("user_frame") or {}
+    where = f"line {uf['line']}: " if uf.get("line") else ""
+    if outcome == "user-error":
+        return [Finding(severity="error", code="script-error", line=uf.get("line"), message=(
+            f"{where}after the measured training steps, the script raised {why} (in its {err.get('during')} phase, "
+            "run as the launcher would, on CPU); it would stop the real run there too."))]
+    return [Finding(severity="warning", code="dry-run-incomplete", message=(
+        f"after the measured training steps the dry run stopped because {why}; what ran before is used."))]
+
+
+def _note_findings(raw: dict) -> list[Finding]:
+    """The child's notes, and what the allocator replay reserves (not in the estimate)."""
+    findings = [Finding(severity="info", code="dry-run-note", message=f"dry run: {n}.") for n in raw.get("notes") or []]
     rep = raw.get("alloc_replay")
     if rep and rep.get("peak_allocated"):
-        dr.findings.append(Finding(severity="info", code="allocator-replay", message=(
+        findings.append(Finding(severity="info", code="allocator-replay", message=(
             f"the first measured step's {rep['events']} allocation events, replayed through a model of Paddle's GPU "
             f"auto_growth allocator (256-byte alignment, best fit, chunks kept), reserve "
             f"{rep['peak_reserved'] / 2**20:,.1f} MiB for an allocated peak of {rep['peak_allocated'] / 2**20:,.1f} MiB "
             f"(x{rep['peak_reserved'] / rep['peak_allocated']:.3f}); not yet checked against a GPU, so not in the "
             "estimate.")))
+    return findings
+
+
+def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict], disk: str | None, *,
+              target_batch: int | None, timeout: float) -> DryRun:
+    """``dr`` from the measured training steps: the phases at their batches, the slope, and what to say."""
+    dr.outcome = "measured"
+    groups: dict[tuple, list[dict]] = {}
+    for s in steps:
+        groups.setdefault(_key(s.get("inputs")), []).append(s)
+    main_key = max(groups, key=lambda k: (len({s["batch"] for s in groups[k]}), len(groups[k])))
+    main = groups[main_key]
+    unit = _batch_unit(dr, main)
+    b_seen = max(unit(s) for s in main)
+    target = target_batch or script_native(raw) or b_seen
+    dr.batch = target
+    replay_slope = _replay_slope(raw)
+    own_batches = {int(ld["batch_size"]) for ld in dr.loaders if type(ld.get("batch_size")) is int
+                   and ld["batch_size"] > 1} if target_batch is None and len(groups) >= 2 else set()
+    fit = _fit_train_phase(main, dr.batch or 1, dr.axis, own_batches, unit, replay_slope)
+    dr.train_peak_bytes = fit.peak
+    dr.act_bytes_per_sample = int(max(0.0, fit.slope or 0.0))
+    dr.slope_source = fit.source
+    dr.batch_sizes = sorted({unit(s) for s in main})
+    calls = [s for s in main if s.get("fwd_calls")]
+    flops = [s["fwd_flops"] / s["fwd_calls"] / unit(s) for s in calls if s.get("fwd_flops")]
+    dr.forward_flops_per_sample = max(flops) if flops else None
+    dr.step_flops_per_sample = step_flops_per_sample(main, unit, len(raw.get("optimizer") or []), steps)
+    phases = [PhasePeak(
+        name="train", batch_size=group_batch(main, target, own_batches, unit), peak_bytes=fit.peak,
+        extrapolated=fit.extrapolated, measured=fit.measured,
+        input_shapes=[d["shape"][1:] for d in main[0].get("inputs") or [] if d.get("shape")],
+        input_dtypes=[d["dtype"] for d in main[0].get("inputs") or [] if d.get("shape")],
+        forward_flops_per_sample=dr.forward_flops_per_sample, slope_bytes_per_sample=dr.act_bytes_per_sample,
+        step_flops_per_sample=dr.step_flops_per_sample)]
+    phases += _other_train_phases(dr, groups, main_key, target, own_batches, unit, replay_slope)
+    phases += _eval_phases(dr, raw)
+    bounded = _bound_largest_input(dr, groups, phases, target, unit, own_batches)
+    dr.phases = phases
+    dr.tensor_peak_bytes = max(p.peak_bytes for p in phases)
+    how = (f"at batch {target}" if not fit.extrapolated else
+           f"at batch sizes {dr.batch_sizes}, extrapolated to {target}")
+    dr.reason = f"the script ran {len(steps)} measured training step(s) {how}"
+    dr.findings.extend(_cut_short_findings(res, disk, timeout))
+    dr.findings.extend(_extrapolation_findings(dr, main, target, b_seen, fit, bounded))
+    dr.findings.extend(_late_error_findings(raw.get("error")))
+    dr.findings.extend(epoch_walk_findings(raw))
+    dr.findings.extend(_note_findings(raw))
     return dr
+
+
+def summarize(raw: dict, res: SandboxResult | None, *, target_batch: int | None, timeout: float) -> DryRun:
+    """Turn the child's result file into a :class:`DryRun` at ``target_batch`` (None: the script's own batch)."""
+    seconds = res.seconds if res is not None else 0.0
+    dr = DryRun(outcome="tool-failure", reason="", seconds=seconds, raw=raw)
+    steps = _steps_in_their_unit(raw)
+    _read_what_it_called(dr, raw)
+    if raw.get("report_error"):
+        dr.outcome = "tool-failure"
+        dr.reason = (f"its report could not be used ({raw['report_error']}): autodl's measurement, or the script "
+                     "wrote over it; not an error of the script's training")
+        return dr
+    disk = _disk_reason(res)
+    if not raw:
+        return _not_started(dr, res, disk, timeout)
+    if not steps:
+        return _no_steps(dr, raw, res, disk, timeout)
+    return _measured(dr, raw, res, steps, disk, target_batch=target_batch, timeout=timeout)
 
 
 __all__ = ["DryRun", "run_dry_run", "summarize", "classify", "first_batch"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from autodl.profile import memory as E
 from autodl.profile.facts import ScriptFacts, contains
-from autodl.sandbox import SandboxLimits, SandboxUnavailable, run_sandboxed
+from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_sandboxed
 from autodl.types import Finding
 
 PROBE_TIMEOUT_S = 120.0
@@ -233,6 +233,19 @@ def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
     return out
 
 
+def _no_report_reason(result: SandboxResult, limit: int) -> str:
+    """Why the probe child ended without its report line: out of its address space (``limit`` bytes), a signal,
+    or the last lines it wrote to stderr (else its exit code)."""
+    err, returncode = result.stderr, result.returncode
+    tail = [report_text(line) or "" for line in (err or "").strip().splitlines()[-3:]]
+    why = "; ".join(tail) or f"exit code {returncode}"
+    if returncode and returncode < 0:
+        why = f"killed by signal {-returncode}"
+    if result.oom_kills or "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
+        why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
+    return why
+
+
 def run_probe(
     script: Path,
     facts: ScriptFacts,
@@ -316,15 +329,9 @@ def run_probe(
                     "AUTODL_PROBE_TIMEOUT_S.", line=site_line)
     for note in result.notes:
         res.findings.append(Finding(severity="info", code="probe-isolation", message=f"probe sandbox: {note}"))
-    out, err, returncode = result.stdout, result.stderr, result.returncode
-    lines = [l for l in out.splitlines() if l.startswith("AUTODL_PROBE ")]
+    lines = [l for l in result.stdout.splitlines() if l.startswith("AUTODL_PROBE ")]
     if not lines:
-        tail = [report_text(line) for line in (err or "").strip().splitlines()[-3:]]
-        why = "; ".join(tail) or f"exit code {returncode}"
-        if returncode and returncode < 0:
-            why = f"killed by signal {-returncode}"
-        if result.oom_kills or "MemoryError" in (err or "") or "std::bad_alloc" in (err or ""):
-            why = f"ran out of its {limit >> 30} GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
+        why = _no_report_reason(result, limit)
         return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is the conservative bound.")
     try:  # the child runs the user's code in its own process: the line may be anything the script printed
         data = probe_report(lines[-1][len("AUTODL_PROBE "):], (b1, b2))

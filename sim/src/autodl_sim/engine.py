@@ -312,7 +312,7 @@ class _Sim:
             self.seen = dict(opt.seen_speeds)
         else:
             self.seen = {g.model: sum(speeds[c][g.model] for c in speeds) / len(speeds) for g in pool.groups}
-        self.type_counts = {}
+        self.type_counts: dict[str, int] = {}
         for g in pool.groups:
             self.type_counts[g.model] = self.type_counts.get(g.model, 0) + g.gpus
         self.allowed = set(opt.allowed_vendors) if opt.allowed_vendors is not None else None
@@ -650,40 +650,8 @@ class _Sim:
             t_now = self.events[0][0]
             self.advance(t_now, last_t)
             last_t = t_now
-            changed = decide_now = False
-            while self.events and self.events[0][0] == t_now:
-                _, kind, seq, jid = heapq.heappop(self.events)
-                if kind == 1:
-                    if self.preemptive:
-                        self.remaining[jid] = jobs[jid].duration_s
-                        ok = self.enqueue(jid, t_now)
-                        if ok:
-                            self.since[jid] = t_now
-                            bisect.insort(self.las_waiting[0], (jobs[jid].submit_s, jid))
-                    else:
-                        ok = self.enqueue(jid, t_now)
-                    if not ok:
-                        self.rejected += 1
-                    changed = True
-                elif kind == 0:
-                    if jid not in self.run_info or self.end_seq[jid] != seq:
-                        continue          # preempted before this end
-                    self.on_end(jid, t_now)
-                    changed = True
-                elif kind == 3:           # a decision tick
-                    self.tick_pending = False
-                    decide_now = True
-                else:                     # LAS demotion tick
-                    if jid in self.run_info and self.tick_seq[jid] == seq:
-                        changed = True
-            if changed and self.opt.tick_s > 0:
-                if not self.tick_pending:
-                    self.tick_pending = True
-                    self.push(math.ceil(t_now / self.opt.tick_s) * self.opt.tick_s, 3, -1)
-                changed = decide_now
-            elif decide_now:
-                changed = True
-            if changed:
+            changed, decide_now = self.handle_events_at(t_now)
+            if self.decision_due(changed, decide_now, t_now):
                 if self.preemptive:
                     self.schedule_las(t_now)
                 else:
@@ -691,6 +659,57 @@ class _Sim:
             if self.timeline[-1][1] != self.busy:
                 self.timeline.append((t_now, self.busy))
         return self.result(last_t)
+
+    def handle_events_at(self, t_now: float) -> tuple[bool, bool]:
+        """Pop every event at ``t_now`` (submissions, ends, decision ticks, LAS demotion ticks): whether the waiting
+        or running runs changed, and whether a decision tick came."""
+        changed = decide_now = False
+        while self.events and self.events[0][0] == t_now:
+            _, kind, seq, jid = heapq.heappop(self.events)
+            if kind == 1:
+                self.on_submit(jid, t_now)
+                changed = True
+            elif kind == 0:
+                if jid not in self.run_info or self.end_seq[jid] != seq:
+                    continue          # preempted before this end
+                self.on_end(jid, t_now)
+                changed = True
+            elif kind == 3:           # a decision tick
+                self.tick_pending = False
+                decide_now = True
+            elif jid in self.run_info and self.tick_seq[jid] == seq:  # LAS demotion tick
+                changed = True
+        return changed, decide_now
+
+    def on_submit(self, jid: int, t_now: float) -> None:
+        """Enqueue a submitted job (into the LAS top queue when preemptive); a rejected one is counted."""
+        if self.preemptive:
+            self.remaining[jid] = self.jobs[jid].duration_s
+            ok = self.enqueue(jid, t_now)
+            if ok:
+                self.since[jid] = t_now
+                bisect.insort(self.las_waiting[0], (self.jobs[jid].submit_s, jid))
+        else:
+            ok = self.enqueue(jid, t_now)
+        if not ok:
+            self.rejected += 1
+
+    def decision_due(self, changed: bool, decide_now: bool, t_now: float) -> bool:
+        """Whether to decide at ``t_now``: on every change without decision ticks; with them (``tick_s``), on a tick
+        only, a change booking the next tick."""
+        if changed and self.opt.tick_s > 0:
+            if not self.tick_pending:
+                self.tick_pending = True
+                self.push(math.ceil(t_now / self.opt.tick_s) * self.opt.tick_s, 3, -1)
+            return decide_now
+        return changed or decide_now
+
+    def queued(self, jid: int) -> QueuedRun:
+        """The queued run of job ``jid``, which has been enqueued (it is waiting, or started from the queue)."""
+        q = self.qrun[jid]
+        if q is None:
+            raise RuntimeError(f"job {jid} has no queued run: it was never enqueued")
+        return q
 
     def drop_stale(self) -> None:
         """Pop end events superseded by a reschedule (packing), so they neither advance the clock nor the makespan."""
@@ -726,7 +745,7 @@ class _Sim:
                     self.las_insert(jid)
                 else:
                     self.failed += 1
-            elif not self.enqueue(jid, self.qrun[jid].enqueued_at if self.qrun[jid] else t_now):
+            elif not self.enqueue(jid, q.enqueued_at if (q := self.qrun[jid]) else t_now):
                 self.failed += 1
         else:
             self.finish[jid] = t_now
@@ -771,7 +790,7 @@ class _Sim:
         if bound is not None and self.by_enq and self.by_enq[0][0] <= t_now - bound:
             # the longest-waiting gang past gang_first_s first, as decide() orders it when not presorted
             k = bisect.bisect_right(self.by_enq, (t_now - bound, math.inf))
-            old = next(([self.qrun[jid]] for _, jid in self.by_enq[:k]
+            old = next(([self.queued(jid)] for _, jid in self.by_enq[:k]
                         if self.jobs[jid].num_gpus >= GANG_FIRST_MIN_GPUS), None)
             if old:
                 keys = {q.run_key for q in old}
@@ -799,7 +818,7 @@ class _Sim:
         del keys[i]
         del runs[i]
         self.nwaiting -= 1
-        k = bisect.bisect_left(self.by_enq, (self.qrun[jid].enqueued_at, jid))
+        k = bisect.bisect_left(self.by_enq, (self.queued(jid).enqueued_at, jid))
         del self.by_enq[k]
 
     # ------------------------------------------------------------------ packing (sharing="packed")
@@ -968,7 +987,7 @@ class _Sim:
             started = []
             blocked: list[tuple[int, int]] = []
             for sub, jid in self.las_waiting[q]:
-                run = self.qrun[jid]
+                run = self.queued(jid)
                 if not free and (q == 1 or tries >= 16):
                     break
                 if any(run.num_gpus >= n0 and run.needed_bytes >= b0 for n0, b0 in blocked):
@@ -1018,6 +1037,8 @@ class _Sim:
             else:
                 lo = mid + 1
         chosen = self.place_on(run, hyp(lo))
+        if chosen is None:  # place_on is deterministic: the search ends on a count of victims it placed
+            return None
         used = victims[:lo]
         cs = set(chosen)
         for v in used:

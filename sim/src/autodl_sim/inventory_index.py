@@ -8,6 +8,7 @@ pools of 100,000 devices (``benchmarks/scheduling.py``'s latency table); the pro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -15,7 +16,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from autodl.catalog import Catalog
+from autodl.catalog import Catalog, GPUModel
 from autodl.policy.placement import (
     MAX_KEPT_CANDIDATES,
     MAX_LOAD_PCT,
@@ -188,7 +189,7 @@ def inventory_index(inventory: Inventory) -> InventoryIndex | None:
 
 def _remember(inventory: Inventory, index: InventoryIndex | None) -> None:
     key = id(inventory)
-    _CACHE[key] = (weakref.ref(inventory, lambda _ref, key=key: _drop(key, _ref)), index)
+    _CACHE[key] = (weakref.ref(inventory, functools.partial(_drop, key)), index)
 
 
 def apply_changes(inventory: Inventory, changed: "list[Device]") -> Inventory:
@@ -291,35 +292,36 @@ def build_index(inventory: Inventory) -> InventoryIndex | None:
     )
 
 
-def indexed_partition(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int, n: int,
-                      leased: frozenset[str]) -> Partition:
-    """Sort the pool's devices into groups and dropped sets, on the inventory's cached columnar index.
+@dataclass
+class _Models:
+    """Per model spelling of one index: its catalog entry (or the effective model of its first device) and name;
+    names are coded in order of first appearance."""
 
-    Same result as :func:`autodl.policy.placement.partition` (``tests/simulate/test_place_index.py`` checks it
-    on random pools), which it falls back to when the inventory cannot be indexed exactly. Per call it
-    looks up each distinct model spelling in the catalog once, decides vendor and never-fits once per
-    distinct (model, memory) kind (split by the devices' own vendor for models the catalog lacks),
-    tests health, leases, load and free memory on arrays, and touches :class:`Device` objects only for
-    the groups it keeps for scoring.
-    """
-    idx = inventory_index(inventory)
-    if idx is None or not -INT_LIMIT < need < INT_LIMIT or any(d.health_reason for d in idx.devices):
-        return partition(inventory, catalog, allowed, threshold, need, n, leased)
-    ndev = len(idx.devices)
+    gpus: list[GPUModel | None]
+    names: list[str]
+    cm_of_raw: np.ndarray
+    """name code of each model spelling"""
+    cmodels: list[str]
+    """the names, by code"""
+    dev_cm: np.ndarray
+    """name code of each device"""
 
-    # Per model spelling: catalog entry (or the effective model of its first device) and name; names
-    # are coded in order of first appearance.
+
+def _models(idx: InventoryIndex, catalog: Catalog) -> _Models:
+    """Look up each distinct model spelling in the catalog once."""
     _, first_of_model = np.unique(idx.model_code, return_index=True)
     gpus = [resolve_model(m, idx.devices[int(first_of_model[i])], catalog) for i, m in enumerate(idx.models)]
     names = [g.name if g is not None else m for g, m in zip(gpus, idx.models)]
     name_code: dict[str, int] = {}
     cm_of_raw = np.array([name_code.setdefault(nm, len(name_code)) for nm in names], dtype=np.intp)
-    cmodels = list(name_code)
-    dev_cm = cm_of_raw[idx.model_code]
+    return _Models(gpus, names, cm_of_raw, list(name_code), cm_of_raw[idx.model_code])
 
-    # Per kind (model spelling, memory): vendor, and the dropped key when the vendor is not allowed or
-    # the run never fits. A device's own vendor counts only when the catalog lacks its model
-    # (Device.vendor defaults to nvidia), so only such kinds are split by the devices' vendors.
+
+def _kinds(idx: InventoryIndex, models: _Models) -> tuple[np.ndarray, list[tuple[int, str | None, int]]]:
+    """Per device its kind's code, and per kind (model spelling, its devices' vendor or None, memory). A device's own
+    vendor counts only when the catalog lacks its model (Device.vendor defaults to nvidia), so only such kinds are
+    split by the devices' vendors."""
+    gpus = models.gpus
     kind_code = idx.kind_code
     kinds: list[tuple[int, str | None, int]] = [(mc, None, total) for mc, total in idx.kinds]
     unknown = np.array([gpus[mc] is None for mc, _ in idx.kinds], dtype=np.bool_)
@@ -331,133 +333,185 @@ def indexed_partition(inventory: Inventory, catalog: Catalog, allowed: set[str],
         for i in first.tolist():
             mc, total = idx.kinds[idx.kind_code[i]]
             kinds.append((mc, vendors[vcode[i]] if gpus[mc] is None else None, total))
-    # Dropped keys are coded through one dict of (model, reason), so equal pairs share a code.
+    return kind_code, kinds
+
+
+@dataclass
+class _DroppedKeys:
+    """Dropped keys, coded through one dict of (model, reason) so that equal pairs share a code."""
+
+    keys: dict[tuple[str, str], int]
+    kind_key: np.ndarray
+    """per kind, its dropped key when the vendor is not allowed or the run never fits, else -1"""
+    kind_vendor: list[str]
+    reason_key: np.ndarray
+    """[model code, r]: dropped key of reason r of free_reasons; column 4 = free now (-1)"""
+
+
+def _dropped_keys(kinds: list[tuple[int, str | None, int]], models: _Models, allowed: set[str], threshold: float,
+                  need: int) -> _DroppedKeys:
+    """Decide vendor and never-fits once per kind, and code the not-free-now reasons of the models that fit."""
     keys: dict[tuple[str, str], int] = {}
     kind_key = np.full(len(kinds), -1, dtype=np.intp)
     kind_vendor: list[str] = []
     fit_models: set[int] = set()
     for k, (mc, own_vendor, total) in enumerate(kinds):
-        gpu, model = gpus[mc], names[mc]
+        gpu, model = models.gpus[mc], models.names[mc]
         vendor = gpu.vendor if gpu is not None else own_vendor
+        if vendor is None:  # _kinds gives a kind of a model the catalog lacks its devices' vendor
+            raise RuntimeError(f"device model {model!r} has no vendor in the index")
         kind_vendor.append(vendor)
         if vendor not in allowed:
             reason = vendor_reason(vendor, allowed)
         elif need > threshold * total:
             reason = never_reason(need, threshold, total)
         else:
-            fit_models.add(int(cm_of_raw[mc]))
+            fit_models.add(int(models.cm_of_raw[mc]))
             continue
         kind_key[k] = keys.setdefault((model, reason), len(keys))
-    kind_fit = kind_key < 0
-    # reason_key[model code, r]: dropped key of reason r of _free_reasons; column 4 = free now (-1)
-    reason_key = np.full((len(cmodels), 5), -1, dtype=np.intp)
+    reason_key = np.full((len(models.cmodels), 5), -1, dtype=np.intp)
     for cm in sorted(fit_models):
-        for r, text in enumerate(free_reasons(need)):
-            reason_key[cm, r] = keys.setdefault((cmodels[cm], text), len(keys))
+        for col, text in enumerate(free_reasons(need)):
+            reason_key[cm, col] = keys.setdefault((models.cmodels[cm], text), len(keys))
+    return _DroppedKeys(keys, kind_key, kind_vendor, reason_key)
 
-    # Per device: the first failing check, as in the reference loop (later assignments win).
-    fit = kind_fit[kind_code]
-    r = np.full(ndev, 4, dtype=np.intp)
-    r[need > idx.memory_free_bytes] = 3
-    r[idx.utilization_pct > MAX_LOAD_PCT] = 2
+
+def _device_checks(idx: InventoryIndex, kind_code: np.ndarray, dk: _DroppedKeys, dev_cm: np.ndarray, need: int,
+                   leased: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per device: could it ever hold the run, is it free now, and its dropped key (the first failing check, as
+    in the reference loop: later assignments win)."""
+    fit = (dk.kind_key < 0)[kind_code]
+    reason = np.full(len(idx.devices), 4, dtype=np.intp)
+    reason[need > idx.memory_free_bytes] = 3
+    reason[idx.utilization_pct > MAX_LOAD_PCT] = 2
     if leased:
-        r[idx.mask(leased)] = 1
-    r[~idx.healthy] = 0
-    avail = fit & (r == 4)
-    dkey = np.where(fit, reason_key[dev_cm, r], kind_key[kind_code])
+        reason[idx.mask(leased)] = 1
+    reason[~idx.healthy] = 0
+    avail = fit & (reason == 4)
+    dkey = np.where(fit, dk.reason_key[dev_cm, reason], dk.kind_key[kind_code])
+    return fit, avail, dkey
 
-    # Groups: (host, model) of devices that could ever hold the run, numbered by first appearance.
-    fpos = np.flatnonzero(fit)
-    ready: list[Group] = []
+
+@dataclass
+class _FitGroups:
+    """Groups (host, model) of the devices that could ever hold the run, numbered by first appearance."""
+
+    gfirst: np.ndarray
+    """first device of each group"""
+    ngroups: int
+    nfit: np.ndarray
+    """devices per group that could ever hold the run"""
+    navail: np.ndarray
+    """free devices per group"""
+    apos: np.ndarray
+    """free devices, by group, pool order inside"""
+    astart: np.ndarray
+    """where each group's free devices start in apos"""
+
+
+def _fit_groups(idx: InventoryIndex, fpos: np.ndarray, avail: np.ndarray, models: _Models) -> _FitGroups:
+    g_of_f, first = first_appearance_codes(idx.host_code[fpos] * len(models.cmodels) + models.dev_cm[fpos])
+    gfirst = fpos[first]                       # first device of each group; g_of_f: group of each
+    ngroups = gfirst.size
+    nfit = np.bincount(g_of_f, minlength=ngroups)
+    favail = avail[fpos]
+    ag = g_of_f[favail]
+    navail = np.bincount(ag, minlength=ngroups)
+    apos = fpos[favail][np.argsort(ag, kind="stable")]   # free devices, by group, pool order inside
+    astart = np.concatenate(([0], np.cumsum(navail)[:-1]))
+    return _FitGroups(gfirst, ngroups, nfit, navail, apos, astart)
+
+
+def _gang_misfits(idx: InventoryIndex, fg: _FitGroups, models: _Models, n: int) -> list[tuple[str, str, np.ndarray]]:
+    """Gangs that do not fit a host, grouped per (model, never/not now) in order of first appearance: (model,
+    reason, device positions)."""
     gang: list[tuple[str, str, np.ndarray]] = []
-    fits = False
-    total_ready = 0
-    if fpos.size:
-        g_of_f, first = first_appearance_codes(idx.host_code[fpos] * len(cmodels) + dev_cm[fpos])
-        gfirst = fpos[first]                       # first device of each group; g_of_f: group of each
-        ngroups = gfirst.size
-        nfit = np.bincount(g_of_f, minlength=ngroups)
-        favail = avail[fpos]
-        ag = g_of_f[favail]
-        navail = np.bincount(ag, minlength=ngroups)
-        apos = fpos[favail][np.argsort(ag, kind="stable")]   # free devices, by group, pool order inside
-        astart = np.concatenate(([0], np.cumsum(navail)[:-1]))
-        fits = bool((nfit >= n).any())
-        ready_g = np.flatnonzero(navail >= n)
-        total_ready = int(ready_g.size)
+    nfit, navail, gfirst = fg.nfit, fg.navail, fg.gfirst
+    gs = np.flatnonzero(((nfit < n) | (navail < n)) & (navail > 0))
+    if not gs.size:
+        return gang
+    never = nfit[gs] < n
+    gmc = models.dev_cm[gfirst[gs]]
+    kcode, kfirst = first_appearance_codes(gmc * 2 + never)
+    val = np.where(never, nfit[gs], navail[gs])
+    lens = navail[gs]
+    ends = np.cumsum(lens)
+    elem = np.repeat(fg.astart[gs] - (ends - lens), lens) + np.arange(int(ends[-1]))
+    elem_kind = np.repeat(kcode, lens)
+    by_kind = fg.apos[elem][np.argsort(elem_kind, kind="stable")]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(elem_kind, minlength=kfirst.size))))
+    for k, f in enumerate(kfirst.tolist()):
+        vk = val[kcode == k]
+        host = idx.hosts[idx.host_code[gfirst[gs[f]]]]
+        why = gang_reason(n, bool(never[f]), int(vk.size), int(vk.min()), int(vk.max()), host)
+        gang.append((models.cmodels[gmc[f]], why, by_kind[bounds[k]:bounds[k + 1]]))
+    return gang
 
-        def groups_of(gs: np.ndarray) -> list[Group]:
-            """The groups numbered ``gs``, without their devices."""
-            at = gfirst[gs]
-            return [
-                Group(idx.hosts[h], names[mc], kind_vendor[k], gpus[mc], g, nf)
-                for g, h, mc, k, nf in zip(gs.tolist(), idx.host_code[at].tolist(), idx.model_code[at].tolist(),
-                                           kind_code[at].tolist(), nfit[gs].tolist())
-            ]
 
-        if n > 1:
-            # gangs that do not fit a host, grouped per (model, never/not now) in order of first appearance
-            gs = np.flatnonzero(((nfit < n) | (navail < n)) & (navail > 0))
-            if gs.size:
-                never = nfit[gs] < n
-                gmc = dev_cm[gfirst[gs]]
-                kcode, kfirst = first_appearance_codes(gmc * 2 + never)
-                val = np.where(never, nfit[gs], navail[gs])
-                lens = navail[gs]
-                ends = np.cumsum(lens)
-                elem = np.repeat(astart[gs] - (ends - lens), lens) + np.arange(int(ends[-1]))
-                elem_kind = np.repeat(kcode, lens)
-                by_kind = apos[elem][np.argsort(elem_kind, kind="stable")]
-                bounds = np.concatenate(([0], np.cumsum(np.bincount(elem_kind, minlength=kfirst.size))))
-                for k, f in enumerate(kfirst.tolist()):
-                    vk = val[kcode == k]
-                    host = idx.hosts[idx.host_code[gfirst[gs[f]]]]
-                    why = gang_reason(n, bool(never[f]), int(vk.size), int(vk.min()), int(vk.max()), host)
-                    gang.append((cmodels[gmc[f]], why, by_kind[bounds[k]:bounds[k + 1]]))
-        # Within one device model every term but load is equal, so only the least-loaded
-        # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
-        gcm = dev_cm[gfirst[ready_g]]
-        counts = np.bincount(gcm, minlength=len(cmodels))
-        if (counts > MAX_KEPT_CANDIDATES).any():
-            if n == 1:
-                lowest = np.full(ngroups, np.inf)
-                has = navail > 0
-                lowest[has] = np.minimum.reduceat(idx.utilization_pct[apos], astart[has])
-            parts = [ready_g[np.isin(gcm, np.flatnonzero(counts <= MAX_KEPT_CANDIDATES))]]
-            for cm in np.flatnonzero(counts > MAX_KEPT_CANDIDATES).tolist():
-                gs = ready_g[gcm == cm]
-                if n == 1:
-                    gs = gs[np.lexsort((gs, lowest[gs]))]
-                parts.append(gs[:MAX_KEPT_CANDIDATES])
-            ready_g = np.sort(np.concatenate(parts))
-        if ready_g.size:
-            ready = groups_of(ready_g)
-            # the kept groups' free devices, by group, pool order inside
-            ag_sorted = np.repeat(np.arange(ngroups), navail)
-            kept = np.zeros(ngroups, dtype=np.bool_)
-            kept[ready_g] = True
-            sel = kept[ag_sorted]
-            kp, kg = apos[sel], ag_sorted[sel]
-            kept_devices = list(map(idx.devices.__getitem__, kp.tolist()))
-            end = 0
-            for grp, m in zip(ready, navail[ready_g].tolist()):
-                grp.available = kept_devices[end:end + m]
-                end += m
-            if n == 1:
-                # _choose_set for one device: the least loaded, then most free memory, then lowest
-                # index; ties go to pool order (lexsort is stable and kp is in pool order per group).
-                try:    # Device.index is read here, for the kept groups' devices only
-                    on_host = np.fromiter((d.index for d in kept_devices), np.int64, len(kept_devices))
-                except OverflowError:   # an index beyond int64: _choose_set decides
-                    pass
-                else:
-                    o = np.lexsort((on_host, -np.maximum(idx.memory_free_bytes[kp], 0), idx.utilization_pct[kp], kg))
-                    kg_o = kg[o]
-                    best = o[np.concatenate(([True], kg_o[1:] != kg_o[:-1]))].tolist()   # one per kept group
-                    for grp, b in zip(ready, best):
-                        grp.chosen = ([kept_devices[b]], False, None)
+def _kept_candidates(idx: InventoryIndex, fg: _FitGroups, models: _Models, ready_g: np.ndarray, n: int) -> np.ndarray:
+    """The ready groups worth scoring: within one device model every term but load is equal, so only the
+    least-loaded MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones."""
+    gcm = models.dev_cm[fg.gfirst[ready_g]]
+    counts = np.bincount(gcm, minlength=len(models.cmodels))
+    if not (counts > MAX_KEPT_CANDIDATES).any():
+        return ready_g
+    if n == 1:
+        lowest = np.full(fg.ngroups, np.inf)
+        has = fg.navail > 0
+        lowest[has] = np.minimum.reduceat(idx.utilization_pct[fg.apos], fg.astart[has])
+    parts = [ready_g[np.isin(gcm, np.flatnonzero(counts <= MAX_KEPT_CANDIDATES))]]
+    for cm in np.flatnonzero(counts > MAX_KEPT_CANDIDATES).tolist():
+        gs = ready_g[gcm == cm]
+        if n == 1:
+            gs = gs[np.lexsort((gs, lowest[gs]))]
+        parts.append(gs[:MAX_KEPT_CANDIDATES])
+    return np.sort(np.concatenate(parts))
 
-    # Dropped sets: per-device keys in order of first appearance, then the gang groups in group order.
+
+def _ready_groups(idx: InventoryIndex, fg: _FitGroups, models: _Models, kind_code: np.ndarray,
+                  kind_vendor: list[str], ready_g: np.ndarray, n: int) -> list[Group]:
+    """The kept groups, with their free devices (touching Device objects only for these), and for one device the
+    set _choose_set would choose."""
+    at = fg.gfirst[ready_g]
+    ready = [
+        Group(idx.hosts[h], models.names[mc], kind_vendor[k], models.gpus[mc], g, nf)
+        for g, h, mc, k, nf in zip(ready_g.tolist(), idx.host_code[at].tolist(), idx.model_code[at].tolist(),
+                                   kind_code[at].tolist(), fg.nfit[ready_g].tolist())
+    ]
+    # the kept groups' free devices, by group, pool order inside
+    ag_sorted = np.repeat(np.arange(fg.ngroups), fg.navail)
+    kept = np.zeros(fg.ngroups, dtype=np.bool_)
+    kept[ready_g] = True
+    sel = kept[ag_sorted]
+    kp, kg = fg.apos[sel], ag_sorted[sel]
+    kept_devices = list(map(idx.devices.__getitem__, kp.tolist()))
+    end = 0
+    for grp, m in zip(ready, fg.navail[ready_g].tolist()):
+        grp.available = kept_devices[end:end + m]
+        end += m
+    if n == 1:
+        _choose_one_device(idx, ready, kept_devices, kp, kg)
+    return ready
+
+
+def _choose_one_device(idx: InventoryIndex, ready: list[Group], kept_devices: list[Device], kp: np.ndarray,
+                       kg: np.ndarray) -> None:
+    """_choose_set for one device: the least loaded, then most free memory, then lowest index; ties go to pool
+    order (lexsort is stable and kp is in pool order per group)."""
+    try:    # Device.index is read here, for the kept groups' devices only
+        on_host = np.fromiter((d.index for d in kept_devices), np.int64, len(kept_devices))
+    except OverflowError:   # an index beyond int64: _choose_set decides
+        return
+    o = np.lexsort((on_host, -np.maximum(idx.memory_free_bytes[kp], 0), idx.utilization_pct[kp], kg))
+    kg_o = kg[o]
+    best = o[np.concatenate(([True], kg_o[1:] != kg_o[:-1]))].tolist()   # one per kept group
+    for grp, b in zip(ready, best):
+        grp.chosen = ([kept_devices[b]], False, None)
+
+
+def _dropped_sets(idx: InventoryIndex, dkey: np.ndarray, keys: dict[tuple[str, str], int],
+                  gang: list[tuple[str, str, np.ndarray]]) -> list[tuple[str, str, list[str], str]]:
+    """Dropped sets: per-device keys in order of first appearance, then the gang groups in group order."""
     dropped_pos: dict[tuple[str, str], list[np.ndarray]] = {}
     dpos = np.flatnonzero(dkey >= 0)
     if dpos.size:
@@ -479,4 +533,40 @@ def indexed_partition(inventory: Inventory, catalog: Catalog, allowed: set[str],
         hc = idx.host_code[pos]
         host = idx.hosts[hc[0]] if (hc == hc[0]).all() else "*"
         dropped.append((model, reason, list(map(idx.device_ids.__getitem__, pos.tolist())), host))
-    return Partition(fits, total_ready, ready, dropped)
+    return dropped
+
+
+def indexed_partition(inventory: Inventory, catalog: Catalog, allowed: set[str], threshold: float, need: int, n: int,
+                      leased: frozenset[str]) -> Partition:
+    """Sort the pool's devices into groups and dropped sets, on the inventory's cached columnar index.
+
+    Same result as :func:`autodl.policy.placement.partition` (``tests/simulate/test_place_index.py`` checks it
+    on random pools), which it falls back to when the inventory cannot be indexed exactly. Per call it
+    looks up each distinct model spelling in the catalog once, decides vendor and never-fits once per
+    distinct (model, memory) kind (split by the devices' own vendor for models the catalog lacks),
+    tests health, leases, load and free memory on arrays, and touches :class:`Device` objects only for
+    the groups it keeps for scoring.
+    """
+    idx = inventory_index(inventory)
+    if idx is None or not -INT_LIMIT < need < INT_LIMIT or any(d.health_reason for d in idx.devices):
+        return partition(inventory, catalog, allowed, threshold, need, n, leased)
+    models = _models(idx, catalog)
+    kind_code, kinds = _kinds(idx, models)
+    dk = _dropped_keys(kinds, models, allowed, threshold, need)
+    fit, avail, dkey = _device_checks(idx, kind_code, dk, models.dev_cm, need, leased)
+    fpos = np.flatnonzero(fit)
+    ready: list[Group] = []
+    gang: list[tuple[str, str, np.ndarray]] = []
+    fits = False
+    total_ready = 0
+    if fpos.size:
+        fg = _fit_groups(idx, fpos, avail, models)
+        fits = bool((fg.nfit >= n).any())
+        ready_g = np.flatnonzero(fg.navail >= n)
+        total_ready = int(ready_g.size)
+        if n > 1:
+            gang = _gang_misfits(idx, fg, models, n)
+        ready_g = _kept_candidates(idx, fg, models, ready_g, n)
+        if ready_g.size:
+            ready = _ready_groups(idx, fg, models, kind_code, dk.kind_vendor, ready_g, n)
+    return Partition(fits, total_ready, ready, _dropped_sets(idx, dkey, dk.keys, gang))

@@ -259,7 +259,7 @@ def load_trace(
     if not load > 0:
         raise AutoDLError(f"load {load}: must be > 0 (1 = the trace's own arrival rate).")
     rows = _trace_rows(p)
-    samples = None
+    samples: list[ErrorSample] = []  # drawn from when no uniform error is given
     if error is None:
         samples = errors if isinstance(errors, list) else load_errors(errors)
     rng = random.Random(seed)
@@ -271,7 +271,7 @@ def load_trace(
     out = []
     for i, (ts, dur, n, gpu_s, owner) in enumerate(rows):
         scale = math.exp(rng.uniform(lo, hi))
-        if samples is None:
+        if error is not None:
             ratio, phase = 1.0 + rng.uniform(-error, error), "step"
         else:
             smp = samples[rng.randrange(len(samples))]
