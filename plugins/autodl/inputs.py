@@ -58,7 +58,7 @@ _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 4
 _repr.maxlevel = 2
 
 
-def clip(text: str, limit: int = 120) -> str:
+def clip(text: str | os.PathLike[str], limit: int = 120) -> str:
     """``text`` cut to ``limit`` characters (with "..."), for paths and messages quoted in messages."""
     text = str(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -103,10 +103,11 @@ def resolve_file(path: str | Path, error: type[Exception], what: str = "file", *
     except FileNotFoundError:
         raise error(f"{shown}: {missing or what + ' not found; ' + fix + '.'}") from None
     except OSError as exc:
-        reason = {errno.ELOOP: "is a symlink loop (or a chain of more than 40 links)",
-                  errno.ENAMETOOLONG: "has a name that is too long",
-                  errno.EACCES: "cannot be read (permission denied)",
-                  errno.ENOTDIR: "has a part that is not a folder"}.get(exc.errno, f"cannot be read ({exc.strerror})")
+        reasons: dict[int | None, str] = {errno.ELOOP: "is a symlink loop (or a chain of more than 40 links)",
+                                          errno.ENAMETOOLONG: "has a name that is too long",
+                                          errno.EACCES: "cannot be read (permission denied)",
+                                          errno.ENOTDIR: "has a part that is not a folder"}
+        reason = reasons.get(exc.errno, f"cannot be read ({exc.strerror})")  # errno is None for a bare OSError
         raise error(f"{shown}: the {what} path {reason}; {fix}.") from None
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{shown}: is a folder, not a {what}; {fix}.")
