@@ -59,7 +59,8 @@ class TextClassifier(nn.Layer):
 
 def read_rows(path: Path) -> list[tuple[str, str, str]]:
     lines = path.read_text().splitlines()[1:]
-    return [tuple(line.split("\t", 2)) for line in lines if line.strip()]
+    cells = (line.split("\t", 2) for line in lines if line.strip())
+    return [(split, label, text) for split, label, text in cells]
 
 
 def build_vocab(sentences: list[str]) -> dict[str, int]:

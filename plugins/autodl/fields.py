@@ -7,7 +7,7 @@ refused with the field's name by pydantic (the callers turn it into a SpecError/
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeAlias
 
 from pydantic import Field, Strict
 
@@ -73,23 +73,26 @@ MAX_RUN_KEY_CHARS = 512
 ``VARCHAR(512)``); Airflow allows a DAG id, a task group id and a run id of 250 characters each, so
 :func:`autodl.steps.context.make_run_key` shortens longer keys."""
 
-BatchSize = Int(gt=0, le=MAX_BATCH_PER_DEVICE)
-SequenceLength = Int(gt=0, le=MAX_SEQUENCE_LENGTH)
-InputDim = Int(gt=0, le=MAX_INPUT_DIM)
-DeviceCount = Int(ge=1, le=MAX_DEVICES_PER_RUN)
-WaitSeconds = Int(gt=0, le=MAX_WAIT_S)
-Fraction = Float(gt=0, le=1)
-ScoreWeight = Float(ge=-MAX_SCORE_WEIGHT, le=MAX_SCORE_WEIGHT)
-Cpus = Float(gt=0, le=MAX_CPUS)
-DeviceBytes = Int(gt=0, le=MAX_DEVICE_BYTES)
-UsedDeviceBytes = Int(ge=0)  # compared with the device's memory by the reader, which names both
-Percent = Float(ge=0, le=100)
-DeviceIndex = Int(ge=0, le=MAX_DEVICE_INDEX)
-CatalogFigure = Float(gt=0, le=MAX_CATALOG_FIGURE)
-CatalogFigureOrZero = Float(ge=0, le=MAX_CATALOG_FIGURE)
+# Real type aliases (mypy reads them as int/float; pydantic reads the bounds), spelt as Int()/Float() build them.
+BatchSize: TypeAlias = Annotated[int, Strict(), Field(gt=0, le=MAX_BATCH_PER_DEVICE)]
+SequenceLength: TypeAlias = Annotated[int, Strict(), Field(gt=0, le=MAX_SEQUENCE_LENGTH)]
+InputDim: TypeAlias = Annotated[int, Strict(), Field(gt=0, le=MAX_INPUT_DIM)]
+DeviceCount: TypeAlias = Annotated[int, Strict(), Field(ge=1, le=MAX_DEVICES_PER_RUN)]
+WaitSeconds: TypeAlias = Annotated[int, Strict(), Field(gt=0, le=MAX_WAIT_S)]
+Fraction: TypeAlias = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
+ScoreWeight: TypeAlias = Annotated[float, Strict(), Field(ge=-MAX_SCORE_WEIGHT, le=MAX_SCORE_WEIGHT, allow_inf_nan=False)]
+Cpus: TypeAlias = Annotated[float, Strict(), Field(gt=0, le=MAX_CPUS, allow_inf_nan=False)]
+DeviceBytes: TypeAlias = Annotated[int, Strict(), Field(gt=0, le=MAX_DEVICE_BYTES)]
+UsedDeviceBytes: TypeAlias = Annotated[int, Strict(), Field(ge=0)]  # compared with the device's memory by the reader
+Percent: TypeAlias = Annotated[float, Strict(), Field(ge=0, le=100, allow_inf_nan=False)]
+DeviceIndex: TypeAlias = Annotated[int, Strict(), Field(ge=0, le=MAX_DEVICE_INDEX)]
+CatalogFigure: TypeAlias = Annotated[float, Strict(), Field(gt=0, le=MAX_CATALOG_FIGURE, allow_inf_nan=False)]
+CatalogFigureOrZero: TypeAlias = Annotated[float, Strict(), Field(ge=0, le=MAX_CATALOG_FIGURE, allow_inf_nan=False)]
+TolerationSeconds: TypeAlias = Annotated[int, Strict(), Field(ge=0, le=10**9)]
+"""A Kubernetes toleration's ``tolerationSeconds`` (launch options): up to 10**9 s, about 31 years."""
 
 __all__ = [
     "BatchSize", "CatalogFigure", "CatalogFigureOrZero", "Cpus", "DeviceBytes", "DeviceCount", "DeviceIndex", "Float",
-    "Fraction", "InputDim", "Int", "MAX_HOST_BYTES", "MAX_RUN_KEY_CHARS", "Percent", "ScoreWeight", "SequenceLength", "UINT32_ID_MAX",
-    "UsedDeviceBytes", "WaitSeconds",
+    "Fraction", "InputDim", "Int", "MAX_HOST_BYTES", "MAX_RUN_KEY_CHARS", "Percent", "ScoreWeight", "SequenceLength",
+    "TolerationSeconds", "UINT32_ID_MAX", "UsedDeviceBytes", "WaitSeconds",
 ]

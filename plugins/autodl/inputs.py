@@ -58,7 +58,7 @@ _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 4
 _repr.maxlevel = 2
 
 
-def clip(text: str, limit: int = 120) -> str:
+def clip(text: str | os.PathLike[str], limit: int = 120) -> str:
     """``text`` cut to ``limit`` characters (with "..."), for paths and messages quoted in messages."""
     text = str(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -103,10 +103,11 @@ def resolve_file(path: str | Path, error: type[Exception], what: str = "file", *
     except FileNotFoundError:
         raise error(f"{shown}: {missing or what + ' not found; ' + fix + '.'}") from None
     except OSError as exc:
-        reason = {errno.ELOOP: "is a symlink loop (or a chain of more than 40 links)",
-                  errno.ENAMETOOLONG: "has a name that is too long",
-                  errno.EACCES: "cannot be read (permission denied)",
-                  errno.ENOTDIR: "has a part that is not a folder"}.get(exc.errno, f"cannot be read ({exc.strerror})")
+        reasons: dict[int | None, str] = {errno.ELOOP: "is a symlink loop (or a chain of more than 40 links)",
+                                          errno.ENAMETOOLONG: "has a name that is too long",
+                                          errno.EACCES: "cannot be read (permission denied)",
+                                          errno.ENOTDIR: "has a part that is not a folder"}
+        reason = reasons.get(exc.errno, f"cannot be read ({exc.strerror})")  # errno is None for a bare OSError
         raise error(f"{shown}: the {what} path {reason}; {fix}.") from None
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{shown}: is a folder, not a {what}; {fix}.")
@@ -176,13 +177,39 @@ def _join(path: list[str]) -> str | None:
     return out or None
 
 
+_TAG = "tag:yaml.org,2002:"
+"""YAML's own tags' prefix (``!!str`` is ``tag:yaml.org,2002:str``)."""
+_ALLOWED_TAGS = {_TAG + t for t in ("str", "int", "float", "bool", "null", "seq", "map", "merge")}
+"""The tags autodl's files may hold: plain values, lists and mappings (merge keys included)."""
+
+
 def _make_loader():
+    """The bounded YAML loader class (libyaml's parser when PyYAML has it, the Python composer that bounds depth,
+    size and tags, the plain constructor and resolver) and the errors it raises; PyYAML is imported here."""
     import yaml
-    from yaml.composer import Composer, ComposerError
-    from yaml.constructor import ConstructorError, SafeConstructor
-    from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
-    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
-    from yaml.resolver import Resolver
+    from yaml.constructor import ConstructorError
+
+    Parser, init_parser = _yaml_parser()
+    PlainResolver = _plain_resolver()
+    BoundedComposer = _bounded_composer()
+    PlainConstructor = _plain_constructor()
+
+    class BoundedLoader(Parser, BoundedComposer, PlainConstructor, PlainResolver):
+        def __init__(self, stream):
+            init_parser(self, stream)
+            BoundedComposer.__init__(self)
+            PlainConstructor.__init__(self)
+            PlainResolver.__init__(self)
+
+    # the Python composer, not the C one: it is where depth, size and tags are bounded
+    for name in ("check_node", "get_node", "get_single_node", "compose_document"):
+        setattr(BoundedLoader, name, getattr(BoundedComposer, name))
+    return BoundedLoader, (yaml.YAMLError, ConstructorError)
+
+
+def _yaml_parser():
+    """(the parser class, how to initialise it): libyaml's CParser, else PyYAML's Python reader+scanner+parser."""
+    import yaml
 
     try:
         from yaml._yaml import CParser as Parser  # libyaml: fast, and bounds flow nesting itself
@@ -202,9 +229,14 @@ def _make_loader():
             Scanner.__init__(self)
             yaml.parser.Parser.__init__(self)
 
-    tag = "tag:yaml.org,2002:"
-    allowed = {tag + t for t in ("str", "int", "float", "bool", "null", "seq", "map", "merge")}
+    return Parser, init_parser
 
+
+def _plain_resolver():
+    """YAML 1.1's implicit resolvers without timestamps and base-60 numbers."""
+    from yaml.resolver import Resolver
+
+    tag = _TAG
     class PlainResolver(Resolver):
         """YAML 1.1's implicit types minus timestamps: an unquoted date stays the string it was written as."""
 
@@ -219,20 +251,16 @@ def _make_loader():
         r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
 
-    class BoundedComposer(Composer):
-        def __init__(self):
-            Composer.__init__(self)
-            self._depth = 0
-            self._total = 0
-            self._weight: dict[int, int] = {}
-            self._path: list[str] = []
+    return PlainResolver
 
-        def _count(self, n: int, mark) -> None:
-            self._total += n
-            if self._total > MAX_YAML_NODES:
-                raise YAMLRefused(f"the document expands to more than {MAX_YAML_NODES:,} values (aliases repeating "
-                                  "aliases, or simply too large); write it out without nested aliases", mark=mark)
 
+def _bounded_composer():
+    """PyYAML's Python composer bounded in depth (:data:`MAX_YAML_DEPTH`), in values after aliases
+    (:data:`MAX_YAML_NODES`) and in tags (:data:`_ALLOWED_TAGS`); each node knows its path (``a.b[0]``)."""
+    from yaml.composer import ComposerError
+    from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
+
+    class BoundedComposer(_counting_composer()):  # the node builders, built when PyYAML is imported
         def compose_node(self, parent, index):
             if self.check_event(AliasEvent):
                 event = self.get_event()
@@ -263,6 +291,32 @@ def _make_loader():
             finally:
                 self._depth -= 1
             return node
+
+    return BoundedComposer
+
+
+def _counting_composer():
+    """The composer's node builders: each scalar, sequence and mapping counted (:data:`MAX_YAML_NODES`, aliases
+    by the values they repeat), its tag checked and its path kept."""
+    import yaml
+    from yaml.composer import Composer
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    tag, allowed = _TAG, _ALLOWED_TAGS
+
+    class CountingComposer(Composer):
+        def __init__(self):
+            Composer.__init__(self)
+            self._depth = 0
+            self._total = 0
+            self._weight: dict[int, int] = {}
+            self._path: list[str] = []
+
+        def _count(self, n: int, mark) -> None:
+            self._total += n
+            if self._total > MAX_YAML_NODES:
+                raise YAMLRefused(f"the document expands to more than {MAX_YAML_NODES:,} values (aliases repeating "
+                                  "aliases, or simply too large); write it out without nested aliases", mark=mark)
 
         def compose_scalar_node(self, anchor):
             node = Composer.compose_scalar_node(self, anchor)
@@ -329,6 +383,17 @@ def _make_loader():
                 raise YAMLRefused(f"the tag {short(node.tag.replace(tag, '!!'))} is not allowed; autodl files use plain "
                                   "YAML values (strings, numbers, true/false, null, lists, mappings)", node=node)
 
+    return CountingComposer
+
+
+def _plain_constructor():
+    """PyYAML's safe constructor that refuses, with the value's line, what autodl's files cannot mean: numbers past
+    64 bits, leading-zero octals, non-finite floats, duplicate keys and unhashable keys."""
+    from yaml.constructor import SafeConstructor
+    from yaml.nodes import MappingNode, ScalarNode
+
+    tag = _TAG
+
     class PlainConstructor(SafeConstructor):
         def construct_object(self, node, deep=False):
             try:
@@ -386,17 +451,7 @@ def _make_loader():
     PlainConstructor.add_constructor(tag + "int", PlainConstructor.construct_yaml_int)
     PlainConstructor.add_constructor(tag + "float", PlainConstructor.construct_yaml_float)
 
-    class BoundedLoader(Parser, BoundedComposer, PlainConstructor, PlainResolver):
-        def __init__(self, stream):
-            init_parser(self, stream)
-            BoundedComposer.__init__(self)
-            PlainConstructor.__init__(self)
-            PlainResolver.__init__(self)
-
-    # the Python composer, not the C one: it is where depth, size and tags are bounded
-    for name in ("check_node", "get_node", "get_single_node", "compose_document"):
-        setattr(BoundedLoader, name, getattr(BoundedComposer, name))
-    return BoundedLoader, (yaml.YAMLError, ConstructorError)
+    return PlainConstructor
 
 
 _LOADER = None

@@ -462,8 +462,8 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
     steps, step_notes = checked_steps(steps_path, started_ts=started_ts, duration_s=duration_s)
     notes += step_notes
     reports = read_memory_reports(steps_path)
-    util = [s["utilization_pct"] if "utilization_pct" in s else s.get("cpu_pct") for s in samples]
-    util = [u for u in util if u is not None]
+    readings = [s["utilization_pct"] if "utilization_pct" in s else s.get("cpu_pct") for s in samples]
+    util = [u for u in readings if u is not None]
     temp = [s["temperature_c"] for s in samples if s.get("temperature_c") is not None]
     power = [s["power_w"] for s in samples if s.get("power_w") is not None]
     process_values = [s.get("process_bytes") for s in samples]

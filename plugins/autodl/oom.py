@@ -9,8 +9,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +78,12 @@ def to_bytes(number: str, unit: str) -> int:
     return int(round(float(number) * 1024 ** UNITS.get(unit, UNITS.get(unit.upper(), 0))))
 
 
+StrategySource: TypeAlias = Literal["training", "environment", "paddle default"]
+"""Where ``FLAGS_allocator_strategy`` was read."""
+Verdict: TypeAlias = Literal["busy", "too_big", "unknown"]
+"""Whose memory filled the device: other processes' (busy), the run's own (too big), or cannot be told."""
+
+
 class OOMReport(BaseModel):
     """What an out-of-memory exit says; every byte count in bytes, None when the message did not say."""
 
@@ -92,8 +99,8 @@ class OOMReport(BaseModel):
     wanted_bytes: int | None = Field(None, description="What the run needed at its batch: its own memory + the request.")
     fixed_bytes: int = Field(0, description="The batch-independent part used to rescale (from the profile).")
     allocator_strategy: str
-    allocator_strategy_source: Literal["training", "environment", "paddle default"]
-    verdict: Literal["busy", "too_big", "unknown"]
+    allocator_strategy_source: StrategySource
+    verdict: Verdict
     memory: Literal["device", "host"] = Field("device", description="Whose allocator failed: the device's, or the "
                                                                     "host's (CPU) memory.")
     batch_size: int | None = None
@@ -123,11 +130,12 @@ def find_oom(texts: list[str]) -> tuple[str, dict[str, Any]] | None:
         _o, _s, kind, fields, message = found
         return kind, {**fields, "message": message}
     for text in reversed(texts):
-        m = None
-        for m in _GENERIC.finditer(text):
+        last: re.Match[str] | None = None
+        for last in _GENERIC.finditer(text):
             pass
-        if m is not None and ("ResourceExhaustedError" in text or "(ResourceExhausted)" in text):
-            line = text[text.rfind("\n", 0, m.start()) + 1: text.find("\n", m.end()) if "\n" in text[m.end():] else len(text)]
+        if last is not None and ("ResourceExhaustedError" in text or "(ResourceExhausted)" in text):
+            line = text[text.rfind("\n", 0, last.start()) + 1:
+                        text.find("\n", last.end()) if "\n" in text[last.end():] else len(text)]
             return "generic", {"device": "?", "message": line.strip()[:300]}
     return None
 
@@ -158,7 +166,7 @@ def explain(
     memory_reports: dict[str, Any] | None = None,
     others_bytes: int | None = None,
     device_total_bytes: int | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
     host_total_bytes: int | None = None,
     run_on_cpu: bool | None = None,
 ) -> OOMReport | None:
@@ -180,21 +188,47 @@ def explain(
         return None
     kind, f = hit
     reports = memory_reports or {}
-    env = os.environ if env is None else env
-    if reports.get("allocator_strategy"):
-        strategy, strategy_source = str(reports["allocator_strategy"]), "training"
-    elif env.get("FLAGS_allocator_strategy"):
-        strategy, strategy_source = env["FLAGS_allocator_strategy"], "environment"
-    else:
-        strategy, strategy_source = PADDLE_DEFAULT_STRATEGY, "paddle default"
+    strategy, strategy_source = _allocator_strategy(reports, os.environ if env is None else env)
     requested, free, used = f.get("req"), f.get("free"), f.get("used")
     host = kind in HOST_KINDS
     total = f.get("total") or (used + free if used is not None and free is not None else None) or \
         (host_total_bytes if host else device_total_bytes)
     if used is None and total is not None and free is not None:
         used = total - free
+    run = _run_bytes(reports, _place_of(f["device"]), kind)
+    verdict, others = _whose_memory(requested, free, used, total, run, others_bytes)
+    if host and run_on_cpu is False:
+        wanted = None   # host memory of a GPU run: not the device's need
+    else:
+        wanted = _wanted_bytes(kind, requested, used, run, others)
+    batch = profile.batch_size if profile else None
+    fixed = 0
+    if profile is not None:
+        fixed = max(0, profile.peak_memory_bytes - profile.breakdown.activations_bytes)
+    fitting = _fitting_batch_size(batch, wanted, fixed, total, others, verdict)
+    report = OOMReport(
+        device=f["device"], requested_bytes=requested, free_bytes=free, device_used_bytes=used, device_total_bytes=total,
+        run_bytes=run, others_bytes=others, wanted_bytes=wanted, fixed_bytes=fixed, allocator_strategy=strategy,
+        allocator_strategy_source=strategy_source, verdict=verdict, memory="host" if host else "device", batch_size=batch, fitting_batch_size=fitting,
+        message=f["message"], explanation="",
+    )
+    return report.model_copy(update={"explanation": _explanation(report, f.get("errno"), run_on_cpu)})
+
+
+def _allocator_strategy(reports: dict[str, Any], env: Mapping[str, str]) -> tuple[str, StrategySource]:
+    """``FLAGS_allocator_strategy`` and where it was read: the training's own report, else its environment,
+    else Paddle's default."""
+    if reports.get("allocator_strategy"):
+        return str(reports["allocator_strategy"]), "training"
+    if env.get("FLAGS_allocator_strategy"):
+        return env["FLAGS_allocator_strategy"], "environment"
+    return PADDLE_DEFAULT_STRATEGY, "paddle default"
+
+
+def _run_bytes(reports: dict[str, Any], place: str, kind: str) -> int | None:
+    """The run's own memory (Paddle's reserved peak) on the failed device ``place``: the report of that device (by
+    name or by its place), else the only device reported when it is not the host's and the failure is not."""
     run = None
-    place = _place_of(f["device"])
     places = reports.get("places") or {}
     for device, peaks in (reports.get("peak_by_device") or {}).items():
         if device == place or places.get(device) == place:
@@ -206,9 +240,14 @@ def explain(
             key = next(iter(per))
             if not str(key).startswith("cpu"):
                 run = only.get("reserved_peak_bytes")
+    return run
 
-    # whose memory: NVML's per-process split first, else what Paddle's own counter leaves over
-    verdict: str = "unknown"
+
+def _whose_memory(requested: int | None, free: int | None, used: int | None, total: int | None, run: int | None,
+                  others_bytes: int | None) -> tuple[Verdict, int | None]:
+    """(verdict, other processes' bytes): NVML's per-process split first, else what Paddle's own counter leaves
+    over the run's memory and a CUDA context."""
+    verdict: Verdict = "unknown"
     others = others_bytes
     if others is None and run is not None and used is not None and used - run > CONTEXT_SLACK_BYTES:
         others = used - run - CONTEXT_SLACK_BYTES
@@ -216,62 +255,66 @@ def explain(
         verdict = "busy" if others > 0 and requested <= free + others else "too_big"
     elif requested is not None and total is not None and requested > total:
         verdict = "too_big"   # more than the whole device (or host) holds, whoever else was there
+    return verdict, others
 
-    if host and run_on_cpu is False:
-        wanted = None   # host memory of a GPU run: not the device's need
-    elif run is not None and requested is not None:
-        wanted = run + requested
-    elif used is not None and requested is not None:
-        wanted = used - (others or 0) + requested   # unknown others count as the run's: an upper bound
-    elif kind == "host_alloc" and requested is not None:
-        wanted = requested   # the failed request alone: a lower bound of what the run needed
-    else:
-        wanted = None
-    batch = profile.batch_size if profile else None
-    fixed = 0
-    if profile is not None:
-        fixed = max(0, profile.peak_memory_bytes - profile.breakdown.activations_bytes)
-    fitting = None
+
+def _wanted_bytes(kind: str, requested: int | None, used: int | None, run: int | None,
+                  others: int | None) -> int | None:
+    """What the run needed at its batch on the device: its own memory plus the failed request, or None."""
+    if run is not None and requested is not None:
+        return run + requested
+    if used is not None and requested is not None:
+        return used - (others or 0) + requested   # unknown others count as the run's: an upper bound
+    if kind == "host_alloc" and requested is not None:
+        return requested   # the failed request alone: a lower bound of what the run needed
+    return None
+
+
+def _fitting_batch_size(batch: int | None, wanted: int | None, fixed: int, total: int | None, others: int | None,
+                        verdict: Verdict) -> int | None:
+    """The largest per-device batch that would have fit, scaling the batch-dependent part of ``wanted``."""
     budget = (total - (others or 0)) if total is not None else None
-    if batch and wanted and budget:
-        if verdict == "busy":
-            fitting = batch if wanted <= total else None
-        if fitting is None:
-            scale = wanted - fixed
-            fitting = int(batch * (budget - fixed) / scale) if scale > 0 and budget > fixed else 0
-            fitting = min(fitting, batch - 1) if wanted > budget else fitting
+    if not (batch and wanted and budget):
+        return None
+    fitting = None
+    if verdict == "busy":
+        fitting = batch if total is not None and wanted <= total else None
+    if fitting is None:
+        scale = wanted - fixed
+        fitting = int(batch * (budget - fixed) / scale) if scale > 0 and budget > fixed else 0
+        fitting = min(fitting, batch - 1) if wanted > budget else fitting
+    return fitting
 
+
+def _explanation(report: OOMReport, errno: int | None, run_on_cpu: bool | None) -> str:
+    """The report in words: what was asked and free, the allocator, the verdict and the batch that would fit."""
     gib = lambda n: "?" if n is None else f"{n / GiB:.2f} GiB"  # noqa: E731
-    parts = [f"out of memory on {f['device']}: asked for {gib(requested)} with {gib(free)} free"
-             + (f" ({gib(used)} in use on the device of {gib(total)})" if used is not None else "")]
-    if f.get("errno") is not None:
-        parts.append(f"errno {f['errno']}" + (f" ({_ERRNO[f['errno']]})" if f["errno"] in _ERRNO else ""))
-    if host and run_on_cpu is False:
+    used, fitting, batch = report.device_used_bytes, report.fitting_batch_size, report.batch_size
+    parts = [f"out of memory on {report.device}: asked for {gib(report.requested_bytes)} with {gib(report.free_bytes)} "
+             "free" + (f" ({gib(used)} in use on the device of {gib(report.device_total_bytes)})" if used is not None else "")]
+    if errno is not None:
+        parts.append(f"errno {errno}" + (f" ({_ERRNO[errno]})" if errno in _ERRNO else ""))
+    if report.memory == "host" and run_on_cpu is False:
         parts.append("this is host (CPU) memory, not the GPU's: the GPU estimate is not raised from it")
-    parts.append(f"allocator {strategy} ({strategy_source})")
-    if strategy == "naive_best_fit":
+    parts.append(f"allocator {report.allocator_strategy} ({report.allocator_strategy_source})")
+    if report.allocator_strategy == "naive_best_fit":
         parts.append("naive_best_fit pre-allocates FLAGS_fraction_of_gpu_memory_to_use of the card, so device 'used' "
                      "overstates the run's tensors")
-    if verdict == "busy":
-        parts.append(f"BUSY: other processes held {gib(others)} on the device; without them the allocation would have fit"
-                     + (f" (batch {fitting} fits on a free device)" if fitting else ""))
-    elif verdict == "too_big":
-        parts.append(f"TOO BIG for the device: the run wanted {gib(wanted)}"
+    if report.verdict == "busy":
+        parts.append(f"BUSY: other processes held {gib(report.others_bytes)} on the device; without them the allocation "
+                     "would have fit" + (f" (batch {fitting} fits on a free device)" if fitting else ""))
+    elif report.verdict == "too_big":
+        parts.append(f"TOO BIG for the device: the run wanted {gib(report.wanted_bytes)}"
                      + (f"; a per-device batch of at most {fitting} would fit (task.batch_size_per_gpu, now {batch})"
                         if fitting is not None and batch else ""))
     else:
         parts.append("busy or too big cannot be told: neither NVML per-process memory nor the training's own report "
                      "covers that device" + (f"; a per-device batch of at most {fitting} would fit if it is the run's own memory"
                                              if fitting is not None and batch else ""))
-    if fitting is not None and batch and verdict != "busy":
+    if fitting is not None and batch and report.verdict != "busy":
         parts.append("that batch assumes the failed allocation scales with the batch: one batch size cannot tell; "
                      "a second failure at another batch size does (see `autodl calibration`)")
-    return OOMReport(
-        device=f["device"], requested_bytes=requested, free_bytes=free, device_used_bytes=used, device_total_bytes=total,
-        run_bytes=run, others_bytes=others, wanted_bytes=wanted, fixed_bytes=fixed, allocator_strategy=strategy,
-        allocator_strategy_source=strategy_source, verdict=verdict, memory="host" if host else "device", batch_size=batch, fitting_batch_size=fitting,
-        message=f["message"], explanation="; ".join(parts) + ".",
-    )
+    return "; ".join(parts) + "."
 
 
 def floor_at_batch(oom: dict[str, Any], batch_size: int) -> int | None:

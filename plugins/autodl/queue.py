@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from autodl.config import gang_wait_bound_s
+from autodl.errors import StoreError
 from autodl.policy.admission import (
     WAIT_MARGIN,
     Admission,
@@ -142,7 +143,11 @@ class AdmissionQueue:
                 s.commit()
             except IntegrityError:  # two polls of the same run joined at once: the other one's row stands
                 s.rollback()
-                return self.heartbeat(run_key, now=now) or self.get(run_key)
+                entry = self.heartbeat(run_key, now=now) or self.get(run_key)
+                if entry is None:  # and that poll left the queue before this one could read its row
+                    raise StoreError(f"queue entry {run_key}: another poll of the same run joined and left the queue "
+                                     "at once; poll again (the run is not in the queue)")
+                return entry
             return self._to_entry(row)
 
     def heartbeat(self, run_key: str, *, now: datetime | None = None) -> QueueEntry | None:

@@ -186,7 +186,7 @@ def redact_obj(obj: Any, _depth: int = 0) -> Any:
     if _depth > 32:
         return obj
     if isinstance(obj, Mapping):
-        out = {}
+        out: dict[Any, Any] = {}  # the same keys as obj, a JSON-like value each
         secret_entry = isinstance(obj.get("name"), str) and is_secret_name(obj["name"]) and "value" in obj
         for key, value in obj.items():
             if key in ("env", "environment") and isinstance(value, Mapping):

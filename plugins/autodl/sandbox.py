@@ -191,7 +191,7 @@ def in_container() -> bool:
 
 def _mountinfo() -> list[tuple[str, str, set[str]]]:
     """(mount point, fs type, super options) of each cgroup mount."""
-    out = []
+    out: list[tuple[str, str, set[str]]] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -524,6 +524,8 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int, watch: tuple[Pat
     :returns: stdout, stderr, True when the deadline passed, and why the working folder is over its bounds (the
         reading stops at once then) or None.
     """
+    if proc.stdout is None or proc.stderr is None:
+        raise ValueError("_collect reads a child started with stdout=PIPE and stderr=PIPE")
     outs = {proc.stdout.fileno(): _Output(cap), proc.stderr.fileno(): _Output(cap)}
     order = list(outs.values())
     open_fds = set(outs)
@@ -554,6 +556,8 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int, watch: tuple[Pat
 def _drain(proc: subprocess.Popen, outs: tuple[_Output, _Output]) -> None:
     """After the tree was killed: what is left in the pipes (bounded by the pipes' size)."""
     for stream, o in zip((proc.stdout, proc.stderr), outs):
+        if stream is None:  # not a pipe: nothing to read
+            continue
         fd = stream.fileno()
         os.set_blocking(fd, False)
         while True:
@@ -584,6 +588,84 @@ def _bind_args(workdir: Path, read_only_paths: Sequence[Path]) -> list[str]:
     return [*before, "--bind", str(workdir), str(workdir), *after]
 
 
+def _tree_cgroup(limits: SandboxLimits, notes: list[str]) -> _Cgroup | None:
+    """A cgroup bounding the whole tree's memory and processes, or None with a note saying what bounds it then."""
+    try:
+        return _Cgroup(limits.memory_bytes, limits.max_processes)
+    except OSError as exc:
+        if os.geteuid() == 0:
+            procs = ("the number of processes was bounded only by the timeout (RLIMIT_NPROC does not apply to "
+                     "uid 0, which the sandbox maps to)")
+        else:
+            procs = f"processes were bounded by RLIMIT_NPROC={limits.max_processes}"
+        notes.append(f"no cgroup could be created ({exc}): {procs}, and memory only per process "
+                     f"(RLIMIT_AS={limits.memory_bytes} bytes), not for the whole tree.")
+        return None
+
+
+def _bwrap_argv(exe: str, argv: Sequence[str], *, workdir: Path, read_only_paths: Sequence[Path], data: list[int],
+                tmpfs_bytes: int, block_r: int, info_w: int) -> list[str]:
+    """bubblewrap's command line: new namespaces, a read-only root, the data files (``/etc/passwd``, ``/etc/group``,
+    ``/etc/hosts``) from ``data``'s descriptors, ``/tmp`` and ``/dev/shm`` of ``tmpfs_bytes``, the bind mounts,
+    and pid 1 waiting on ``block_r`` after writing its pid to ``info_w``."""
+    return [exe, *_namespace_args(), *_root_args(),
+            "--ro-bind-data", str(data[0]), "/etc/passwd", "--ro-bind-data", str(data[1]), "/etc/group",
+            "--ro-bind-data", str(data[2]), "/etc/hosts",
+            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
+            "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm", *_python_over_tmpfs_args(),
+            *_bind_args(workdir, read_only_paths), "--remount-ro", "/", "--chdir", str(workdir),
+            "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
+
+
+def _bound_pid1(child: int, cgroup: _Cgroup | None, limits: SandboxLimits, fsize: int) -> None:
+    """Bounds on the sandbox's pid 1 while it waits on ``--block-fd``, before it forks the command: the tree
+    inherits them (the cgroup, or RLIMIT_NPROC without one; RLIMIT_AS, no core files, RLIMIT_FSIZE)."""
+    if cgroup is not None:
+        cgroup.add(child)
+    for res, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CORE, 0),
+                       (resource.RLIMIT_FSIZE, fsize)):
+        resource.prlimit(child, res, (value, value))
+    if cgroup is None:
+        resource.prlimit(child, resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+
+
+def _kill_tree(pid1: _Pid | None, proc: subprocess.Popen | None) -> None:
+    """Kill the sandbox's pid 1 (its whole PID namespace dies with it) and bwrap."""
+    if pid1 is not None:
+        pid1.kill()
+    if proc is not None:
+        proc.kill()
+
+
+def _reap(proc: subprocess.Popen, outs: tuple[_Output, _Output]) -> None:
+    """Kill bwrap if it still runs, wait for it, read what is left in its pipes into ``outs`` and close them."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    _drain(proc, outs)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _bound_notes(limits: SandboxLimits, outs: tuple[_Output, _Output], *, oom: int | None, refused: int | None,
+                 disk_over: str | None) -> list[str]:
+    """What the bounds did to the run: output dropped, OOM kills, forks refused, a working folder over its bounds."""
+    notes = []
+    for name, o in zip(("stdout", "stderr"), outs):
+        if o.dropped:
+            notes.append(f"{name} was longer than {limits.max_output_bytes} bytes: its first {o.dropped} bytes were dropped.")
+    if oom:
+        notes.append(f"the sandbox reached its memory limit ({limits.memory_bytes} bytes for the whole tree): "
+                     f"the OOM killer killed {oom} process(es).")
+    if refused:
+        notes.append(f"the sandbox reached its process limit ({limits.max_processes}): {refused} fork(s) refused.")
+    if disk_over:
+        notes.append(f"the run put {disk_over} into its working folder (at most {limits.disk_bytes} bytes in "
+                     f"{limits.max_files} files): its whole tree was killed.")
+    return notes
+
+
 def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, env: dict[str, str],
                   read_only_paths: Sequence[Path] = ()) -> SandboxResult:
     """Run ``argv`` in a bubblewrap sandbox, wait for it within ``limits.timeout_s``, kill its whole tree.
@@ -607,17 +689,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
         raise SandboxUnavailable(f"no sandbox can be made on this host ({why}), and user code never runs unisolated.")
     workdir = Path(workdir).resolve()
     notes: list[str] = []
-    cgroup: _Cgroup | None = None
-    try:
-        cgroup = _Cgroup(limits.memory_bytes, limits.max_processes)
-    except OSError as exc:
-        if os.geteuid() == 0:
-            procs = ("the number of processes was bounded only by the timeout (RLIMIT_NPROC does not apply to "
-                     "uid 0, which the sandbox maps to)")
-        else:
-            procs = f"processes were bounded by RLIMIT_NPROC={limits.max_processes}"
-        notes.append(f"no cgroup could be created ({exc}): {procs}, and memory only per process "
-                     f"(RLIMIT_AS={limits.memory_bytes} bytes), not for the whole tree.")
+    cgroup = _tree_cgroup(limits, notes)
     level = "bwrap+cgroup" if cgroup is not None else "bwrap+rlimit"
     # tmpfs pages are host memory: the cgroup counts them; without one no rlimit does, so they are kept small
     tmpfs_bytes = limits.memory_bytes if cgroup is not None else min(limits.memory_bytes, limits.disk_bytes)
@@ -629,13 +701,8 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     block_r, block_w = os.pipe()
     info_r, info_w = os.pipe()
     fds += [block_r, block_w, info_r, info_w]
-    args = [exe, *_namespace_args(), *_root_args(),
-            "--ro-bind-data", str(data[0]), "/etc/passwd", "--ro-bind-data", str(data[1]), "/etc/group",
-            "--ro-bind-data", str(data[2]), "/etc/hosts",
-            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
-            "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm", *_python_over_tmpfs_args(),
-            *_bind_args(workdir, read_only_paths), "--remount-ro", "/", "--chdir", str(workdir),
-            "--block-fd", str(block_r), "--info-fd", str(info_w), "--", *argv]
+    args = _bwrap_argv(exe, argv, workdir=workdir, read_only_paths=read_only_paths, data=data,
+                       tmpfs_bytes=tmpfs_bytes, block_r=block_r, info_w=info_w)
     t0 = time.monotonic()
     deadline = t0 + limits.timeout_s
     proc: subprocess.Popen | None = None
@@ -659,14 +726,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
         child = _read_info(info_r, t0 + max(10.0, limits.timeout_s)).get("child-pid")
         if isinstance(child, int) and child > 0:
             pid1 = _Pid(child)
-            # bounds on pid 1 while it waits on --block-fd, before it forks the command: the tree inherits them
-            if cgroup is not None:
-                cgroup.add(child)
-            for res, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CORE, 0),
-                               (resource.RLIMIT_FSIZE, fsize)):
-                resource.prlimit(child, res, (value, value))
-            if cgroup is None:
-                resource.prlimit(child, resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+            _bound_pid1(child, cgroup, limits, fsize)
             os.write(block_w, b"x")
         else:
             proc.kill()  # never let it go on without its bounds (closing --block-fd would release it)
@@ -675,14 +735,9 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
                                                   (workdir, limits.disk_bytes, limits.max_files))
         outs = (out, err)
         if timed_out or disk_over:
-            if pid1 is not None:
-                pid1.kill()
-            proc.kill()
+            _kill_tree(pid1, proc)
     except BaseException:  # Ctrl-C, SIGTERM, an error placing the tree: never leave the sandbox running
-        if pid1 is not None:
-            pid1.kill()
-        if proc is not None:
-            proc.kill()
+        _kill_tree(pid1, proc)
         raise
     finally:
         close(*list(fds))
@@ -690,12 +745,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
             pid1.kill()
             pid1.close()
         if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            _drain(proc, outs)
-            proc.stdout.close()
-            proc.stderr.close()
+            _reap(proc, outs)
         peak = oom = refused = None
         if cgroup is not None:
             cgroup.kill_all()
@@ -706,17 +756,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     returncode = None if timed_out else proc.returncode
     if returncode is not None and 128 < returncode <= 128 + 64:
         returncode = 128 - returncode  # bwrap reports a command killed by signal N as 128+N, like a shell
-    for name, o in zip(("stdout", "stderr"), outs):
-        if o.dropped:
-            notes.append(f"{name} was longer than {limits.max_output_bytes} bytes: its first {o.dropped} bytes were dropped.")
-    if oom:
-        notes.append(f"the sandbox reached its memory limit ({limits.memory_bytes} bytes for the whole tree): "
-                     f"the OOM killer killed {oom} process(es).")
-    if refused:
-        notes.append(f"the sandbox reached its process limit ({limits.max_processes}): {refused} fork(s) refused.")
-    if disk_over:
-        notes.append(f"the run put {disk_over} into its working folder (at most {limits.disk_bytes} bytes in "
-                     f"{limits.max_files} files): its whole tree was killed.")
+    notes += _bound_notes(limits, outs, oom=oom, refused=refused, disk_over=disk_over)
     return SandboxResult(returncode=returncode, stdout=outs[0].text(), stderr=outs[1].text(), timed_out=timed_out,
                          seconds=round(time.monotonic() - t0, 3), isolation=level, notes=notes,
                          peak_memory_bytes=peak, oom_kills=oom, forks_refused=refused,

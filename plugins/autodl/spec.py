@@ -12,7 +12,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError, field_validator
 
@@ -196,7 +196,10 @@ def _launcher_tag(value: Any) -> str:
     return kind if isinstance(kind, str) and kind in LAUNCHER_OPTIONS else "local"
 
 
-LauncherSection = Annotated[
+LauncherChoice: TypeAlias = LocalOptions | DockerOptions | KubernetesOptions
+"""A validated ``launcher:`` section: the options of one of :data:`LAUNCHER_OPTIONS`' launchers."""
+
+LauncherSection: TypeAlias = Annotated[
     Annotated[LocalOptions, Tag("local")] | Annotated[DockerOptions, Tag("docker")]
     | Annotated[KubernetesOptions, Tag("kubernetes")],
     Discriminator(_launcher_tag),
@@ -205,10 +208,10 @@ LauncherSection = Annotated[
 ``launcher: docker`` is shorthand for ``{type: docker}``; without a type, the configured default launcher's.
 A key of another launcher (``namespace`` under ``type: docker``) is refused, naming the launcher that has it;
 unknown keys are refused, naming the key, so a typo never passes silently."""
-_LAUNCHER_ADAPTER: TypeAdapter[LauncherOptions] = TypeAdapter(LauncherSection)
+_LAUNCHER_ADAPTER: TypeAdapter[LauncherChoice] = TypeAdapter(LauncherSection)
 
 
-def launcher_section(value: Any) -> LauncherOptions:
+def launcher_section(value: Any) -> LauncherChoice:
     """``value`` (a ``launcher:`` section: a mapping, a launcher name, or a validated section) validated as
     :data:`LauncherSection`.
 
@@ -217,7 +220,7 @@ def launcher_section(value: Any) -> LauncherOptions:
     return _LAUNCHER_ADAPTER.validate_python({"type": value} if isinstance(value, str) else value)
 
 
-def with_launcher_type(section: LauncherOptions, kind: str) -> LauncherOptions:
+def with_launcher_type(section: LauncherChoice, kind: str) -> LauncherChoice:
     """``section`` as the options of launcher ``kind`` (a run's override of ``launcher.type``): the fields the spec
     set that ``kind``'s launcher has are kept; the others (``namespace`` when a kubernetes spec runs on docker)
     mean nothing to it and are dropped, as a launcher always ignored them.

@@ -28,7 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from autodl import store_faults, store_file
 from autodl.config import store_url
-from autodl.errors import StoreError
+from autodl.errors import ConfigError, StoreError
 from autodl.redact import redact_text, redact_url  # noqa: F401 - redact_url re-exported for existing callers
 
 VERSION_TABLE = "autodl_alembic_version"
@@ -129,7 +129,11 @@ def head_revision() -> str:
     """The newest migration's revision id."""
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    if head is None:  # alembic: a script folder without revisions
+        raise ConfigError(f"{MIGRATIONS_DIR}/versions holds no migration: autodl's shipped files are incomplete; "
+                          "reinstall autodl")
+    return head
 
 
 def current_revision(connection: Connection) -> str | None:

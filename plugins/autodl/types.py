@@ -8,7 +8,7 @@ names (``_bytes``, ``_s``, ``_pct``, ``_tflops``).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -492,7 +492,7 @@ class StepValue(_Frozen):
     """
 
     @classmethod
-    def coerce(cls, value: Any, *, what: str | None = None):
+    def coerce(cls, value: Any, *, what: str | None = None) -> Self:
         """``value`` as this model (a model is returned as is, a dict validated).
 
         :param what: where the value came from, for the message (e.g. "the profile step's XCom").

@@ -120,6 +120,19 @@ def test_launch_after_end_starts_next_attempt(tmp_path):
     assert wait(launcher, second) == 1
 
 
+def test_a_handle_whose_log_names_no_attempt_is_refused_naming_the_file(tmp_path):
+    """A handle.json whose log_path has no ``attempt-N`` (not written by the local launcher) gave an AttributeError
+    ('NoneType' object has no attribute 'group'; mypy found it); the next launch now says which file and what to do."""
+    launcher = LocalLauncher()
+    req = request(tmp_path, args=["0", "1"])
+    first = launcher.launch(req)
+    assert wait(launcher, first) == 1
+    handle_file = launcher.run_dir("r1") / "handle.json"
+    handle_file.write_text(first.model_copy(update={"log_path": str(tmp_path / "train.log")}).model_dump_json())
+    with pytest.raises(LaunchError, match=r"handle\.json: its log_path .*names no attempt.*move the run folder away"):
+        launcher.launch(req)
+
+
 def test_stop_kills_the_whole_process_group(tmp_path):
     script = tmp_path / "spawner.py"
     script.write_text("import subprocess, sys, time\n"

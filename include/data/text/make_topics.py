@@ -93,7 +93,7 @@ def sentence(rng: random.Random, label: str) -> str:
 
 def main() -> None:
     rng = random.Random(SEED)
-    rows = []
+    rows: list[tuple[str, str]] = []  # (label, sentence)
     for label in LABELS:
         seen: set[str] = set()
         while len(seen) < SENTENCES_PER_LABEL:

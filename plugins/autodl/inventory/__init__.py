@@ -30,7 +30,8 @@ get :data:`_BROKEN_NVML_FIX`."""
 
 
 def _broken_fix(exc: NvmlFailed) -> str:
-    return _NVML_FIXES.get(getattr(exc, "code", None), _BROKEN_NVML_FIX)
+    code = getattr(exc, "code", None)
+    return _NVML_FIXES.get(code, _BROKEN_NVML_FIX) if isinstance(code, int) else _BROKEN_NVML_FIX
 
 
 def read_inventory(source: str | Path | None = None, *, catalog: Catalog | None = None) -> Inventory:

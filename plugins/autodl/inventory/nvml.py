@@ -226,16 +226,16 @@ def _mig_share(nvml: ModuleType, parent: Any, child: Any, name: str, total: int,
     of the GPU's memory, which for every MIG profile is at most its compute share (1g.5gb: 1/8 of
     memory, 1/7 of compute), so speed is not overstated.
     """
-    profile = None
+    profile: str | None = None
     match = MIG_PROFILE_RE.search(name)
-    attrs = None
+    attrs: Any = None  # the binding's c_nvmlDeviceAttributes_t (nvml is an untyped module here), or None
     try:
         attrs = nvml.nvmlDeviceGetAttributes(child)
     except Exception:  # noqa: BLE001 - older driver or binding
         attrs = None
     if match:
         profile = f"{match.group(1)}g.{match.group(2)}gb"
-    elif attrs is not None and getattr(attrs, "gpuInstanceSliceCount", 0):
+    elif attrs is not None and getattr(attrs, "gpuInstanceSliceCount", None):
         profile = f"{attrs.gpuInstanceSliceCount}g.{round(attrs.memorySizeMB / 1024)}gb"
     if attrs is not None:
         try:
@@ -245,7 +245,7 @@ def _mig_share(nvml: ModuleType, parent: Any, child: Any, name: str, total: int,
                 return profile or f"{fraction:.2f}", round(fraction, 4), "multiprocessors"
         except Exception:  # noqa: BLE001
             pass
-    if match:
+    if match and profile is not None:  # a profile in the name: profile is the name's
         try:
             slices = int(nvml.nvmlDeviceGetMaxMigDeviceCount(parent))
             if slices:

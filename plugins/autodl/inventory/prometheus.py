@@ -240,7 +240,7 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
             fresh[what] = value
         elif what in entry.samples or what != "reserved_mib":  # older exporters do not export FB_RESERVED
             unknown.append(f"{what}: {why}")
-            if what in entry.samples:
+            if what in entry.samples and why is not None:  # resolve gives a reason with every None value
                 reasons.append(why)
     model_name = labels.get("modelName", "")
     gpu = catalog.find(model_name) if model_name else None

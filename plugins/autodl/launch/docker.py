@@ -281,6 +281,26 @@ LAUNCH_LOG_DIR = "/tmp/autodl-launch-logs"
 would be inside the read-only code folder)."""
 
 
+def _container_env(request: LaunchRequest, opts: DockerOptions, vendor: VendorInfo, device_env: dict[str, str], *,
+                   on_cpu: bool) -> tuple[dict[str, str], list[str]]:
+    """The container's environment (the request's, the options', a packed run's memory cap, the devices' and the
+    measurement hook's, autodl's run variables) and the memory cap's notes."""
+    env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
+    env.update(request.env)
+    env.update(opts.env)
+    cap_env, cap_notes = memory_cap(request, {**request.env, **opts.env})  # a packed run's share, the lower wins
+    env.update(cap_env)
+    env.update(device_env)
+    env.update(measurement_env(request, vendor, env))
+    if not on_cpu and request.devices:  # the hook attributes Paddle's place gpu:N to the Nth booked device
+        env["AUTODL_DEVICE_IDS"] = visible_devices_value(request.devices)
+    env["AUTODL_RUN_KEY"] = request.run_key
+    env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
+    if request.labels.get("lease_id"):
+        env["AUTODL_LEASE_ID"] = str(request.labels["lease_id"])
+    return env, cap_notes
+
+
 class DockerLauncher:
     """Runs the training in a container on a Docker engine (docker-py).
 
@@ -325,11 +345,14 @@ class DockerLauncher:
         import docker
 
         where = self.base_url or "DOCKER_HOST or unix:///var/run/docker.sock"
+        # mypy reads `docker` as the repository's docker/ folder (a namespace package, the checkout being on its
+        # path), not docker-py (untyped, no stubs): hence the two ignores
         try:
             if self.base_url:
-                client = docker.DockerClient(base_url=self.base_url, tls=self.tls or False, timeout=self.timeout)
+                client = docker.DockerClient(  # type: ignore[attr-defined]
+                    base_url=self.base_url, tls=self.tls or False, timeout=self.timeout)
             else:
-                client = docker.from_env(timeout=self.timeout)
+                client = docker.from_env(timeout=self.timeout)  # type: ignore[attr-defined]
             client.ping()
         except docker.errors.DockerException as exc:
             raise LaunchError(
@@ -356,20 +379,7 @@ class DockerLauncher:
             request, python=opts.python, script=script_inside, visible=device_env.get(vendor.visible_devices_env, ""),
             log_dir=LAUNCH_LOG_DIR)
         on_cpu = request.on_cpu or not request.devices
-
-        env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1"}
-        env.update(request.env)
-        env.update(opts.env)
-        cap_env, cap_notes = memory_cap(request, {**request.env, **opts.env})  # a packed run's share, the lower wins
-        env.update(cap_env)
-        env.update(device_env)
-        env.update(measurement_env(request, vendor, env))
-        if not on_cpu and request.devices:  # the hook attributes Paddle's place gpu:N to the Nth booked device
-            env["AUTODL_DEVICE_IDS"] = visible_devices_value(request.devices)
-        env["AUTODL_RUN_KEY"] = request.run_key
-        env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
-        if request.labels.get("lease_id"):
-            env["AUTODL_LEASE_ID"] = str(request.labels["lease_id"])
+        env, cap_notes = _container_env(request, opts, vendor, device_env, on_cpu=on_cpu)
 
         image = opts.image or DEFAULT_IMAGE
         name = container_name(request)

@@ -221,7 +221,7 @@ def training_isolation(*, run_folder: Path, workdir: Path, python: str = sys.exe
 
     exe = bwrap_path()
     why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu package 'bubblewrap')" if exe is None else _bwrap_works(exe)
-    if why:
+    if exe is None or why:  # no bwrap, or one that cannot make a sandbox here (why says which)
         if mode == "bwrap":
             raise LaunchError(f"{ISOLATION_ENV}=bwrap but {why}; install bubblewrap or set {ISOLATION_ENV}=auto.")
         return Isolation(mode="none", prefix=[], note=f"{why}: the training runs without isolation (it can read its "

@@ -142,6 +142,19 @@ def training_environment(inherited: Mapping[str, str], added: Mapping[str, str])
     return env
 
 
+def previous_attempt(handle_file: Path, log_path: str | None) -> int:
+    """The attempt number of the handle in ``handle_file``, from its log (``attempt-N.log``); 0 without a log.
+
+    :raises LaunchError: when the log's name holds no attempt number (the handle was not written by this launcher).
+    """
+    match = re.search(r"attempt-(\d+)", log_path or "attempt-0")
+    if match is None:
+        raise LaunchError(f"{handle_file}: its log_path {redact_text(log_path or '')[:200]!r} names no attempt "
+                          "(attempt-N.log), so the next attempt's number is unknown; the handle was not written by "
+                          "autodl's local launcher: move the run folder away.")
+    return int(match.group(1))
+
+
 class LocalLauncher:
     """Runs ``python script`` (or ``python -m paddle.distributed.launch``) in a new process group.
 
@@ -191,7 +204,7 @@ class LocalLauncher:
         if not handle_file.exists():
             return 1
         previous = LaunchHandle.model_validate_json(handle_file.read_text())
-        return int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
+        return previous_attempt(handle_file, previous.log_path) + 1
 
     def render(self, request: LaunchRequest) -> dict[str, Any]:
         """What would run, for ``autodl plan --json`` and logs: argv, the variables autodl sets (secret-named
@@ -235,7 +248,7 @@ class LocalLauncher:
                                       "training. Move that folder away.")
                 if self.poll(previous) is None:
                     return previous.model_copy(update={"reattached": True})
-                attempt = int(re.search(r"attempt-(\d+)", previous.log_path or "attempt-0").group(1)) + 1
+                attempt = previous_attempt(handle_file, previous.log_path) + 1
             log_path = folder / f"attempt-{attempt}.log"
             status = folder / STATUS_DIR
             status.mkdir(mode=0o700, exist_ok=True)

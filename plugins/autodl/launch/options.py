@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from autodl.fields import UINT32_ID_MAX, Cpus, Int
+from autodl.fields import UINT32_ID_MAX, Cpus, TolerationSeconds
 from autodl.inputs import short
 from autodl.launch.mounts import MountSpec, check_device_node, check_mount_layout
 from autodl.registry import LAUNCHERS, check_choice
 from autodl.section import Section, parse_size
-
-if TYPE_CHECKING:  # the validated types as mypy reads them (autodl.fields builds them at run time)
-    CpuCores = float
-    TolerationSeconds = int
-else:
-    CpuCores = Cpus
-    TolerationSeconds = Int(ge=0, le=10**9)
 
 _USER_RE = re.compile(r"([0-9]+)(?::([0-9]+))?")
 
@@ -97,7 +90,7 @@ class ContainerOptions(LauncherOptions):
     )
     shm_size: int | None = Field(None, description="/dev/shm size, bytes (e.g. '8g'); overrides the profile's.")
     memory_limit: int | None = Field(None, description="Container memory limit, bytes (e.g. '32g').")
-    cpus: CpuCores | None = Field(None, description="CPU limit in cores.")
+    cpus: Cpus | None = Field(None, description="CPU limit in cores.")
     user: str = Field("1000:1000", description="uid[:gid] the training runs as; never root.")
     code_dir: str = Field("/workspace", description="Where the code is mounted (read-only) inside the container.")
 
@@ -253,7 +246,7 @@ class KubernetesOptions(ContainerOptions):
     priority_class: str | None = Field(None, description="The pod's PriorityClass name (priorityClassName).")
     affinity: dict[str, Any] | None = Field(
         None, description="The pod's affinity, as in a manifest (nodeAffinity, podAffinity, podAntiAffinity).")
-    cpu_request: CpuCores | None = Field(None, description="CPU request in cores; default: from the estimate.")
+    cpu_request: Cpus | None = Field(None, description="CPU request in cores; default: from the estimate.")
     memory_request: int | None = Field(None, description="Memory request, bytes (e.g. '16g'); default: from the estimate.")
     pod_template_file: str | None = Field(
         None, description="Pod YAML merged under autodl's pod, as KubernetesPodOperator's pod_template_file.")

@@ -180,7 +180,7 @@ def place(
     for rank, i in enumerate(order[:MAX_KEPT_CANDIDATES]):
         o, s = options[i], scored[i]
         free_min = min(d.memory_total_bytes - d.memory_used_bytes for d in groups[(o.host, o.model)].available
-                       if d.device_id in o.devices)
+                       if d.device_id in o.devices and d.memory_used_bytes is not None)  # known for every free one
         reasons = [
             f"fits: needs {_gib(need)} <= {threshold:g} x {_gib(o.memory_total_bytes)}; {_gib(free_min)} free now",
             *kept_reasons[i], *s.reasons,
@@ -282,7 +282,8 @@ def partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresho
     dropped: dict[tuple[str, str], list[Device]] = {}   # (model, reason) -> devices
     never_cache: dict[tuple[str, int], str] = {}
     vendor_cache: dict[str, str] = {}
-    unhealthy, leased_reason, busy_reason, free_reason = free_reasons(need)
+    free_reasons_now = free_reasons(need)
+    unhealthy = free_reasons_now[0]
     for dev in inventory.devices:
         hit = gpu_cache.get(dev.model)
         if hit is None:
@@ -305,19 +306,11 @@ def partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresho
             if grp is None:
                 grp = groups[key] = Group(dev.host, model, vendor, gpu, len(groups))
             grp.nfit += 1
-            if not dev.healthy:
-                reason = f"{unhealthy}: {dev.health_reason}" if dev.health_reason else unhealthy
-            elif dev.device_id in leased:
-                reason = leased_reason
-            elif dev.utilization_pct is not None and dev.utilization_pct > MAX_LOAD_PCT:
-                reason = busy_reason
-            elif dev.memory_used_bytes is None:
-                reason = UNKNOWN_FREE_REASON
-            elif need > total - dev.memory_used_bytes:
-                reason = free_reason
-            else:
+            not_free = _not_free_reason(dev, need, total, leased, free_reasons_now)
+            if not_free is None:
                 grp.available.append(dev)
                 continue
+            reason = not_free
         if dev.health_reason and not dev.healthy and not reason.startswith(unhealthy):
             reason = f"{unhealthy}: {dev.health_reason}"   # say why the device cannot be read before its figures
         dropped.setdefault((model, reason), []).append(dev)
@@ -325,39 +318,73 @@ def partition(inventory: Inventory, catalog: Catalog, allowed: set[str], thresho
     fits = any(g.nfit >= n for g in groups.values())
     ready = [g for g in groups.values() if len(g.available) >= n]
     if n > 1:
-        per_kind: dict[tuple[str, bool], list] = {}
-        for grp in groups.values():
-            if n > grp.nfit > 0 and grp.available:
-                per_kind.setdefault((grp.model, True), []).append((grp.host, grp.nfit, grp.available))
-            elif n > len(grp.available) > 0:
-                per_kind.setdefault((grp.model, False), []).append((grp.host, len(grp.available), grp.available))
-        for (model, never), hosts in per_kind.items():
-            counts = [v for _, v, _ in hosts]
-            why = gang_reason(n, never, len(hosts), min(counts), max(counts), hosts[0][0])
-            dropped.setdefault((model, why), []).extend(d for _, _, devs in hosts for d in devs)
-    # Within one device model every term but load is equal, so only the least-loaded
-    # MAX_KEPT_CANDIDATES device sets of each model can rank among the best ones.
+        _drop_short_gangs(groups, n, dropped)
+    total_ready = len(ready)
+    return Partition(fits, total_ready, _least_loaded_per_model(ready, n), _dropped_sets(dropped))
+
+
+def _not_free_reason(dev: Device, need: int, total: int, leased: frozenset[str],
+                     reasons: tuple[str, str, str, str]) -> str | None:
+    """Why ``dev`` (which could ever hold the run) is not free now (:func:`free_reasons`, checked in that order), or
+    None when it is."""
+    unhealthy, leased_reason, busy_reason, free_reason = reasons
+    if not dev.healthy:
+        return f"{unhealthy}: {dev.health_reason}" if dev.health_reason else unhealthy
+    if dev.device_id in leased:
+        return leased_reason
+    if dev.utilization_pct is not None and dev.utilization_pct > MAX_LOAD_PCT:
+        return busy_reason
+    if dev.memory_used_bytes is None:
+        return UNKNOWN_FREE_REASON
+    if need > total - dev.memory_used_bytes:
+        return free_reason
+    return None
+
+
+def _drop_short_gangs(groups: dict[tuple[str, str], Group], n: int, dropped: dict[tuple[str, str], list[Device]]) -> None:
+    """Add to ``dropped`` the devices of groups that hold fewer than ``n`` (a gang) that could ever hold the run
+    (never), or fewer than ``n`` free now, one reason per (model, never) over its hosts."""
+    per_kind: dict[tuple[str, bool], list[tuple[str, int, list[Device]]]] = {}
+    for grp in groups.values():
+        if n > grp.nfit > 0 and grp.available:
+            per_kind.setdefault((grp.model, True), []).append((grp.host, grp.nfit, grp.available))
+        elif n > len(grp.available) > 0:
+            per_kind.setdefault((grp.model, False), []).append((grp.host, len(grp.available), grp.available))
+    for (model, never), hosts in per_kind.items():
+        counts = [v for _, v, _ in hosts]
+        why = gang_reason(n, never, len(hosts), min(counts), max(counts), hosts[0][0])
+        dropped.setdefault((model, why), []).extend(d for _, _, devs in hosts for d in devs)
+
+
+def _least_loaded_per_model(ready: list[Group], n: int) -> list[Group]:
+    """``ready`` with at most :data:`MAX_KEPT_CANDIDATES` groups per device model, the least loaded, in pool order:
+    within one device model every term but load is equal, so only those can rank among the best ones."""
     by_model: dict[str, list[Group]] = {}
     for g in ready:
         by_model.setdefault(g.model, []).append(g)
-    total_ready = len(ready)
-    if any(len(v) > MAX_KEPT_CANDIDATES for v in by_model.values()):
-        ready = []
-        for v in by_model.values():
-            if len(v) > MAX_KEPT_CANDIDATES:
-                v = heapq.nsmallest(
-                    MAX_KEPT_CANDIDATES, v,
-                    key=lambda g: (min(load_pct(d) for d in g.available) if n == 1 else 0.0, g.order),
-                )
-            ready.extend(v)
-        ready.sort(key=lambda g: g.order)
+    if not any(len(v) > MAX_KEPT_CANDIDATES for v in by_model.values()):
+        return ready
+    kept: list[Group] = []
+    for v in by_model.values():
+        if len(v) > MAX_KEPT_CANDIDATES:
+            v = heapq.nsmallest(
+                MAX_KEPT_CANDIDATES, v,
+                key=lambda g: (min(load_pct(d) for d in g.available) if n == 1 else 0.0, g.order),
+            )
+        kept.extend(v)
+    kept.sort(key=lambda g: g.order)
+    return kept
+
+
+def _dropped_sets(dropped: dict[tuple[str, str], list[Device]]) -> list[tuple[str, str, list[str], str]]:
+    """(model, reason, device ids, host or ``"*"``) per non-empty dropped set, in ``dropped``'s order."""
     out = []
     for (model, reason), devs in dropped.items():
         if not devs:
             continue
         hosts = {d.host for d in devs}
         out.append((model, reason, [d.device_id for d in devs], next(iter(hosts)) if len(hosts) == 1 else "*"))
-    return Partition(fits, total_ready, ready, out)
+    return out
 
 
 def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, str | None]:

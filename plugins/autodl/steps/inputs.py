@@ -136,6 +136,7 @@ def apply_overrides(spec: TaskSpec, overrides: dict[str, Any] | None) -> TaskSpe
 def run_spec(profile_out: ProfileResult | dict[str, Any]) -> TaskSpec:
     """The spec a run goes by after its profile step: the spec file with the run's overrides applied
     (``{}``: the default spec)."""
+    overrides: dict[str, Any] | None
     if isinstance(profile_out, ProfileResult):
         spec_path, overrides = profile_out.spec_path, profile_out.overrides
     else:

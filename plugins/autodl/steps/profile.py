@@ -99,7 +99,7 @@ def no_fit_error(profile: ResourceProfile, decision: PlacementDecision, inventor
     need = profile.peak_memory_bytes
     largest = max(inventory.devices, key=lambda d: d.memory_total_bytes, default=None)
     fitting = [d for d in inventory.devices if need <= threshold * d.memory_total_bytes]
-    if not inventory.devices:
+    if largest is None:  # no devices
         msg = f"the pool ({inventory.source}) has no devices."
     elif profile.num_gpus > 1 and fitting:
         groups: dict[tuple[str, str], int] = {}

@@ -35,12 +35,12 @@ def step_select(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *,
         inventory = read_inventory(pool, catalog=load_catalog())
         saved = RunState().get(ctx.run_key, RunState.SELECTION)
         if saved is not None:
-            selection = Selection.coerce(saved, what=f"the selection kept for {ctx.run_key}")
-            if selection.lease.lease_id == lease.lease_id:
-                for line in selection.candidates_log:
+            kept = Selection.coerce(saved, what=f"the selection kept for {ctx.run_key}")
+            if kept.lease.lease_id == lease.lease_id:
+                for line in kept.candidates_log:
                     log(line)
                 log(f"using lease {lease.lease_id} booked while waiting: {lease.model} {lease.device_ids}")
-                return selection
+                return kept
         log(f"run {ctx.run_key} already holds lease {lease.lease_id} on {lease.device_ids}; reusing it")
         return selection_of(lease, inventory, spec.scheduler.algorithm)
     selection = step_wait(ctx, profile_out, pool=pool, log=log, launcher_kwargs_for=launcher_kwargs_for)

@@ -162,9 +162,10 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
     chosen = decision.chosen if decision else None
     by_id = {d.device_id: d for d in inventory.devices}
-    first = by_id[grant.devices[0]]
+    device_ids = [str(d) for d in grant.devices]  # device ids (autodl.policy.admission keys devices by any hashable)
+    first = by_id[device_ids[0]]
     try:
-        lease = ledger.book(ctx.run_key, list(grant.devices), host=first.host, model=first.model,
+        lease = ledger.book(ctx.run_key, device_ids, host=first.host, model=first.model,
                             owner=owner_of(ctx, entry.team), launcher=spec.launcher.type,
                             placement=_placement_of(chosen, (spec.task.model_name or profile.model_name) if terms else None),
                             expected_runtime_s=_stretched(_runtime_on(entry, first.model), terms, log),

@@ -159,7 +159,6 @@ def _install(path):
         def find_spec(self, fullname, target_path=None, target=None):
             if fullname != "paddle.optimizer":
                 return None
-            import importlib.machinery
 
             for finder in sys.meta_path:
                 if finder is self or not hasattr(finder, "find_spec"):
