@@ -345,14 +345,12 @@ class DockerLauncher:
         import docker
 
         where = self.base_url or "DOCKER_HOST or unix:///var/run/docker.sock"
-        # mypy reads `docker` as the repository's docker/ folder (a namespace package, the checkout being on its
-        # path), not docker-py (untyped, no stubs): hence the two ignores
         try:
             if self.base_url:
-                client = docker.DockerClient(  # type: ignore[attr-defined]
+                client = docker.DockerClient(
                     base_url=self.base_url, tls=self.tls or False, timeout=self.timeout)
             else:
-                client = docker.from_env(timeout=self.timeout)  # type: ignore[attr-defined]
+                client = docker.from_env(timeout=self.timeout)
             client.ping()
         except docker.errors.DockerException as exc:
             raise LaunchError(

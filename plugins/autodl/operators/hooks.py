@@ -56,8 +56,6 @@ class GpuHostHook(BaseHook):
 
         :raises LaunchError: when the connection has no ``base_url``.
         """
-        # from docker.client, not `docker.DockerClient`: mypy reads the repository's docker/ folder (Dockerfiles)
-        # as a namespace package `docker` that has no DockerClient; docker-py itself ships no types
         from docker.client import DockerClient
 
         kwargs = self.engine_kwargs()
