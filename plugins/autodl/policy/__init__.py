@@ -2,6 +2,9 @@
 
 ``place`` is what the pipeline calls; ``observe`` feeds finished runs to the rl_based contextual
 bandit. Policies are a registry chosen by name (:mod:`autodl.policy.registry`).
+
+Follows Airflow's provider registries (a name to an import path, imported when used):
+docs/reference/layout.md#the-anchor-each-part-follows.
 """
 
 from autodl.policy.base import Need, Option, Policy, PolicyContext, Scored

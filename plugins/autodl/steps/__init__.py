@@ -12,6 +12,9 @@ training, the reason a step failed, the placement decision, the training's repor
 store (:class:`autodl.store.RunState`), written by the step that learns it and read by the later ones on
 any host; ``$AUTODL_HOME/runs/<run key>/`` holds only what stays on the machine that wrote it (the
 training's log, samples, the timeline).
+
+Follows astronomer-cosmos's split of ``cosmos/dbt/`` (no Airflow) from ``cosmos/airflow/``:
+docs/reference/layout.md#the-anchor-each-part-follows.
 """
 
 from autodl.profile import BATCH_SIZE_ENV  # the spec's per-device batch, passed to the training

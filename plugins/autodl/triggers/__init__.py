@@ -1,5 +1,9 @@
 """Airflow triggers (run in the triggerer): waiting in the admission queue and following a training
-without holding a worker slot."""
+without holding a worker slot.
+
+Follows the cncf-kubernetes provider's ``KubernetesPodTrigger`` (``serialize()`` kwargs, one ``TriggerEvent``):
+docs/reference/layout.md#the-anchor-each-part-follows.
+"""
 
 import asyncio
 import time
