@@ -44,7 +44,7 @@ def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddl
     (_err("ValueError", "(InvalidArgument) Input(Y) shape [4096, 10] mismatch"), "user-error", "InvalidArgument"),
     (_err("NameError", "name 'modle' is not defined"), "user-error", "modle"),
     (_err("ValueError", "(InvalidArgument) shape mismatch", reduced=True), "tool-failure", "reduced"),
-    (_err("TypeError", "bad", last="/x/plugins/autodl/profile/_dryrun_child.py"), "tool-failure", "hooks"),
+    (_err("TypeError", "bad", last="/x/plugins/autodl/profile/dryrun_child/hooks.py"), "tool-failure", "hooks"),
     (_err("ValueError", "boom", user=False), "tool-failure", "outside"),
     (_err("RuntimeError", "hostile: nothing", last="/u/train.py", code="raise RuntimeError('hostile: ' + x)"),
      "cannot-run", "itself"),
