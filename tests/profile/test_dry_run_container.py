@@ -63,7 +63,8 @@ def test_the_bundle_is_roots_and_read_only_and_holds_the_staged_code(tmp_path):
     assert {"code/train.py", "code/conf/a.yaml", "child/dryrun_child/__main__.py", "child/_container_entry.py",
             "child/_flops.py", "dryrun.json"} <= set(members) and "code/link" not in members
     # exactly the child's files: its package's modules (no __pycache__), the entry and the FLOPs counter
-    assert {m for m in members if m.startswith("child/")} == {"child/_container_entry.py", "child/_flops.py", *package}
+    files = {m for m, info in members.items() if m.startswith("child/") and info.isfile()}
+    assert files == {"child/_container_entry.py", "child/_flops.py", *package}
     assert members["child/dryrun_child"].isdir()
     assert all(m.uid == 0 and m.gid == 0 for m in members.values())
     assert all(m.mode == 0o444 for m in members.values() if m.isfile())

@@ -83,7 +83,7 @@ OUT_DIR = ".autodl-dryrun"
 
 
 class DryRunConfig(BaseModel):
-    """What the parent tells the dry-run child (``CFG`` in :mod:`autodl.profile._dryrun_child`, written as JSON):
+    """What the parent tells the dry-run child (``CFG`` in :mod:`autodl.profile.dryrun_child.state`, written as JSON):
     every default is here once; the child reads each key as given."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
