@@ -16,14 +16,17 @@ def batch_of(sig):
 
 
 def input_key(sig):
+    """A signature's shapes per sample and dtypes: equal for two calls of the same input at any batch."""
     return tuple((tuple(d["shape"][1:]), d["dtype"]) for d in sig or [] if d.get("shape"))
 
 
 def sig_bytes(sig):
+    """Bytes of the tensors of a signature."""
     return sum(int(np_prod(d["shape"])) * itemsize(d["dtype"]) for d in sig)
 
 
 def np_prod(shape):
+    """Elements of a tensor of ``shape`` (1 for a scalar)."""
     n = 1
     for d in shape:
         n *= int(d)
@@ -31,6 +34,7 @@ def np_prod(shape):
 
 
 def itemsize(dtype):
+    """Bytes per element of ``dtype`` by its width in the name (4 when the name has none)."""
     d = str(dtype)
     for k, v in (("64", 8), ("32", 4), ("16", 2), ("8", 1), ("bool", 1)):
         if k in d:
