@@ -389,6 +389,23 @@ def test_num_workers_from_a_config_file(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_scripts_own_modules_named_like_the_childs_are_the_ones_it_imports(tmp_path):
+    """The child is a package whose modules are called state, report, batch...: a script with its own
+    ``state.py`` and ``batch.py`` next to it imports those (the child's are loaded under their package's own name,
+    never as top-level modules), and its batch size read from them is the one the dry run measures."""
+    (tmp_path / "state.py").write_text("BATCH_SIZE = 16\n")
+    (tmp_path / "batch.py").write_text("WORKERS = 0\n")
+    script = tmp_path / "train.py"
+    script.write_text(MLP.replace('BATCH = int(os.environ.get("AUTODL_BATCH_SIZE_PER_GPU", "32"))',
+                                  "import batch\nimport state\nBATCH = state.BATCH_SIZE")
+                         .replace("batch_size=BATCH, shuffle=True)",
+                                  "batch_size=BATCH, shuffle=True, num_workers=batch.WORKERS)"))
+    p = profile_script(script, probe=True)
+    assert p.method == "dry_run", p.method_reason
+    assert p.batch_size == 16 and p.num_workers == 0
+
+
+@pytest.mark.slow
 def test_a_script_without_a_training_loop_is_probed(tmp_path):
     """A script that only builds its model and optimizer: the dry run sees no optimizer step and says so; the
     model-only probe measures the model."""
