@@ -13,7 +13,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from autodl.profile.container import BUNDLE_DIR, WORK_DIR, container_env
-from autodl.profile.dryrun import DryRunConfig
+from autodl.profile.dryrun import CHILD, DryRunConfig
 from autodl.profile.pod import DRY_RUN_LABEL, POLICY_NAME, PodVenue, deny_all_policy, dry_run_pod
 from autodl.sandbox import SandboxLimits, SandboxUnavailable
 from autodl.spec import parse_spec
@@ -66,7 +66,9 @@ def test_the_pod_carries_autodls_files_and_the_child_config_for_the_images_code(
     pod = _pod(tmp_path, code_dir="/opt/code", code_pvc="team-code")
     (init,) = pod["spec"]["initContainers"]
     files = json.loads(next(e["value"] for e in init["env"] if e["name"] == "AUTODL_DRYRUN_FILES"))
-    assert set(files) == {"child/_container_entry.py", "child/_dryrun_child.py", "child/_flops.py", "dryrun.json"}
+    package = {f"child/dryrun_child/{p.name}" for p in CHILD.glob("*.py")}
+    assert len(package) > 1 and "child/dryrun_child/__main__.py" in package
+    assert set(files) == {"child/_container_entry.py", *package, "child/_flops.py", "dryrun.json"}
     cfg = json.loads(files["dryrun.json"])
     assert cfg["container"]["code"] == "/opt/code" and cfg["script"] == f"{WORK_DIR}/train.py"
     assert cfg["argv"] == ["--epochs", "1"]

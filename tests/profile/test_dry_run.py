@@ -44,7 +44,7 @@ def _err(etype, msg="", *, user=True, last="/usr/lib/python3/site-packages/paddl
     (_err("ValueError", "(InvalidArgument) Input(Y) shape [4096, 10] mismatch"), "user-error", "InvalidArgument"),
     (_err("NameError", "name 'modle' is not defined"), "user-error", "modle"),
     (_err("ValueError", "(InvalidArgument) shape mismatch", reduced=True), "tool-failure", "reduced"),
-    (_err("TypeError", "bad", last="/x/plugins/autodl/profile/_dryrun_child.py"), "tool-failure", "hooks"),
+    (_err("TypeError", "bad", last="/x/plugins/autodl/profile/dryrun_child/hooks.py"), "tool-failure", "hooks"),
     (_err("ValueError", "boom", user=False), "tool-failure", "outside"),
     (_err("RuntimeError", "hostile: nothing", last="/u/train.py", code="raise RuntimeError('hostile: ' + x)"),
      "cannot-run", "itself"),
@@ -386,6 +386,23 @@ def test_num_workers_from_a_config_file(tmp_path):
     p = profile_script(script, probe=True)
     assert p.method == "dry_run" and p.num_workers == 3 and p.batch_size == 16
     assert not [f for f in p.findings if f.code == "dataloader-workers-unknown"]
+
+
+@pytest.mark.slow
+def test_a_scripts_own_modules_named_like_the_childs_are_the_ones_it_imports(tmp_path):
+    """The child is a package whose modules are called state, report, batch...: a script with its own
+    ``state.py`` and ``batch.py`` next to it imports those (the child's are loaded under their package's own name,
+    never as top-level modules), and its batch size read from them is the one the dry run measures."""
+    (tmp_path / "state.py").write_text("BATCH_SIZE = 16\n")
+    (tmp_path / "batch.py").write_text("WORKERS = 0\n")
+    script = tmp_path / "train.py"
+    script.write_text(MLP.replace('BATCH = int(os.environ.get("AUTODL_BATCH_SIZE_PER_GPU", "32"))',
+                                  "import batch\nimport state\nBATCH = state.BATCH_SIZE")
+                         .replace("batch_size=BATCH, shuffle=True)",
+                                  "batch_size=BATCH, shuffle=True, num_workers=batch.WORKERS)"))
+    p = profile_script(script, probe=True)
+    assert p.method == "dry_run", p.method_reason
+    assert p.batch_size == 16 and p.num_workers == 0
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import tarfile
 
 from autodl.profile.container import (BUNDLE_DIR, OUT_DIR, WORK_DIR, DockerVenue, bundle_files, bundle_tar,
                                       container_config, container_env)
-from autodl.profile.dryrun import DryRunConfig
+from autodl.profile.dryrun import CHILD, DryRunConfig
 from autodl.sandbox import SandboxLimits
 from autodl.spec import parse_spec
 
@@ -59,8 +59,13 @@ def test_the_bundle_is_roots_and_read_only_and_holds_the_staged_code(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(bundle_tar(bundle_files(cfg), code))) as tar:
         members = {m.name: m for m in tar.getmembers()}
         inner = json.loads(tar.extractfile("dryrun.json").read())
-    assert {"code/train.py", "code/conf/a.yaml", "child/_dryrun_child.py", "child/_container_entry.py",
-            "dryrun.json"} <= set(members) and "code/link" not in members
+    package = {f"child/dryrun_child/{p.name}" for p in CHILD.glob("*.py")}
+    assert {"code/train.py", "code/conf/a.yaml", "child/dryrun_child/__main__.py", "child/_container_entry.py",
+            "child/_flops.py", "dryrun.json"} <= set(members) and "code/link" not in members
+    # exactly the child's files: its package's modules (no __pycache__), the entry and the FLOPs counter
+    files = {m for m, info in members.items() if m.startswith("child/") and info.isfile()}
+    assert files == {"child/_container_entry.py", "child/_flops.py", *package}
+    assert members["child/dryrun_child"].isdir()
     assert all(m.uid == 0 and m.gid == 0 for m in members.values())
     assert all(m.mode == 0o444 for m in members.values() if m.isfile())
     assert inner["script"] == f"{WORK_DIR}/train.py" and inner["result"] == f"{OUT_DIR}/result.json"

@@ -23,7 +23,7 @@ def probe_children(cfg_dirs: set[str] | None = None) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if ("_probe_child.py" in cmd and "autodl-probe-" in cmd) or ("_dryrun_child.py" in cmd and "autodl-dryrun-" in cmd):
+        if ("_probe_child.py" in cmd and "autodl-probe-" in cmd) or ("dryrun_child" in cmd and "autodl-dryrun-" in cmd):
             out.append(p)
     return out
 

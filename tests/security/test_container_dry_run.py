@@ -135,7 +135,8 @@ def test_the_script_has_no_network_and_no_host_socket(venue, tmp_path):
 WRITE = """
     import json, os
     tried = {}
-    for path in ("/autodl/dryrun/code/train.py", "/autodl/dryrun/dryrun.json", "/autodl/dryrun/child/_dryrun_child.py",
+    for path in ("/autodl/dryrun/code/train.py", "/autodl/dryrun/dryrun.json", "/autodl/dryrun/child/dryrun_child/run.py",
+                 "/autodl/dryrun/child/dryrun_child/new.py",
                  "/autodl/dryrun/new.py", "/etc/passwd", "/usr/new", "/new"):
         try:
             with open(path, "a") as fh:

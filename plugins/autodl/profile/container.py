@@ -30,6 +30,7 @@ from autodl.profile.dryrun import (
     ChildOutput,
     DryRunConfig,
     child_env,
+    child_files,
     stage_script,
 )
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, Staged
@@ -158,10 +159,10 @@ def container_config(script: Path, cfg: DryRunConfig, *, code: str, limits: Sand
 
 
 def bundle_files(cfg: DryRunConfig) -> dict[str, bytes]:
-    """autodl's own files of the container, relative to :data:`BUNDLE_DIR`: the entry, the child, its FLOPs
-    counter and the config."""
-    return {f"child/{ENTRY.name}": ENTRY.read_bytes(), f"child/{CHILD.name}": CHILD.read_bytes(),
-            "child/_flops.py": CHILD.with_name("_flops.py").read_bytes(), "dryrun.json": cfg.model_dump_json().encode()}
+    """autodl's own files of the container, relative to :data:`BUNDLE_DIR`: the entry, the child's package, its
+    FLOPs counter and the config."""
+    child = {f"child/{name}": path.read_bytes() for name, path in child_files().items()}
+    return {f"child/{ENTRY.name}": ENTRY.read_bytes(), **child, "dryrun.json": cfg.model_dump_json().encode()}
 
 
 def bundle_tar(files: dict[str, bytes], code: Path | None) -> bytes:
@@ -175,7 +176,12 @@ def bundle_tar(files: dict[str, bytes], code: Path | None) -> bytes:
             tar.addfile(info)
 
         folder("child")
+        made = {"child"}
         for name, data in files.items():
+            parent = name.rpartition("/")[0]
+            if parent and parent not in made:  # the child's package folder
+                folder(parent)
+                made.add(parent)
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o444, now
             tar.addfile(info, io.BytesIO(data))

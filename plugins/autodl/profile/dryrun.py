@@ -36,7 +36,19 @@ from autodl.sandbox import (
 )
 from autodl.types import Finding, PhasePeak
 
-CHILD = Path(__file__).with_name("_dryrun_child.py")
+CHILD = Path(__file__).with_name("dryrun_child")
+"""The dry-run child's package folder, run by path (``python dryrun_child CONFIG``: its ``__main__.py``)."""
+
+FLOPS_COUNTER = Path(__file__).with_name("_flops.py")
+"""The FLOPs counter the child loads from next to its folder (shared with the probe child)."""
+
+
+def child_files() -> dict[str, Path]:
+    """The child's own files, relative to the folder that holds :data:`CHILD`: its modules and the FLOPs counter
+    (no ``__pycache__``: exactly what a container or pod must carry)."""
+    files = {f"{CHILD.name}/{p.name}": p for p in sorted(CHILD.glob("*.py"))}
+    files[FLOPS_COUNTER.name] = FLOPS_COUNTER
+    return files
 
 DRY_RUN_TIMEOUT_S = 150.0
 """Hard wall-clock limit of one dry run (env ``AUTODL_DRYRUN_TIMEOUT_S``); the tree is killed after it."""
@@ -72,7 +84,7 @@ OUT_DIR = ".autodl-dryrun"
 
 
 class DryRunConfig(BaseModel):
-    """What the parent tells the dry-run child (``CFG`` in :mod:`autodl.profile._dryrun_child`, written as JSON):
+    """What the parent tells the dry-run child (``CFG`` in :mod:`autodl.profile.dryrun_child.state`, written as JSON):
     every default is here once; the child reads each key as given."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -385,7 +397,7 @@ class DryRunVenue(Protocol):
     """Where the dry-run child runs: the worker's bubblewrap sandbox (:func:`_run_in_sandbox`) or the launcher's
     image (:class:`autodl.profile.container.DockerVenue`, :class:`autodl.profile.pod.PodVenue`).
 
-    ``run`` stages ``script``'s folder, runs ``python _dryrun_child.py CONFIG`` with ``cfg`` (its paths rewritten
+    ``run`` stages ``script``'s folder, runs ``python dryrun_child CONFIG`` with ``cfg`` (its paths rewritten
     for where it runs), the environment of :func:`child_env` and ``limits``, and reads the output back.
     """
 
@@ -444,7 +456,7 @@ def _run_in_sandbox(script: Path, cfg: DryRunConfig, *, limits: SandboxLimits, b
         cfg_path.write_text(cfg.model_dump_json())
         result = run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=work,
                                env=child_env(batch_env, work, launch_env), limits=limits,
-                               read_only_paths=[*staged.files, CHILD, CHILD.with_name("_flops.py"), cfg_path,
+                               read_only_paths=[*staged.files, CHILD, FLOPS_COUNTER, cfg_path,
                                                 *arg_paths(cfg.argv)[0]])
         # read back without trusting what the script may have done to them: no link followed out of the dry
         # run's own folder, regular files of bounded size only (autodl.sandbox.read_output)
@@ -655,7 +667,7 @@ def classify(err: dict, script: str | None = None) -> tuple[str, str]:
     """``(outcome, why)`` of an exception the script raised in the dry run (see the module docstring)."""
     etype, msg = err.get("type") or "Exception", err.get("message") or ""
     last = err.get("last_frame") or {}
-    if last.get("file", "").endswith("_dryrun_child.py"):
+    if Path(last.get("file") or "").parent.name == CHILD.name:  # a module of the child's package
         return "tool-failure", f"autodl's dry-run hooks failed ({etype}: {msg[:200]})"
     if etype in ENV_ERRORS:
         return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(msg)})"

@@ -208,7 +208,7 @@ WorkerCount = Annotated[int, _count(0, 1 << 16)] | Annotated[str, Field(strict=T
 
 
 class DryRunReport(_Model):
-    """The child's result file (``R`` in :mod:`autodl.profile._dryrun_child`), checked: byte counts integers in
+    """The child's result file (``R`` in :mod:`autodl.profile.dryrun_child.state`), checked: byte counts integers in
     [0, 1 PiB] (:data:`~autodl.profile.probe.REPORT_MAX_BYTES`); batches in [1, :data:`MAX_BATCH`]; texts cut to
     :data:`~autodl.profile.probe.REPORT_TEXT_CHARS` printable characters; lists bounded. Unknown keys are dropped.
     """
