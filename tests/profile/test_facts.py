@@ -242,3 +242,20 @@ def test_a_dataset_yielding_dicts_gives_its_input_ids():
            "loader = DataLoader(D(), batch_size=24)\n")
     f = scan(ast.parse(src), src)
     assert f.input_shape == [192] and f.input_dtype == "int64" and f.sequence_length == 192
+
+
+def test_a_create_parameter_call_without_a_shape_is_a_build_error_that_names_the_call():
+    """``self.create_parameter(attr=...)`` with no shape (Paddle requires one): the static reading cannot size the
+    parameter, so the model is not built and the build error says which call it could not follow (it used to be a
+    bare "'NoneType' object is not iterable")."""
+    import ast
+
+    from autodl.profile.facts import scan
+
+    src = ("import paddle\nclass Net(paddle.nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.w = self.create_parameter(attr=None)\n"
+           "model = Net()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
+    f = scan(ast.parse(src), src)
+    assert f.model is None
+    assert f.build_error is not None and "create_parameter() without a shape" in f.build_error
+    assert "line 6" in f.build_error

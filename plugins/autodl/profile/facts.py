@@ -9,8 +9,9 @@ measures it, else the profile takes the conservative bound.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from autodl.profile import layers as L
 from autodl.profile.interp import (
@@ -44,12 +45,16 @@ SEQ_NAMES = ("seq_len", "seq_length", "max_len", "max_length", "max_seq_len", "m
 BATCH_NAMES = ("batch_size", "bs", "train_batch_size", "batch", "per_device_batch_size", "micro_batch_size")
 
 
+FunctionNode: TypeAlias = ast.FunctionDef | ast.AsyncFunctionDef
+"""A script's ``def`` or ``async def``: the function a call site sits in."""
+
+
 @dataclass
 class ModelSite:
     node: ast.Call
-    func: ast.FunctionDef | None
+    func: FunctionNode | None
     var: str | None
-    kind: str  # 'class' | 'zoo' | 'sequential'
+    kind: str  # 'class' | 'zoo' | 'sequential' | 'layer' | 'builder'
 
 
 @dataclass
@@ -100,7 +105,7 @@ class _Scanner(ast.NodeVisitor):
     def __init__(self, interp: Interp):
         self.interp = interp
         self.stack: list[ast.AST] = []
-        self.calls: list[tuple[ast.Call, ast.FunctionDef | None, bool, str]] = []  # node, func, in_layer, path
+        self.calls: list[tuple[ast.Call, FunctionNode | None, bool, str]] = []  # node, func, in_layer, path
         self.assign_of: dict[int, str] = {}
 
     def visit_ClassDef(self, node):
@@ -139,13 +144,23 @@ def _outside(path: str) -> bool:
     return bool(path) and path.startswith(_OUTSIDE)
 
 
-def function_env(interp: Interp, func: ast.FunctionDef | None, upto: int, cache: dict) -> dict:
+def function_env(interp: Interp, func: FunctionNode | None, upto: int,
+                 cache: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any]:
     """Locals of ``func`` from its straight-line assignments before line ``upto`` (best effort)."""
     if func is None:
         return {}
     key = (id(func), upto)
     if key in cache:
         return cache[key]
+    env = _parameter_env(interp, func)
+    _run_straight_line(interp, func.body, upto, env)
+    cache[key] = env
+    return env
+
+
+def _parameter_env(interp: Interp, func: FunctionNode) -> dict[str, Any]:
+    """``func``'s parameters that have a default, by that default; a parameter named like a parsed configuration
+    (``args``, ``opt``, ``config``, ``cfg``, ``flags``) without one is the script's argparse defaults."""
     env: dict[str, Any] = {}
     a = func.args
     params = a.posonlyargs + a.args
@@ -157,27 +172,27 @@ def function_env(interp: Interp, func: ast.FunctionDef | None, upto: int, cache:
     for p in params:
         if p.arg in ("args", "opt", "config", "cfg", "flags") and p.arg not in env:
             env[p.arg] = ArgsNS(dict(interp.argparse))
-
-    def walk(body):
-        for stmt in body:
-            if getattr(stmt, "lineno", 0) >= upto:
-                return
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-                try:
-                    interp.exec_stmt(stmt, env)
-                except Exception:
-                    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                    for t in targets:
-                        if isinstance(t, ast.Name):
-                            env[t.id] = Opaque("local")
-            elif isinstance(stmt, (ast.With, ast.If, ast.Try)):
-                walk(stmt.body)
-            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                interp._load_stmt(stmt)
-
-    walk(func.body)
-    cache[key] = env
     return env
+
+
+def _run_straight_line(interp: Interp, body: list[ast.stmt], upto: int, env: dict[str, Any]) -> None:
+    """Run the assignments and imports of ``body`` before line ``upto`` into ``env``, into ``with``/``if``/``try``
+    bodies; a name whose value cannot be followed is Opaque."""
+    for stmt in body:
+        if getattr(stmt, "lineno", 0) >= upto:
+            return
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            try:
+                interp.exec_stmt(stmt, env)
+            except Exception:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        env[t.id] = Opaque("local")
+        elif isinstance(stmt, (ast.With, ast.If, ast.Try)):
+            _run_straight_line(interp, stmt.body, upto, env)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            interp._load_stmt(stmt)
 
 
 def _int(v: Any) -> int | None:
@@ -191,233 +206,422 @@ _SAMPLE_MAKERS = {"rand": "args", "randn": "args", "zeros": "shape", "ones": "sh
 arguments, the others a shape (first positional or this keyword)."""
 
 
-def _dataset_sample(interp: Interp, value) -> tuple[list[int], str] | None:
+def _dataset_sample(interp: Interp, value: Callable[[ast.expr], Any]) -> tuple[list[int], str] | None:
     """Shape and dtype of the first item a script-defined Dataset's ``__getitem__`` returns, when it is made by a
     numpy/paddle call with sizes the module's constants give (``np.random.randn(CHANNELS, LENGTH).astype(...)``);
     None when it cannot be read (the dry run then reads the real sample)."""
+    for getitem in _dataset_getitems(interp):
+        for ret in ast.walk(getitem):
+            if not isinstance(ret, ast.Return) or ret.value is None:
+                continue
+            sample = _returned_sample(getitem, ret, ret.value, value)
+            if sample is not None:
+                return sample
+    return None
+
+
+def _dataset_getitems(interp: Interp) -> Iterator[FunctionNode]:
+    """The ``__getitem__`` of each script-defined class with a ``*Dataset*`` library base, in definition order."""
     for obj in list(interp.globals.values()):
         if not isinstance(obj, ClassInfo):
             continue
         if not any((isinstance(b, Mod) and "Dataset" in b.path.split(".")[-1]) for b in obj.bases):
             continue
         found = obj.find("__getitem__")
-        if not found:
-            continue
-        for ret in ast.walk(found[1]):
-            if not isinstance(ret, ast.Return) or ret.value is None:
-                continue
-            e = ret.value.elts[0] if isinstance(ret.value, (ast.Tuple, ast.List)) and ret.value.elts else ret.value
-            if isinstance(e, ast.Dict) and e.values:  # {"input_ids": ids, ...}: the model's first input
-                keys = [k.value if isinstance(k, ast.Constant) else None for k in e.keys]
-                e = e.values[keys.index("input_ids")] if "input_ids" in keys else e.values[0]
-            if isinstance(e, ast.Name):  # ids = np.zeros(SEQ, "int64"); ...; return ids
-                made = [a.value for a in ast.walk(found[1]) if isinstance(a, ast.Assign) and len(a.targets) == 1
-                        and isinstance(a.targets[0], ast.Name) and a.targets[0].id == e.id
-                        and a.lineno < ret.lineno]
-                if made:
-                    e = made[0]
-            dtype = "float32"
-            while True:  # x.astype("float32") / 255.0, paddle.to_tensor(x)
-                if isinstance(e, ast.BinOp):
-                    e = e.left
-                elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "astype" \
-                        and e.args:
-                    dt = e.args[0]
-                    if isinstance(dt, ast.Constant) and isinstance(dt.value, str):
-                        dtype = dt.value
-                    elif isinstance(dt, ast.Attribute):
-                        dtype = dt.attr
-                    e = e.func.value
-                elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to_tensor" \
-                        and e.args:
-                    e = e.args[0]
-                else:
-                    break
-            if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SAMPLE_MAKERS):
-                continue
-            how = _SAMPLE_MAKERS[e.func.attr]
-            try:
-                if how == "args":
-                    shape = [value(a) for a in e.args]
-                else:
-                    k = next((k.value for k in e.keywords if k.arg in (how, "shape", "size")), None)
-                    if k is None and e.args:
-                        k = e.args[-1] if e.func.attr in ("randint", "uniform", "normal") else e.args[0]
-                    shape = value(k) if k is not None else None
-                    shape = [shape] if isinstance(shape, int) else list(shape) if isinstance(shape, (list, tuple)) else None
-            except Exception:  # noqa: BLE001 - what the reading cannot follow stays unknown
-                shape = None
-            dt = next((k.value for k in e.keywords if k.arg == "dtype"), None)
-            if dt is None and e.func.attr in ("zeros", "ones", "empty") and len(e.args) >= 2:
-                dt = e.args[1]
-            if isinstance(dt, ast.Constant) and isinstance(dt.value, str) and dtype == "float32":
-                dtype = dt.value
-            elif isinstance(dt, ast.Attribute) and dtype == "float32":
-                dtype = dt.attr
-            if shape and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 1 << 24 for d in shape):
-                if e.func.attr == "randint" and dtype == "float32":
-                    dtype = "int64"
-                return shape, dtype
+        if found:
+            yield found[1]
+
+
+def _returned_sample(getitem: FunctionNode, ret: ast.Return, returned: ast.expr,
+                     value: Callable[[ast.expr], Any]) -> tuple[list[int], str] | None:
+    """Shape and dtype of the first item ``return <returned>`` gives, when a sample maker makes it; else None."""
+    e = _named_value(getitem, _first_item(returned), ret.lineno)
+    e, dtype = _strip_conversions(e)
+    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _SAMPLE_MAKERS):
+        return None
+    shape = _maker_shape(e, e.func.attr, value)
+    dtype = _maker_dtype(e, e.func.attr, dtype)
+    if shape and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 1 << 24 for d in shape):
+        if e.func.attr == "randint" and dtype == "float32":
+            dtype = "int64"
+        return shape, dtype
     return None
 
 
-def scan(tree: ast.Module, source: str) -> ScriptFacts:
-    """Collect :class:`ScriptFacts` from a parsed script."""
-    interp = Interp(tree)
-    facts = ScriptFacts(interp=interp)
-    sc = _Scanner(interp)
-    sc.visit(tree)
-    envs: dict = {}
-    add = facts.findings.append
+def _first_item(e: ast.expr) -> ast.expr:
+    """The model's input among what ``__getitem__`` returns: a tuple's or list's first item, a dict's
+    ``input_ids`` (``{"input_ids": ids, ...}``) or first value."""
+    if isinstance(e, (ast.Tuple, ast.List)) and e.elts:
+        e = e.elts[0]
+    if isinstance(e, ast.Dict) and e.values:
+        keys = [k.value if isinstance(k, ast.Constant) else None for k in e.keys]
+        e = e.values[keys.index("input_ids")] if "input_ids" in keys else e.values[0]
+    return e
 
-    def env_for(node, func):
-        return function_env(interp, func, node.lineno, envs)
 
-    def kw(node, name, pos=None):
-        for k in node.keywords:
-            if k.arg == name:
-                return k.value
-        if pos is not None and len(node.args) > pos:
-            return node.args[pos]
+def _named_value(getitem: FunctionNode, e: ast.expr, before_line: int) -> ast.expr:
+    """For a returned name, the value of its first plain assignment above the return
+    (``ids = np.zeros(SEQ, "int64"); ...; return ids``); else ``e`` itself."""
+    if not isinstance(e, ast.Name):
+        return e
+    made = [a.value for a in ast.walk(getitem) if isinstance(a, ast.Assign) and len(a.targets) == 1
+            and isinstance(a.targets[0], ast.Name) and a.targets[0].id == e.id and a.lineno < before_line]
+    return made[0] if made else e
+
+
+def _dtype_name(dt: ast.expr | None) -> str | None:
+    """A dtype written as a string (``"int64"``) or an attribute (``np.int64``, ``paddle.float16``)."""
+    if isinstance(dt, ast.Constant) and isinstance(dt.value, str):
+        return dt.value
+    if isinstance(dt, ast.Attribute):
+        return dt.attr
+    return None
+
+
+def _strip_conversions(e: ast.expr) -> tuple[ast.expr, str]:
+    """The call under ``x.astype("float32") / 255.0`` and ``paddle.to_tensor(x)``, and the dtype an ``astype``
+    names (float32 when none does)."""
+    dtype = "float32"
+    while True:
+        if isinstance(e, ast.BinOp):
+            e = e.left
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "astype" and e.args:
+            named = _dtype_name(e.args[0])
+            if named is not None:
+                dtype = named
+            e = e.func.value
+        elif isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to_tensor" and e.args:
+            e = e.args[0]
+        else:
+            return e, dtype
+
+
+def _maker_shape(e: ast.Call, maker: str, value: Callable[[ast.expr], Any]) -> list[Any] | None:
+    """The shape a sample maker's call states (its sizes as arguments, or its shape argument); None when the
+    reading cannot follow it."""
+    how = _SAMPLE_MAKERS[maker]
+    try:
+        if how == "args":
+            return [value(a) for a in e.args]
+        k = next((k.value for k in e.keywords if k.arg in (how, "shape", "size")), None)
+        if k is None and e.args:
+            k = e.args[-1] if maker in ("randint", "uniform", "normal") else e.args[0]
+        shape = value(k) if k is not None else None
+        return [shape] if isinstance(shape, int) else list(shape) if isinstance(shape, (list, tuple)) else None
+    except Exception:  # noqa: BLE001 - what the reading cannot follow stays unknown
         return None
 
-    def val(node, func, expr):
+
+def _maker_dtype(e: ast.Call, maker: str, dtype: str) -> str:
+    """The maker's own ``dtype`` (keyword, or ``zeros(shape, dtype)``'s second argument) unless an ``astype``
+    already named one."""
+    dt = next((k.value for k in e.keywords if k.arg == "dtype"), None)
+    if dt is None and maker in ("zeros", "ones", "empty") and len(e.args) >= 2:
+        dt = e.args[1]
+    named = _dtype_name(dt)
+    if named is not None and dtype == "float32":
+        return named
+    return dtype
+
+
+def _kwarg(node: ast.Call, name: str, pos: int | None = None) -> ast.expr | None:
+    """The expression a call passes as ``name=`` (or at position ``pos``), or None."""
+    for k in node.keywords:
+        if k.arg == name:
+            return k.value
+    if pos is not None and len(node.args) > pos:
+        return node.args[pos]
+    return None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call site outside a ``paddle.nn.Layer`` subclass: its node, enclosing function and dotted path."""
+
+    node: ast.Call
+    func: FunctionNode | None
+    path: str
+
+    @property
+    def last(self) -> str:
+        return self.path.split(".")[-1] if self.path else ""
+
+    @property
+    def line(self) -> int:
+        return self.node.lineno
+
+
+class _CallSites:
+    """Reads each call site's fact into :class:`ScriptFacts` and the candidates the whole script decides between
+    (batch sizes, input shapes, model constructions).
+
+    One fact per call, first match in :attr:`_FACT_READERS` order; then whether the call constructs the model.
+    """
+
+    def __init__(self, interp: Interp, facts: ScriptFacts, assign_of: dict[int, str]):
+        self.interp = interp
+        self.facts = facts
+        self.assign_of = assign_of
+        self.envs: dict[tuple[int, int], dict[str, Any]] = {}
+        self.model_sites: list[ModelSite] = []
+        self.layer_sites: list[ModelSite] = []  # a bare paddle.nn layer as the model (``model = nn.Linear(...)``)
+        self.side_effects: list[tuple[int, str]] = []
+        self.batch_candidates: list[int] = []
+        self.shape_candidates: list[tuple[list[int], str, int]] = []  # shape, dtype, line (0: a dataset default)
+        self.input_specs: list[tuple[list[int], str]] = []
+        self.numpy_batches: list[list[int]] = []
+
+    # ------------------------------------------------------------------------------------------ values
+    def env_for(self, node: ast.AST, func: FunctionNode | None) -> dict[str, Any]:
+        return function_env(self.interp, func, getattr(node, "lineno", 0), self.envs)
+
+    def value(self, node: ast.AST, func: FunctionNode | None, expr: ast.expr | None) -> Any:
+        """``expr``'s value in ``func``'s locals before ``node``; None without an expression, Opaque when the
+        evaluator fails."""
         if expr is None:
             return None
         try:
-            return interp.eval(expr, env_for(node, func))
+            return self.interp.eval(expr, self.env_for(node, func))
         except Exception:
             return Opaque("value")
 
-    model_sites: list[ModelSite] = []
-    side_effects: list[tuple[int, str]] = []
-    layer_sites: list[ModelSite] = []  # a bare paddle.nn layer as the model (``model = nn.Linear(...)``)
-    batch_candidates: list[int] = []
-    shape_candidates: list[tuple[list[int], str, int]] = []
-    input_specs: list[tuple[list[int], str]] = []
-    numpy_batches: list[list[int]] = []
-    for node, func, in_layer, path in sc.calls:
-        last = path.split(".")[-1] if path else ""
-        line = node.lineno
-        if last in CONV_CALLS or L.is_zoo(path):
-            facts.has_conv = True
-        if in_layer:
-            if last in ("cross_entropy", "CrossEntropyLoss"):
-                facts.uses_cross_entropy = True
-            continue
-        if last in ("DataLoader", "BatchSampler", "DistributedBatchSampler") or (last == "fit" and kw(node, "batch_size")):
-            b = _int(val(node, func, kw(node, "batch_size", 2 if last == "BatchSampler" else None)))
-            if b:
-                batch_candidates.append(b)
-            if last == "DataLoader":
-                nw_expr = kw(node, "num_workers", 9)
-                nw = val(node, func, nw_expr)
-                if nw_expr is not None and not (isinstance(nw, int) and not isinstance(nw, bool)) \
-                        and facts.num_workers == 0:
-                    facts.num_workers = None
-                    add(Finding(severity="warning", code="dataloader-workers-unknown", line=line,
-                                message=f"line {line}: DataLoader(num_workers={ast.unparse(nw_expr)}) takes its worker "
-                                        "count from a value the static reading cannot know (a config file, the "
-                                        "environment); assumed > 0, so the launcher gives the run a larger /dev/shm "
-                                        "(worker processes exchange batches through shared memory)."))
-                if not (isinstance(nw, int) and not isinstance(nw, bool) and nw > 0):
-                    # a single-process loader (or one whose workers are unknown: the conservative reading) keeps
-                    # its prefetched batches as tensors in Paddle's allocator during the step
-                    pf = val(node, func, kw(node, "prefetch_factor", 11))
-                    pf = pf if isinstance(pf, int) and not isinstance(pf, bool) and 0 < pf <= 64 else 2
-                    buffered = val(node, func, kw(node, "use_buffer_reader", 10))
-                    facts.loader_depth = max(facts.loader_depth, pf + (2 if buffered is False else 3))
-                if isinstance(nw, int) and nw > 0:
-                    facts.num_workers = nw
-                    add(Finding(severity="warning", code="dataloader-workers", line=line,
-                                message=f"line {line}: DataLoader(num_workers={nw}) starts worker processes that exchange "
-                                        "batches through shared memory; in a container /dev/shm is 64 MiB by default. "
-                                        "autodl's Docker/Kubernetes launchers must give the run a larger /dev/shm "
-                                        "(shm_size / an emptyDir with medium: Memory), or set num_workers=0."))
-        elif path.startswith("paddle.optimizer.") and last in OPTIMIZER_STATE_SLOTS:
-            facts.optimizer, facts.optimizer_line = last, line
-        elif path.startswith("paddle.amp.") or last in ("auto_cast", "decorate", "GradScaler", "amp_guard"):
-            if last in ("auto_cast", "decorate", "amp_guard"):
-                lvl = val(node, func, kw(node, "level"))
-                level = lvl if isinstance(lvl, str) and lvl in ("O1", "O2") else "O1"
-                if facts.amp != "O2":
-                    facts.amp = level
-            elif last == "GradScaler" and facts.amp is None:
-                facts.amp = "O1"
-        elif last == "distributed_optimizer" or (last == "init" and "fleet" in path):
-            facts.distributed = "fleet"
-        elif last in ("DataParallel", "init_parallel_env") and facts.distributed != "fleet":
-            facts.distributed = "data_parallel"
-        elif last == "spawn" and "distributed" in path:
-            n = _int(val(node, func, kw(node, "nprocs", 2)))
-            facts.distributed_nprocs = n
-            facts.distributed = facts.distributed or "data_parallel"
-        elif last == "recompute" or last == "recompute_sequential":
-            facts.recompute = True
-        elif last in ("set_device",) and "paddle" in path:
-            v = val(node, func, kw(node, "device", 0))
-            if isinstance(v, str) and ":" in v and v.split(":")[0] in ("gpu", "npu", "xpu", "mlu", "custom"):
-                idx = v.split(":")[1]
-                add(Finding(severity="warning" if idx != "0" else "info", code="hardcoded-device", line=line,
-                            message=f"line {line}: set_device('{v}') pins device index {idx}; autodl sets "
-                                    "CUDA_VISIBLE_DEVICES (or the vendor's variable) so the run sees its leased "
-                                    "devices as 0..n-1, and index " + idx + " may not exist or belong to another run; "
-                                    "use set_device('gpu') or read the device from the environment."))
-        elif last in ("CUDAPlace", "NPUPlace", "XPUPlace", "CustomPlace"):
-            v = val(node, func, kw(node, "id", 0 if last != "CustomPlace" else 1))
-            idx = str(v) if isinstance(v, int) else "?"
-            add(Finding(severity="warning" if idx != "0" else "info", code="hardcoded-device", line=line,
-                        message=f"line {line}: {last}({idx}) hard-codes a device index; autodl pins the run's devices "
-                                "with CUDA_VISIBLE_DEVICES so they appear as 0..n-1; use "
-                                "paddle.distributed.ParallelEnv().dev_id or set_device('gpu')."))
-        elif _outside(path):
-            side_effects.append((line, path))
-        elif last in ("cross_entropy", "CrossEntropyLoss", "softmax_with_cross_entropy"):
-            facts.uses_cross_entropy = True
-        elif last in DATASET_SHAPES and "vision" in path:
-            shape_candidates.append((list(DATASET_SHAPES[last]), "float32", 0))
-        elif last in ("Resize", "RandomResizedCrop", "CenterCrop", "RandomCrop") and "transforms" in path:
-            s = val(node, func, kw(node, "size", 0))
-            if isinstance(s, int):
-                shape_candidates.append(([-1, s, s], "float32", 0))
-        elif last == "InputSpec":
-            # paddle.static.InputSpec([None, 3, 96, 96], "float32"): the input the script declares for to_static
-            shp = val(node, func, kw(node, "shape", 0))
-            dt = val(node, func, kw(node, "dtype", 1))
-            if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(d, int) and d > 0 for d in shp[1:]):
-                input_specs.append(([*shp[1:]], dt if isinstance(dt, str) else "float32"))
-        elif last in ("rand", "randn") and path.startswith("numpy") and len(node.args) >= 2:
-            # np.random.rand(B, C, H, W): sizes as arguments; a batch only when its first size is the batch size
-            # (inside a Dataset's __getitem__ it is one sample: read by _dataset_sample)
-            shp = [val(node, func, a) for a in node.args]
-            if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shp) \
-                    and not (func is not None and func.name == "__getitem__"):
-                numpy_batches.append(shp)
-        elif last in ("randn", "rand", "zeros", "ones", "uniform", "normal", "randint", "full", "standard_normal"):
-            shp = val(node, func, kw(node, "shape", 2 if last == "randint" else 0))
-            if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(s, int) for s in shp):
-                dt = val(node, func, kw(node, "dtype"))
-                dtype = "int64" if last == "randint" or (isinstance(dt, str) and "int" in dt) else "float32"
-                shape_candidates.append((list(shp), dtype, line))
-        # model construction
+    def arg(self, call: _Call, name: str, pos: int | None = None) -> Any:
+        """The value a call passes as ``name=`` (or at ``pos``)."""
+        return self.value(call.node, call.func, _kwarg(call.node, name, pos))
+
+    def add(self, finding: Finding) -> None:
+        self.facts.findings.append(finding)
+
+    # ------------------------------------------------------------------------------------------ one call
+    def read(self, node: ast.Call, func: FunctionNode | None, in_layer: bool, path: str) -> None:
+        call = _Call(node, func, path)
+        if call.last in CONV_CALLS or L.is_zoo(path):
+            self.facts.has_conv = True
+        if in_layer:  # inside a Layer subclass: only its loss; the class itself is the model
+            if call.last in ("cross_entropy", "CrossEntropyLoss"):
+                self.facts.uses_cross_entropy = True
+            return
+        for reader in self._FACT_READERS:
+            if reader(self, call):
+                break
+        self._model_construction(call)
+
+    # ------------------------------------------------------------------- data loading and batch size
+    def _data_loader(self, call: _Call) -> bool:
+        last, node = call.last, call.node
+        if not (last in ("DataLoader", "BatchSampler", "DistributedBatchSampler")
+                or (last == "fit" and _kwarg(node, "batch_size"))):
+            return False
+        b = _int(self.arg(call, "batch_size", 2 if last == "BatchSampler" else None))
+        if b:
+            self.batch_candidates.append(b)
+        if last == "DataLoader":
+            self._loader_workers(call)
+        return True
+
+    def _loader_workers(self, call: _Call) -> None:
+        """``DataLoader(num_workers=...)``: a worker count read or unknown (findings), and the batches a
+        single-process loader keeps in the training process (:attr:`ScriptFacts.loader_depth`)."""
+        nw_expr = _kwarg(call.node, "num_workers", 9)
+        nw = self.value(call.node, call.func, nw_expr)
+        known = isinstance(nw, int) and not isinstance(nw, bool)
+        if nw_expr is not None and not known and self.facts.num_workers == 0:
+            self.facts.num_workers = None
+            self.add(_workers_unknown_finding(call.line, nw_expr))
+        if not (known and nw > 0):
+            # a single-process loader (or one whose workers are unknown: the conservative reading) keeps
+            # its prefetched batches as tensors in Paddle's allocator during the step
+            pf = self.arg(call, "prefetch_factor", 11)
+            pf = pf if isinstance(pf, int) and not isinstance(pf, bool) and 0 < pf <= 64 else 2
+            buffered = self.arg(call, "use_buffer_reader", 10)
+            self.facts.loader_depth = max(self.facts.loader_depth, pf + (2 if buffered is False else 3))
+        if isinstance(nw, int) and nw > 0:
+            self.facts.num_workers = nw
+            self.add(_workers_finding(call.line, nw))
+
+    # ---------------------------------------------------------------------- optimizer, AMP, distributed
+    def _optimizer(self, call: _Call) -> bool:
+        if not (call.path.startswith("paddle.optimizer.") and call.last in OPTIMIZER_STATE_SLOTS):
+            return False
+        self.facts.optimizer, self.facts.optimizer_line = call.last, call.line
+        return True
+
+    def _amp(self, call: _Call) -> bool:
+        last = call.last
+        if not (call.path.startswith("paddle.amp.") or last in ("auto_cast", "decorate", "GradScaler", "amp_guard")):
+            return False
+        if last in ("auto_cast", "decorate", "amp_guard"):
+            lvl = self.arg(call, "level")
+            level = lvl if isinstance(lvl, str) and lvl in ("O1", "O2") else "O1"
+            if self.facts.amp != "O2":
+                self.facts.amp = level
+        elif last == "GradScaler" and self.facts.amp is None:
+            self.facts.amp = "O1"
+        return True
+
+    def _fleet(self, call: _Call) -> bool:
+        if not (call.last == "distributed_optimizer" or (call.last == "init" and "fleet" in call.path)):
+            return False
+        self.facts.distributed = "fleet"
+        return True
+
+    def _data_parallel(self, call: _Call) -> bool:
+        if not (call.last in ("DataParallel", "init_parallel_env") and self.facts.distributed != "fleet"):
+            return False
+        self.facts.distributed = "data_parallel"
+        return True
+
+    def _spawn(self, call: _Call) -> bool:
+        if not (call.last == "spawn" and "distributed" in call.path):
+            return False
+        self.facts.distributed_nprocs = _int(self.arg(call, "nprocs", 2))
+        self.facts.distributed = self.facts.distributed or "data_parallel"
+        return True
+
+    def _recompute(self, call: _Call) -> bool:
+        if call.last not in ("recompute", "recompute_sequential"):
+            return False
+        self.facts.recompute = True
+        return True
+
+    # ------------------------------------------------------------------------------ hard-coded devices
+    def _set_device(self, call: _Call) -> bool:
+        if not (call.last in ("set_device",) and "paddle" in call.path):
+            return False
+        v = self.arg(call, "device", 0)
+        if isinstance(v, str) and ":" in v and v.split(":")[0] in ("gpu", "npu", "xpu", "mlu", "custom"):
+            self.add(_set_device_finding(call.line, v))
+        return True
+
+    def _device_place(self, call: _Call) -> bool:
+        last = call.last
+        if last not in ("CUDAPlace", "NPUPlace", "XPUPlace", "CustomPlace"):
+            return False
+        v = self.arg(call, "id", 0 if last != "CustomPlace" else 1)
+        idx = str(v) if isinstance(v, int) else "?"
+        self.add(Finding(severity="warning" if idx != "0" else "info", code="hardcoded-device", line=call.line,
+                         message=f"line {call.line}: {last}({idx}) hard-codes a device index; autodl pins the run's "
+                                 "devices with CUDA_VISIBLE_DEVICES so they appear as 0..n-1; use "
+                                 "paddle.distributed.ParallelEnv().dev_id or set_device('gpu')."))
+        return True
+
+    # ----------------------------------------------------------------------------- outside the process
+    def _side_effect(self, call: _Call) -> bool:
+        if not _outside(call.path):
+            return False
+        self.side_effects.append((call.line, call.path))
+        return True
+
+    def _cross_entropy(self, call: _Call) -> bool:
+        if call.last not in ("cross_entropy", "CrossEntropyLoss", "softmax_with_cross_entropy"):
+            return False
+        self.facts.uses_cross_entropy = True
+        return True
+
+    # --------------------------------------------------------------------------------- input shape
+    def _vision_dataset(self, call: _Call) -> bool:
+        if not (call.last in DATASET_SHAPES and "vision" in call.path):
+            return False
+        self.shape_candidates.append((list(DATASET_SHAPES[call.last]), "float32", 0))
+        return True
+
+    def _image_resize(self, call: _Call) -> bool:
+        if not (call.last in ("Resize", "RandomResizedCrop", "CenterCrop", "RandomCrop") and "transforms" in call.path):
+            return False
+        s = self.arg(call, "size", 0)
+        if isinstance(s, int):
+            self.shape_candidates.append(([-1, s, s], "float32", 0))
+        return True
+
+    def _input_spec(self, call: _Call) -> bool:
+        """paddle.static.InputSpec([None, 3, 96, 96], "float32"): the input the script declares for to_static."""
+        if call.last != "InputSpec":
+            return False
+        shp = self.arg(call, "shape", 0)
+        dt = self.arg(call, "dtype", 1)
+        if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(d, int) and d > 0 for d in shp[1:]):
+            self.input_specs.append(([*shp[1:]], dt if isinstance(dt, str) else "float32"))
+        return True
+
+    def _numpy_batch(self, call: _Call) -> bool:
+        """np.random.rand(B, C, H, W): sizes as arguments; a batch only when its first size is the batch size
+        (inside a Dataset's __getitem__ it is one sample: read by _dataset_sample)."""
+        node, func = call.node, call.func
+        if not (call.last in ("rand", "randn") and call.path.startswith("numpy") and len(node.args) >= 2):
+            return False
+        shp = [self.value(node, func, a) for a in node.args]
+        if all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shp) \
+                and not (func is not None and func.name == "__getitem__"):
+            self.numpy_batches.append(shp)
+        return True
+
+    def _created_tensor(self, call: _Call) -> bool:
+        last = call.last
+        if last not in ("randn", "rand", "zeros", "ones", "uniform", "normal", "randint", "full", "standard_normal"):
+            return False
+        shp = self.arg(call, "shape", 2 if last == "randint" else 0)
+        if isinstance(shp, (list, tuple)) and len(shp) >= 2 and all(isinstance(s, int) for s in shp):
+            dt = self.arg(call, "dtype")
+            dtype = "int64" if last == "randint" or (isinstance(dt, str) and "int" in dt) else "float32"
+            self.shape_candidates.append((list(shp), dtype, call.line))
+        return True
+
+    _FACT_READERS: tuple[Callable[[_CallSites, _Call], bool], ...] = (
+        _data_loader, _optimizer, _amp, _fleet, _data_parallel, _spawn, _recompute, _set_device, _device_place,
+        _side_effect, _cross_entropy, _vision_dataset, _image_resize, _input_spec, _numpy_batch, _created_tensor)
+
+    # ---------------------------------------------------------------------------- model construction
+    def _model_construction(self, call: _Call) -> None:
+        """A construction the trained model may be: a script Layer class, ``Sequential`` or a zoo model, a bare
+        ``paddle.nn`` layer assigned to a name, or a builder function assigned to ``model``/``net``/``network``."""
+        node, path, last = call.node, call.path, call.last
+        var = self.assign_of.get(id(node))
         if path.startswith("<local>."):
-            cls = interp.globals.get(path.split(".")[1])
+            cls = self.interp.globals.get(path.split(".")[1])
             if isinstance(cls, ClassInfo) and cls.is_layer():
-                model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "class"))
+                self.model_sites.append(ModelSite(node, call.func, var, "class"))
         elif path.startswith("paddle") and (last == "Sequential" or "vision.models" in path or
                                             (len(path.split(".")) >= 3 and path.split(".")[-2] == "vision")):
             if last == "Sequential" or L.is_zoo(path):
-                model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "zoo" if last != "Sequential" else "sequential"))
-        elif path.startswith("paddle") and last in L.LAYERS and sc.assign_of.get(id(node)):
-            layer_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "layer"))
-        elif isinstance(interp.globals.get(path), FuncRef) and path in interp.globals:
+                self.model_sites.append(ModelSite(node, call.func, var, "zoo" if last != "Sequential" else "sequential"))
+        elif path.startswith("paddle") and last in L.LAYERS and var:
+            self.layer_sites.append(ModelSite(node, call.func, var, "layer"))
+        elif isinstance(self.interp.globals.get(path), FuncRef) and path in self.interp.globals:
             # a builder function (def build_model(): return Net()) assigned to a variable
-            fnode = interp.globals[path].node
+            fnode = self.interp.globals[path].node
             if any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) for n in ast.walk(fnode)) and \
-                    sc.assign_of.get(id(node)) in ("model", "net", "network"):
-                model_sites.append(ModelSite(node, func, sc.assign_of.get(id(node)), "builder"))
+                    var in ("model", "net", "network"):
+                self.model_sites.append(ModelSite(node, call.func, var, "builder"))
 
-    # which construction is the trained model: the one whose .parameters() reach the optimizer
+
+def _workers_unknown_finding(line: int, nw_expr: ast.expr) -> Finding:
+    return Finding(severity="warning", code="dataloader-workers-unknown", line=line,
+                   message=f"line {line}: DataLoader(num_workers={ast.unparse(nw_expr)}) takes its worker "
+                           "count from a value the static reading cannot know (a config file, the "
+                           "environment); assumed > 0, so the launcher gives the run a larger /dev/shm "
+                           "(worker processes exchange batches through shared memory).")
+
+
+def _workers_finding(line: int, nw: int) -> Finding:
+    return Finding(severity="warning", code="dataloader-workers", line=line,
+                   message=f"line {line}: DataLoader(num_workers={nw}) starts worker processes that exchange "
+                           "batches through shared memory; in a container /dev/shm is 64 MiB by default. "
+                           "autodl's Docker/Kubernetes launchers must give the run a larger /dev/shm "
+                           "(shm_size / an emptyDir with medium: Memory), or set num_workers=0.")
+
+
+def _set_device_finding(line: int, device: str) -> Finding:
+    idx = device.split(":")[1]
+    return Finding(severity="warning" if idx != "0" else "info", code="hardcoded-device", line=line,
+                   message=f"line {line}: set_device('{device}') pins device index {idx}; autodl sets "
+                           "CUDA_VISIBLE_DEVICES (or the vendor's variable) so the run sees its leased "
+                           "devices as 0..n-1, and index " + idx + " may not exist or belong to another run; "
+                           "use set_device('gpu') or read the device from the environment.")
+
+
+def _trained_names(tree: ast.Module, interp: Interp) -> set[str]:
+    """Names whose ``.parameters()`` are taken, or that are wrapped by ``DataParallel``/``distributed_model``/
+    ``Model``: the constructions the script trains."""
     used: set[str] = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "parameters" \
@@ -426,37 +630,52 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
         if isinstance(n, ast.Call) and _dotted(n.func, interp) and (_dotted(n.func, interp) or "").endswith(
                 ("DataParallel", "distributed_model", "Model")) and n.args and isinstance(n.args[0], ast.Name):
             used.add(n.args[0].id)
+    return used
+
+
+def _trained_site(model_sites: list[ModelSite], layer_sites: list[ModelSite], used: set[str]) -> ModelSite | None:
+    """Which construction is the trained model: the last whose variable is trained, else the last assigned one,
+    else the last one; without any, a single ``paddle.nn`` layer trained (or named) as the model."""
     site = None
     for s in model_sites:
         if s.var and s.var in used:
             site = s
     if site is None:
         top = [s for s in model_sites if s.var]
-        site = (top or model_sites or [None])[-1]
+        candidates = top or model_sites
+        site = candidates[-1] if candidates else None
     if site is None:  # no model class, Sequential or zoo model: a single layer trained as the model
         chosen = [s for s in layer_sites if s.var in used] or [s for s in layer_sites if s.var in ("model", "net", "network")]
         site = chosen[-1] if chosen else None
-    facts.model_site = site
+    return site
 
-    # hyper-parameters
+
+def _hyper_parameters(facts: ScriptFacts, sites: _CallSites, site: ModelSite | None) -> None:
+    """Batch size (a loader's, else a constant named like one) and sequence length (a constant named like one):
+    argparse defaults, module constants and the model site's function locals, by lower-case name."""
     consts: dict[str, Any] = {}
-    consts.update({k: v for k, v in interp.argparse.items()})
-    consts.update({k.lower(): v for k, v in interp.globals.items() if isinstance(v, int)})
+    consts.update({k: v for k, v in sites.interp.argparse.items()})
+    consts.update({k.lower(): v for k, v in sites.interp.globals.items() if isinstance(v, int)})
     if site is not None and site.func is not None:
-        consts.update({k.lower(): v for k, v in env_for(site.node, site.func).items() if isinstance(v, int)})
-    if batch_candidates:
-        facts.batch_size = batch_candidates[0]
+        consts.update({k.lower(): v for k, v in sites.env_for(site.node, site.func).items() if isinstance(v, int)})
+    if sites.batch_candidates:
+        facts.batch_size = sites.batch_candidates[0]
     else:
-        for n in BATCH_NAMES:
-            if _int(consts.get(n)):
-                facts.batch_size = consts[n]
+        for name in BATCH_NAMES:
+            if _int(consts.get(name)):
+                facts.batch_size = consts[name]
                 break
-    for n in SEQ_NAMES:
-        if _int(consts.get(n)):
-            facts.sequence_length = consts[n]
+    for name in SEQ_NAMES:
+        if _int(consts.get(name)):
+            facts.sequence_length = consts[name]
             break
-    # input: prefer a created tensor whose first dim is the batch size
-    for shp, dt, line in shape_candidates:
+
+
+def _input_from_tensors(facts: ScriptFacts, sites: _CallSites) -> None:
+    """Input shape and dtype from the tensors the script creates: one whose first size is the batch size (which
+    also gives the batch size when none is known), else a library dataset's or a resize's sample shape, else a
+    numpy batch of the batch size."""
+    for shp, dt, line in sites.shape_candidates:
         if line and (facts.batch_size is None or shp[0] == facts.batch_size):
             if facts.batch_size is None:
                 facts.batch_size = shp[0]
@@ -465,7 +684,7 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                 facts.sequence_length = facts.sequence_length or shp[1]
             break
     else:
-        for shp, dt, line in shape_candidates:
+        for shp, dt, line in sites.shape_candidates:
             if not line:
                 if shp[0] == -1 and facts.input_shape:
                     facts.input_shape = [facts.input_shape[0], shp[1], shp[2]]
@@ -474,33 +693,46 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
                 else:
                     facts.input_shape = shp
     if facts.input_shape is None and facts.batch_size:
-        for shp in numpy_batches:
+        for shp in sites.numpy_batches:
             if shp[0] == facts.batch_size:
                 facts.input_shape, facts.input_dtype = shp[1:], "float32"
                 break
-    if input_specs:  # declared by the script itself: wins over tensors it creates and dataset defaults
-        facts.input_shape, facts.input_dtype = input_specs[0]
+
+
+def _declared_input(facts: ScriptFacts, sites: _CallSites) -> None:
+    """An ``InputSpec`` the script declares wins over tensors it creates and dataset defaults; without an input
+    shape so far, the script's own Dataset's sample (esttest F5) is taken over a library dataset's default."""
+    if sites.input_specs:
+        facts.input_shape, facts.input_dtype = sites.input_specs[0]
     elif facts.input_shape is None:
-        sample = _dataset_sample(interp, lambda e: val(e, None, e))
-        if sample is not None:  # the script's own Dataset's sample (esttest F5): over a library dataset's default
+        sample = _dataset_sample(sites.interp, lambda e: sites.value(e, None, e))
+        if sample is not None:
             facts.input_shape, facts.input_dtype = sample
             if "int" in sample[1] and len(sample[0]) == 1:  # token ids: the sequence length too
                 facts.sequence_length = facts.sequence_length or sample[0][0]
-    # build the model
-    if site is not None:
-        try:
-            env = env_for(site.node, site.func)
-            obj = interp.eval(site.node, env)
-            if isinstance(obj, (LayerObj, UserObj)):
-                facts.model = obj
-                facts.model_line = site.node.lineno
-                facts.model_name = obj.cls.name if isinstance(obj, UserObj) else obj.type.replace("zoo:", "")
-                name_tree(obj, "")
-            else:
-                facts.build_error = f"the model construction at line {site.node.lineno} could not be evaluated"
-        except (L.Unsupported, RecursionError, TypeError, ValueError, KeyError, IndexError, AttributeError,
-                ZeroDivisionError) as exc:
-            facts.build_error = f"the model construction at line {site.node.lineno} could not be followed ({exc})"
+
+
+def _build_model(facts: ScriptFacts, sites: _CallSites, site: ModelSite) -> None:
+    """Evaluate the trained model's construction into :attr:`ScriptFacts.model` (sub-layers named by attribute
+    path), or say in :attr:`ScriptFacts.build_error` why it could not be followed."""
+    try:
+        env = sites.env_for(site.node, site.func)
+        obj = sites.interp.eval(site.node, env)
+        if isinstance(obj, (LayerObj, UserObj)):
+            facts.model = obj
+            facts.model_line = site.node.lineno
+            facts.model_name = obj.cls.name if isinstance(obj, UserObj) else obj.type.replace("zoo:", "")
+            name_tree(obj, "")
+        else:
+            facts.build_error = f"the model construction at line {site.node.lineno} could not be evaluated"
+    except (L.Unsupported, RecursionError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+            ZeroDivisionError) as exc:
+        facts.build_error = f"the model construction at line {site.node.lineno} could not be followed ({exc})"
+
+
+def _whole_script_findings(facts: ScriptFacts, interp: Interp, side_effects: list[tuple[int, str]]) -> None:
+    """Findings about the analysis and the script as a whole: bounded analysis, side effects, recompute."""
+    add = facts.findings.append
     if interp.budget.exceeded:  # the bounds of autodl.profile.bounds: a warning and the fallback, never a hang
         add(Finding(severity="warning", code="analysis-bounded",
                     message=f"{interp.budget.exceeded}; the estimate falls back to what it knows without the model "
@@ -515,6 +747,25 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     if facts.recompute:
         add(Finding(severity="info", code="recompute", message="recompute is used: activations of recomputed "
                     "segments are not kept; the activation estimate is an upper bound."))
+
+
+def scan(tree: ast.Module, source: str) -> ScriptFacts:
+    """Collect :class:`ScriptFacts` from a parsed script."""
+    interp = Interp(tree)
+    facts = ScriptFacts(interp=interp)
+    sc = _Scanner(interp)
+    sc.visit(tree)
+    sites = _CallSites(interp, facts, sc.assign_of)
+    for node, func, in_layer, path in sc.calls:
+        sites.read(node, func, in_layer, path)
+    site = _trained_site(sites.model_sites, sites.layer_sites, _trained_names(tree, interp))
+    facts.model_site = site
+    _hyper_parameters(facts, sites, site)
+    _input_from_tensors(facts, sites)
+    _declared_input(facts, sites)
+    if site is not None:
+        _build_model(facts, sites, site)
+    _whole_script_findings(facts, interp, sites.side_effects)
     return facts
 
 

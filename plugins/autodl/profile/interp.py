@@ -64,9 +64,9 @@ class ClassInfo:
     name: str
     node: ast.ClassDef
     bases: list[Any]
-    methods: dict[str, ast.FunctionDef]
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
 
-    def find(self, meth: str) -> tuple["ClassInfo", ast.FunctionDef] | None:
+    def find(self, meth: str) -> tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef] | None:
         if meth in self.methods:
             return self, self.methods[meth]
         for b in self.bases:
@@ -95,7 +95,7 @@ class UserObj:
 
 @dataclass(eq=False)
 class FuncRef:
-    node: ast.FunctionDef | ast.Lambda
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
     env: dict[str, Any] | None = None
 
 
@@ -156,7 +156,7 @@ class Interp:
                 names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                 dest = None
                 for kw in node.keywords:
-                    if kw.arg == "dest" and isinstance(kw.value, ast.Constant):
+                    if kw.arg == "dest" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
                         dest = kw.value.value
                 if dest is None:
                     longs = [n for n in names if n.startswith("--")]
@@ -182,42 +182,17 @@ class Interp:
 
     def _load_stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Import):
-            for a in stmt.names:
-                if a.asname:
-                    self.globals[a.asname] = Mod(a.name)
-                else:
-                    top = a.name.split(".")[0]
-                    self.globals[top] = Mod(top)
+            self._load_import(stmt)
         elif isinstance(stmt, ast.ImportFrom):
             base = stmt.module or ""
             for a in stmt.names:
                 self.globals[a.asname or a.name] = Mod(f"{base}.{a.name}" if base else a.name)
         elif isinstance(stmt, ast.ClassDef):
-            bases = []
-            for b in stmt.bases:
-                try:
-                    bases.append(self.eval(b, {}))
-                except Exception:
-                    bases.append(Opaque("base"))
-            methods = {n.name: n for n in stmt.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            self.globals[stmt.name] = ClassInfo(stmt.name, stmt, bases, methods)
+            self._load_class(stmt)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self.globals[stmt.name] = FuncRef(stmt)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-            value = stmt.value
-            if value is None:
-                return
-            if self._only_safe(value):
-                try:
-                    v = self.eval(value, {})
-                except Exception:
-                    v = Opaque("module constant")
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                for t in targets:
-                    try:
-                        self.assign(t, v, self.globals)
-                    except Exception:
-                        pass
+            self._load_constant(stmt)
         elif isinstance(stmt, ast.If):
             # `if __name__ == "__main__":` and try/except import guards: load definitions only
             for s in stmt.body:
@@ -226,6 +201,43 @@ class Interp:
         elif isinstance(stmt, ast.Try):
             for s in stmt.body:
                 self._load_stmt(s)
+
+    def _load_import(self, stmt: ast.Import) -> None:
+        """``import a.b`` binds ``a``; ``import a.b as c`` binds ``c`` to ``a.b``."""
+        for a in stmt.names:
+            if a.asname:
+                self.globals[a.asname] = Mod(a.name)
+            else:
+                top = a.name.split(".")[0]
+                self.globals[top] = Mod(top)
+
+    def _load_class(self, stmt: ast.ClassDef) -> None:
+        """A script-defined class: its evaluated bases (Opaque where unknown) and its methods by name."""
+        bases: list[Any] = []
+        for b in stmt.bases:
+            try:
+                bases.append(self.eval(b, {}))
+            except Exception:
+                bases.append(Opaque("base"))
+        methods = {n.name: n for n in stmt.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.globals[stmt.name] = ClassInfo(stmt.name, stmt, bases, methods)
+
+    def _load_constant(self, stmt: ast.Assign | ast.AnnAssign) -> None:
+        """A module-level assignment whose value is safe to evaluate (:meth:`_only_safe`); Opaque when it fails."""
+        value = stmt.value
+        if value is None:
+            return
+        if self._only_safe(value):
+            try:
+                v = self.eval(value, {})
+            except Exception:
+                v = Opaque("module constant")
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for t in targets:
+                try:
+                    self.assign(t, v, self.globals)
+                except Exception:
+                    pass
 
     def _only_safe(self, node: ast.AST) -> bool:
         """Module-level values are evaluated only when they build no layer and call nothing unknown."""
@@ -291,21 +303,9 @@ class Interp:
         if isinstance(obj, ArgsNS):
             return obj.values.get(attr, Opaque(f"args.{attr}"))
         if isinstance(obj, UserObj):
-            if attr in obj.attrs:
-                return obj.attrs[attr]
-            found = obj.cls.find(attr)
-            if found:
-                return Bound(obj, FuncRef(found[1]), found[0])
-            if attr == "training":
-                return True
-            return Bound(obj, attr)
+            return self._user_attr(obj, attr)
         if isinstance(obj, LayerObj):
-            if attr in obj.args:
-                return obj.args[attr]
-            for k, v in obj.children:
-                if k == attr:
-                    return v
-            return Bound(obj, attr)
+            return self._layer_attr(obj, attr)
         if isinstance(obj, ClassInfo):
             found = obj.find(attr)
             return FuncRef(found[1]) if found else Opaque(attr)
@@ -316,6 +316,27 @@ class Interp:
                 return list(obj.shape)
             return Bound(obj, attr)
         return Opaque(f".{attr}")
+
+    def _user_attr(self, obj: UserObj, attr: str) -> Any:
+        """An attribute of a script-defined object: set in ``__init__``, else a method of its class, else bound."""
+        if attr in obj.attrs:
+            return obj.attrs[attr]
+        found = obj.cls.find(attr)
+        if found:
+            return Bound(obj, FuncRef(found[1]), found[0])
+        if attr == "training":
+            return True
+        return Bound(obj, attr)
+
+    @staticmethod
+    def _layer_attr(obj: LayerObj, attr: str) -> Any:
+        """An attribute of a built-in layer: a constructor argument, else a sub-layer by name, else bound."""
+        if attr in obj.args:
+            return obj.args[attr]
+        for k, v in obj.children:
+            if k == attr:
+                return v
+        return Bound(obj, attr)
 
     # ------------------------------------------------------------------------------ expressions
     def eval(self, node: ast.AST, env: dict) -> Any:
@@ -556,8 +577,9 @@ class Interp:
                 env[p] = Opaque(f"missing argument {p}")
         if a.vararg:
             env[a.vararg.arg] = tuple(allargs[len(params):])
-        for k, d in zip(a.kwonlyargs, a.kw_defaults):
-            env[k.arg] = kwargs.pop(k.arg) if k.arg in kwargs else (self.eval(d, {}) if d is not None else Opaque(k.arg))
+        for k, kw_default in zip(a.kwonlyargs, a.kw_defaults):
+            env[k.arg] = kwargs.pop(k.arg) if k.arg in kwargs else (
+                self.eval(kw_default, {}) if kw_default is not None else Opaque(k.arg))
         if a.kwarg:
             env[a.kwarg.arg] = dict(kwargs)
         if isinstance(node, ast.Lambda):
@@ -583,50 +605,65 @@ class Interp:
         if isinstance(obj, ParamObj):
             return Opaque(str(name))
         if isinstance(obj, list):
-            if name == "append":
-                obj.append(args[0])
-            elif name == "extend":
-                obj.extend(self.iterate(args[0]))
-            elif name == "insert":
-                obj.insert(args[0], args[1])
-            return None
+            return self._list_method(obj, name, args)
         if isinstance(obj, dict):
-            if name == "get":
-                return obj.get(args[0], args[1] if len(args) > 1 else None)
-            if name == "items":
-                return list(obj.items())
-            if name in ("keys", "values"):
-                return list(getattr(obj, name)())
-            return Opaque("dict method")
+            return self._dict_method(obj, name, args)
         if isinstance(obj, UserObj):
-            if name == "add_sublayer":
-                sub = args[1] if len(args) > 1 else kwargs.get("sublayer")
-                self.setattr(obj, str(args[0]), sub)
-                return sub
-            if name == "create_parameter":
-                shape = args[0] if args else kwargs.get("shape")
-                return ParamObj(tuple(int(s) for s in shape), line=line)
-            if name in ("register_buffer",):
-                return None
-            if name in ("train", "eval"):
-                return obj
-            if name == "__init__":
-                return None
-            return Opaque(name)
+            return self._user_method(obj, name, args, kwargs, line)
         if isinstance(obj, LayerObj):
-            if name in ("append", "add_sublayer"):
-                item = args[-1]
-                key = str(args[0]) if name == "add_sublayer" else str(len(obj.children))
-                obj.children.append((key, item))
-                return item
-            if name == "extend":
-                for v in self.iterate(args[0]):
-                    obj.children.append((str(len(obj.children)), v))
-                return None
-            return Opaque(name)
+            return self._layer_method(obj, name, args)
         if isinstance(obj, str):
             return Opaque("str method")
         return Opaque(str(name))
+
+    def _list_method(self, obj: list, name: str, args: list) -> None:
+        """``append``/``extend``/``insert`` change the list; other list methods are ignored (None)."""
+        if name == "append":
+            obj.append(args[0])
+        elif name == "extend":
+            obj.extend(self.iterate(args[0]))
+        elif name == "insert":
+            obj.insert(args[0], args[1])
+
+    @staticmethod
+    def _dict_method(obj: dict, name: str, args: list) -> Any:
+        """``get``/``items``/``keys``/``values`` of a dict the script built; Opaque for the rest."""
+        if name == "get":
+            return obj.get(args[0], args[1] if len(args) > 1 else None)
+        if name == "items":
+            return list(obj.items())
+        if name in ("keys", "values"):
+            return list(getattr(obj, name)())
+        return Opaque("dict method")
+
+    def _user_method(self, obj: UserObj, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+        """The ``paddle.nn.Layer`` methods a script-defined layer inherits and ``__init__`` calls."""
+        if name == "add_sublayer":
+            sub = args[1] if len(args) > 1 else kwargs.get("sublayer")
+            self.setattr(obj, str(args[0]), sub)
+            return sub
+        if name == "create_parameter":
+            return ParamObj(_parameter_shape(args, kwargs), line=line)
+        if name in ("register_buffer",):
+            return None
+        if name in ("train", "eval"):
+            return obj
+        if name == "__init__":
+            return None
+        return Opaque(name)
+
+    def _layer_method(self, obj: LayerObj, name: str, args: list) -> Any:
+        """``append``/``add_sublayer``/``extend`` of a built-in container layer (``LayerList``, ``Sequential``)."""
+        if name in ("append", "add_sublayer"):
+            item = args[-1]
+            key = str(args[0]) if name == "add_sublayer" else str(len(obj.children))
+            obj.children.append((key, item))
+            return item
+        if name == "extend":
+            for v in self.iterate(args[0]):
+                obj.children.append((str(len(obj.children)), v))
+            return None
+        return Opaque(name)
 
     def call_lib(self, path: str, args, kwargs, line):
         parts = path.split(".")
@@ -644,8 +681,7 @@ class Interp:
         if last == "parse_known_args":
             return (ArgsNS(dict(self.argparse)), [])
         if last == "create_parameter":
-            shape = args[0] if args else kwargs.get("shape")
-            return ParamObj(tuple(int(s) for s in shape), line=line)
+            return ParamObj(_parameter_shape(args, kwargs), line=line)
         if last in ("getenv", "get") and parts[0] == "os":
             return args[1] if len(args) > 1 else Opaque("env")
         if parts[0] == "paddle" or parts[0] == "F":
@@ -661,25 +697,47 @@ class Interp:
         return Opaque(path)
 
     def make_layer(self, type_: str, args, kwargs, line):
-        d = L.LAYERS[type_]
-        if type_ in ("Sequential",):
+        if type_ in ("Sequential", "LayerList", "LayerDict"):
+            return LayerObj(type_, {}, line, children=self._container_children(type_, args, kwargs))
+        bound = self._bind_layer_args(type_, args, kwargs)
+        obj = LayerObj(type_, bound, line)
+        if type_ in ("TransformerEncoder", "TransformerDecoder"):
+            inner = bound["encoder_layer" if type_ == "TransformerEncoder" else "decoder_layer"]
+            n = int(bound["num_layers"])
+            obj.children = [("layers." + str(i), inner) for i in range(n)]
+            if isinstance(bound.get("norm"), (LayerObj, UserObj)):
+                obj.children.append(("norm", bound["norm"]))
+        return obj
+
+    def _container_children(self, type_: str, args, kwargs) -> list[tuple[str, Any]]:
+        """The (name, sub-layer) pairs of ``Sequential(*layers)`` (or of ``(name, layer)`` pairs), ``LayerList``
+        and ``LayerDict``."""
+        if type_ == "Sequential":
             kids = []
             for i, a in enumerate(args):
                 if isinstance(a, (tuple, list)) and len(a) == 2 and isinstance(a[0], str):
                     kids.append((a[0], a[1]))
                 else:
                     kids.append((str(i), a))
-            return LayerObj(type_, {}, line, children=kids)
-        if type_ in ("LayerList", "LayerDict"):
-            src = args[0] if args else kwargs.get("sublayers")
-            kids = []
-            if isinstance(src, dict):
-                kids = [(str(k), v) for k, v in src.items()]
-            elif src is not None:
-                kids = [(str(i), v) for i, v in enumerate(self.iterate(src))]
-            return LayerObj(type_, {}, line, children=kids)
+            return kids
+        src = args[0] if args else kwargs.get("sublayers")
+        if isinstance(src, dict):
+            return [(str(k), v) for k, v in src.items()]
+        if src is not None:
+            return [(str(i), v) for i, v in enumerate(self.iterate(src))]
+        return []
+
+    @staticmethod
+    def _bind_layer_args(type_: str, args, kwargs) -> dict[str, Any]:
+        """A built-in layer's arguments by the names of its signature in :mod:`autodl.profile.layers`, defaults
+        filled in.
+
+        :raises autodl.profile.layers.Unsupported: a required argument is missing, an argument could not be evaluated,
+            or ``num_layers`` is over :data:`MAX_LOOP`.
+        """
+        d = L.LAYERS[type_]
         bound: dict[str, Any] = {}
-        for (pname, default), value in zip(d.signature, args):
+        for (pname, _default), value in zip(d.signature, args):
             bound[pname] = value
         bound.update(kwargs)
         for pname, default in d.signature:
@@ -693,14 +751,7 @@ class Interp:
         n = bound.get("num_layers")
         if isinstance(n, int) and n > MAX_LOOP:  # the trace would follow every layer
             raise L.Unsupported(f"{type_}(num_layers={str(n)[:20]}) has more than {MAX_LOOP} layers")
-        obj = LayerObj(type_, bound, line)
-        if type_ in ("TransformerEncoder", "TransformerDecoder"):
-            inner = bound["encoder_layer" if type_ == "TransformerEncoder" else "decoder_layer"]
-            n = int(bound["num_layers"])
-            obj.children = [("layers." + str(i), inner) for i in range(n)]
-            if isinstance(bound.get("norm"), (LayerObj, UserObj)):
-                obj.children.append(("norm", bound["norm"]))
-        return obj
+        return bound
 
     # -------------------------------------------------------------------------------- statements
     def exec_block(self, body, env):
@@ -709,54 +760,87 @@ class Interp:
 
     def exec_stmt(self, s, env):
         self.budget.step()
-        if isinstance(s, ast.Assign):
-            v = self.eval(s.value, env)
-            for t in s.targets:
-                self.assign(t, v, env)
-        elif isinstance(s, ast.AnnAssign):
-            if s.value is not None:
-                self.assign(s.target, self.eval(s.value, env), env)
-        elif isinstance(s, ast.AugAssign):
-            cur = self.eval(s.target, env) if not isinstance(s.target, ast.Name) else self._e_Name(s.target, env)
-            self.assign(s.target, self.binop(s.op, cur, self.eval(s.value, env)), env)
-        elif isinstance(s, ast.Expr):
-            self.eval(s.value, env)
-        elif isinstance(s, ast.Return):
-            raise _Return(self.eval(s.value, env) if s.value is not None else None)
-        elif isinstance(s, ast.If):
-            self.exec_block(s.body if self.truth(self.eval(s.test, env)) else s.orelse, env)
-        elif isinstance(s, ast.For):
-            it = self.iterate(self.eval(s.iter, env))
-            for count, v in enumerate(it):
-                if count > MAX_LOOP:
-                    raise L.Unsupported("loop too long")
-                self.assign(s.target, v, env)
-                try:
-                    self.exec_block(s.body, env)
-                except _Break:
-                    break
-                except _Continue:
-                    continue
-        elif isinstance(s, ast.While):
-            raise L.Unsupported(f"while loop at line {s.lineno}")
-        elif isinstance(s, ast.Break):
-            raise _Break()
-        elif isinstance(s, ast.Continue):
-            raise _Continue()
-        elif isinstance(s, (ast.With, ast.AsyncWith)):
-            self.exec_block(s.body, env)
-        elif isinstance(s, ast.Try):
-            self.exec_block(s.body, env)
-        elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            env[s.name] = FuncRef(s, env)
-        elif isinstance(s, (ast.Import, ast.ImportFrom)):
-            saved = dict(self.globals)
-            self._load_stmt(s)
-            for k, v in self.globals.items():
-                if saved.get(k) is not v:
-                    env[k] = v
-            self.globals = saved
+        m = getattr(self, f"_x_{type(s).__name__}", None)
+        if m is not None:
+            m(s, env)
         # pass, assert, raise, delete, global: nothing to model
+
+    def _x_Assign(self, s: ast.Assign, env: dict) -> None:
+        v = self.eval(s.value, env)
+        for t in s.targets:
+            self.assign(t, v, env)
+
+    def _x_AnnAssign(self, s: ast.AnnAssign, env: dict) -> None:
+        if s.value is not None:
+            self.assign(s.target, self.eval(s.value, env), env)
+
+    def _x_AugAssign(self, s: ast.AugAssign, env: dict) -> None:
+        cur = self.eval(s.target, env) if not isinstance(s.target, ast.Name) else self._e_Name(s.target, env)
+        self.assign(s.target, self.binop(s.op, cur, self.eval(s.value, env)), env)
+
+    def _x_Expr(self, s: ast.Expr, env: dict) -> None:
+        self.eval(s.value, env)
+
+    def _x_Return(self, s: ast.Return, env: dict) -> None:
+        raise _Return(self.eval(s.value, env) if s.value is not None else None)
+
+    def _x_If(self, s: ast.If, env: dict) -> None:
+        self.exec_block(s.body if self.truth(self.eval(s.test, env)) else s.orelse, env)
+
+    def _x_For(self, s: ast.For, env: dict) -> None:
+        it = self.iterate(self.eval(s.iter, env))
+        for count, v in enumerate(it):
+            if count > MAX_LOOP:
+                raise L.Unsupported("loop too long")
+            self.assign(s.target, v, env)
+            try:
+                self.exec_block(s.body, env)
+            except _Break:
+                break
+            except _Continue:
+                continue
+
+    def _x_While(self, s: ast.While, env: dict) -> None:
+        raise L.Unsupported(f"while loop at line {s.lineno}")
+
+    def _x_Break(self, s: ast.Break, env: dict) -> None:
+        raise _Break()
+
+    def _x_Continue(self, s: ast.Continue, env: dict) -> None:
+        raise _Continue()
+
+    def _x_With(self, s: ast.With | ast.AsyncWith | ast.Try, env: dict) -> None:
+        self.exec_block(s.body, env)
+
+    _x_AsyncWith = _x_With
+    _x_Try = _x_With
+
+    def _x_FunctionDef(self, s: ast.FunctionDef | ast.AsyncFunctionDef, env: dict) -> None:
+        env[s.name] = FuncRef(s, env)
+
+    _x_AsyncFunctionDef = _x_FunctionDef
+
+    def _x_Import(self, s: ast.Import | ast.ImportFrom, env: dict) -> None:
+        """A function-level import binds its names in the function's locals, not the module's globals."""
+        saved = dict(self.globals)
+        self._load_stmt(s)
+        for k, v in self.globals.items():
+            if saved.get(k) is not v:
+                env[k] = v
+        self.globals = saved
+
+    _x_ImportFrom = _x_Import
+
+
+def _parameter_shape(args: list, kwargs: dict) -> tuple[int, ...]:
+    """The ``shape`` of a ``create_parameter(shape, ...)`` call (first positional or keyword).
+
+    :raises autodl.profile.layers.Unsupported: the call gives no shape (Paddle requires one).
+    """
+    shape = args[0] if args else kwargs.get("shape")
+    if shape is None:
+        raise L.Unsupported("create_parameter() without a shape")
+    return tuple(int(s) for s in shape)
 
 
 def _builtin(f):
