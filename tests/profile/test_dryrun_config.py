@@ -11,8 +11,10 @@ from autodl.profile.dryrun import CHILD, DRY_RUN_BUDGET_S, DRY_RUN_TENSOR_BUDGET
 
 def test_the_child_reads_every_key_of_the_parents_config_without_a_default_of_its_own():
     """The child once had ``CFG.get("budget_s") or 40.0`` and ``or (3 << 30)``: copies of the parent's constants
-    that could drift. Now every key it reads is a field of DryRunConfig and it reads none with a fallback."""
-    source = CHILD.read_text()
+    that could drift. Now every key it reads is a field of DryRunConfig and it reads none with a fallback (the child
+    is the package ``CHILD``: every module of it)."""
+    source = "\n".join(module.read_text() for module in sorted(CHILD.glob("*.py")))
+    assert "batch.py" in {module.name for module in CHILD.glob("*.py")}
     assert "CFG.get(" not in source
     read = set(re.findall(r'CFG\["(\w+)"\]', source))
     assert read and read <= set(DryRunConfig.model_fields), read - set(DryRunConfig.model_fields)
