@@ -71,6 +71,7 @@ def test_huge_values_are_not_built(case, seen):
 
 @pytest.mark.parametrize("case", ["s_nested_loop.py", "s_bigpow.py", "s_exprec.py", "s_strmul.py", "s_range12.py",
                                   "s_range8.py"])
+@pytest.mark.slow  # autodl as a real process: the address-space cap needs one
 def test_the_cli_stays_within_bounded_memory(case):
     """Through ``autodl profile``, with the address space capped at 2 GiB: a profile comes out, no traceback."""
     cap = 2 << 30
