@@ -519,86 +519,140 @@ def run_dry_run(
     timeout = float(timeout_s or os.environ.get("AUTODL_DRYRUN_TIMEOUT_S") or os.environ.get("AUTODL_PROBE_TIMEOUT_S")
                     or DRY_RUN_TIMEOUT_S)
     budget = float(budget_s or os.environ.get("AUTODL_DRYRUN_BUDGET_S") or min(DRY_RUN_BUDGET_S, timeout * 0.5))
-    memory = int(os.environ.get("AUTODL_PROBE_MEMORY_BYTES") or DRY_RUN_ADDRESS_SPACE_BYTES)
-    target = batch
     plan_batch = batch or script_batch  # the script's own batch (static reading) sizes the first steps too
     lo = first_batch(plan_batch, hints.get("act_bytes_per_sample"), hints.get("forward_flops_per_sample"),
                      hints.get("params")) if plan_batch else None
     natives = sorted({b for b in (batch, script_batch) if isinstance(b, int) and b > 1})
     cfg = DryRunConfig(script=str(script.resolve()), argv=list(argv or []), user_dirs=[str(script.resolve().parent)],
-                       target_batch=target if batch_from_spec else None, lo=lo, budget_s=budget,
+                       target_batch=batch if batch_from_spec else None, lo=lo, budget_s=budget,
                        mem_budget_bytes=DRY_RUN_TENSOR_BUDGET_BYTES, eval_expected=eval_expected,
                        native_batches=natives, reduce=True,
                        record_allocations=os.environ.get("AUTODL_DRYRUN_RECORD_ALLOCATIONS") == "1")
+    attempt = _Attempt(script=script, cfg=cfg, timeout=timeout, t0=t0, target=batch, batch_from_spec=batch_from_spec,
+                       memory=int(os.environ.get("AUTODL_PROBE_MEMORY_BYTES") or DRY_RUN_ADDRESS_SPACE_BYTES),
+                       env=env, venue=venue)
     try:
-        raw, res = _run_child(script, cfg, timeout=timeout, memory=memory,
-                              batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
+        dr = attempt.run(timeout)
     except SandboxUnavailable as exc:  # user code never runs unisolated
         return DryRun(outcome="no-isolation", reason=str(exc), seconds=round(time.monotonic() - t0, 3))
-    dr = summarize(raw, res, target_batch=_target_for(raw, target, batch_from_spec), timeout=timeout)
+    dr = _repeat_if_reduced_batch_broke(attempt, dr)
+    dr = _repeat_if_steps_ran_out(attempt, dr)
+    dr = _repeat_if_batch_axis_unknown(attempt, dr)
+    if dr.outcome == "cannot-run" and (request := failed_request(dr.raw)) is not None and request > attempt.memory:
+        dr = _tell_failed_allocation(dr, request, script, attempt.cfg, memory=attempt.memory, env=env,
+                                     left=attempt.left(), batch_env=attempt.batch_env, venue=venue)
+    dr.findings.extend(_path_findings(argv, venue))
+    dr.seconds = round(time.monotonic() - t0, 3)
+    return dr
+
+
+@dataclass
+class _Attempt:
+    """One dry run's child config, bounds (seconds, bytes) and clock, shared by its repeats."""
+
+    script: Path
+    cfg: DryRunConfig
+    timeout: float
+    t0: float
+    target: int | None
+    batch_from_spec: bool
+    memory: int
+    env: dict[str, str] | None
+    venue: DryRunVenue | None
+
+    @property
+    def batch_env(self) -> int | None:
+        """The batch the child is told (``AUTODL_BATCH_SIZE_PER_GPU``): the spec's, else none."""
+        return self.target if self.batch_from_spec else None
+
+    def left(self) -> float:
+        """Seconds of the hard limit not yet spent."""
+        return self.timeout - (time.monotonic() - self.t0)
+
+    def early(self) -> bool:
+        """Less than half the hard limit is spent: a repeat still fits."""
+        return time.monotonic() - self.t0 < self.timeout * 0.5
+
+    def run(self, timeout: float) -> DryRun:
+        """Run the child with the current config and summarize what it measured."""
+        raw, res = _run_child(self.script, self.cfg, timeout=timeout, memory=self.memory, batch_env=self.batch_env,
+                              launch_env=self.env, venue=self.venue)
+        return summarize(raw, res, target_batch=_target_for(raw, self.target, self.batch_from_spec),
+                         timeout=self.timeout)
+
+    def native(self) -> DryRun:
+        """Once more at the script's own batch (no reduction), in the time left (at least 10 s)."""
+        self.cfg = self.cfg.model_copy(update={"reduce": False, "lo": None})
+        return self.run(max(10.0, self.left()))
+
+
+def _repeat_if_reduced_batch_broke(attempt: _Attempt, dr: DryRun) -> DryRun:
+    """The reduced batch broke the script (e.g. a label tensor of the full batch) or left no step to measure (the
+    slices of a data tensor the dry run shrank came out empty): once more at its own batch."""
+    raw = dr.raw
     broke = (dr.outcome == "tool-failure" and (raw.get("error") or {}).get("batch_reduced")) \
         or (dr.outcome == "no-steps" and raw.get("reduced"))
-    if broke and not any(s.get("measured") and s.get("batch") for s in dr.raw.get("steps") or []) \
-            and time.monotonic() - t0 < timeout * 0.5:
-        # the reduced batch broke the script (e.g. a label tensor of the full batch) or left no step to measure (the
-        # slices of a data tensor the dry run shrank came out empty): once more at its own batch
-        cfg = cfg.model_copy(update={"reduce": False, "lo": None})
-        raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
-        dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
-        dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
-            f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
-        dr = dr2
+    if not broke or any(s.get("measured") and s.get("batch") for s in dr.raw.get("steps") or []) \
+            or not attempt.early():
+        return dr
+    dr2 = attempt.native()
+    dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
+        f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
+    return dr2
+
+
+def _repeat_if_steps_ran_out(attempt: _Attempt, dr: DryRun) -> DryRun:
+    """The script ran out of steps on the dry run's small batches (a short loop, a small data set) before the large
+    batch it was to be measured at: the peak would be extrapolated far from tiny batches (measured: -10% to -35%).
+    Run it once more at its own batch, which its own steps are enough for. A plan whose sizes were all measured was
+    held to the time and memory budgets on purpose: kept."""
     planned = (dr.raw.get("plan") or {}).get("then") if dr.raw.get("plan") else None
-    if dr.ok and cfg.reduce and dr.raw.get("end") in ("script-finished", "exit") and dr.batch \
-            and dr.batch > 2 * max(dr.batch_sizes or [dr.batch]) and time.monotonic() - t0 < timeout * 0.5 \
-            and (planned is None or any(b not in dr.batch_sizes for b in planned)):
-        # (a plan whose sizes were all measured was held to the time and memory budgets on purpose: kept)
-        # the script ran out of steps on the dry run's small batches (a short loop, a small data set) before the
-        # large batch it was to be measured at: the peak would be extrapolated far from tiny batches (measured:
-        # -10% to -35%). Run it once more at its own batch, which its own steps are enough for.
-        cfg = cfg.model_copy(update={"reduce": False, "lo": None})
-        raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
-        dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
-        if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
-            dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
-                f"the script ended after batch sizes {dr.batch_sizes}, far below its batch {dr.batch}; the dry run "
-                f"was repeated at the script's own batch ({dr2.reason}).")))
-            dr = dr2
-        else:
-            dr.findings.append(repeat_fell_short(dr, dr2))
-    if dr.ok and dr.axis == "unknown" and cfg.reduce and dr.batch not in dr.batch_sizes \
-            and time.monotonic() - t0 < timeout * 0.5:
-        # one loader size, model rows of another count: which dimension grows cannot be told; measure the script
-        # at the spec's batch itself instead of a bound
-        cfg = cfg.model_copy(update={"reduce": False, "lo": None})
-        raw2, res2 = _run_child(script, cfg, timeout=max(10.0, timeout - (time.monotonic() - t0)), memory=memory,
-                                batch_env=batch if batch_from_spec else None, launch_env=env, venue=venue)
-        dr2 = summarize(raw2, res2, target_batch=_target_for(raw2, target, batch_from_spec), timeout=timeout)
-        if dr2.ok and dr2.batch in dr2.batch_sizes:
-            dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
-                f"which input dimension the batch grows could not be told from one loader size ({dr.reason}); "
-                f"the dry run was repeated at batch {dr2.batch} itself ({dr2.reason}).")))
-            dr = dr2
-    if dr.outcome == "cannot-run" and (request := failed_request(dr.raw)) is not None and request > memory:
-        dr = _tell_failed_allocation(dr, request, script, cfg, memory=memory, env=env, left=timeout - (time.monotonic() - t0),
-                                     batch_env=batch if batch_from_spec else None, venue=venue)
+    if not (dr.ok and attempt.cfg.reduce and dr.raw.get("end") in ("script-finished", "exit") and dr.batch
+            and dr.batch > 2 * max(dr.batch_sizes or [dr.batch]) and attempt.early()
+            and (planned is None or any(b not in dr.batch_sizes for b in planned))):
+        return dr
+    dr2 = attempt.native()
+    if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
+        dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
+            f"the script ended after batch sizes {dr.batch_sizes}, far below its batch {dr.batch}; the dry run "
+            f"was repeated at the script's own batch ({dr2.reason}).")))
+        return dr2
+    dr.findings.append(repeat_fell_short(dr, dr2))
+    return dr
+
+
+def _repeat_if_batch_axis_unknown(attempt: _Attempt, dr: DryRun) -> DryRun:
+    """One loader size, model rows of another count: which dimension grows cannot be told; measure the script at the
+    spec's batch itself instead of a bound."""
+    if not (dr.ok and dr.axis == "unknown" and attempt.cfg.reduce and dr.batch not in dr.batch_sizes
+            and attempt.early()):
+        return dr
+    dr2 = attempt.native()
+    if dr2.ok and dr2.batch in dr2.batch_sizes:
+        dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
+            f"which input dimension the batch grows could not be told from one loader size ({dr.reason}); "
+            f"the dry run was repeated at batch {dr2.batch} itself ({dr2.reason}).")))
+        return dr2
+    return dr
+
+
+def _path_findings(argv: list[str] | None, venue: DryRunVenue | None) -> list[Finding]:
+    """What the dry run showed the script of the paths its ``task.args`` name, or why not."""
+    found: list[Finding] = []
     shown, refused = arg_paths(argv) if venue is None else ([], [])
     if venue is not None and arg_paths(argv)[0]:
-        dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
+        found.append(Finding(severity="info", code="dry-run-paths", message=(
             f"the dry run ran in the launcher's image ({venue.name}): paths task.args names are this worker's and are "
             "not there; the script sees the image and the spec's launcher.mounts (read-only), as the training does.")))
     if shown:
-        dr.findings.append(Finding(severity="info", code="dry-run-paths", message=(
+        found.append(Finding(severity="info", code="dry-run-paths", message=(
             "the dry run showed the script, read-only, the paths its task.args name: "
             + ", ".join(str(p) for p in shown) + ".")))
     if refused:
-        dr.findings.append(Finding(severity="warning", code="dry-run-paths", message=(
+        found.append(Finding(severity="warning", code="dry-run-paths", message=(
             "the dry run did not show the script these paths its task.args name: " + "; ".join(refused)
             + ". If the script needs them the dry run cannot run it; the estimate falls back.")))
-    dr.seconds = round(time.monotonic() - t0, 3)
-    return dr
+    return found
 
 
 _NUMPY_OOM = re.compile(r"Unable to allocate (?P<n>[0-9.]+) (?P<u>[KMGTPE]?i?B)\b")
