@@ -192,7 +192,7 @@ def _run_straight_line(interp: Interp, body: list[ast.stmt], upto: int, env: dic
         elif isinstance(stmt, (ast.With, ast.If, ast.Try)):
             _run_straight_line(interp, stmt.body, upto, env)
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            interp._load_stmt(stmt)
+            interp.load_stmt(stmt)
 
 
 def _int(v: Any) -> int | None:

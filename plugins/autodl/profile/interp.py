@@ -178,9 +178,10 @@ class Interp:
 
     def _load_module(self) -> None:
         for stmt in self.tree.body:
-            self._load_stmt(stmt)
+            self.load_stmt(stmt)
 
-    def _load_stmt(self, stmt: ast.stmt) -> None:
+    def load_stmt(self, stmt: ast.stmt) -> None:
+        """Take one module-level statement in: an import, a definition or a safe assignment."""
         if isinstance(stmt, ast.Import):
             self._load_import(stmt)
         elif isinstance(stmt, ast.ImportFrom):
@@ -197,10 +198,10 @@ class Interp:
             # `if __name__ == "__main__":` and try/except import guards: load definitions only
             for s in stmt.body:
                 if isinstance(s, (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef)):
-                    self._load_stmt(s)
+                    self.load_stmt(s)
         elif isinstance(stmt, ast.Try):
             for s in stmt.body:
-                self._load_stmt(s)
+                self.load_stmt(s)
 
     def _load_import(self, stmt: ast.Import) -> None:
         """``import a.b`` binds ``a``; ``import a.b as c`` binds ``c`` to ``a.b``."""
@@ -223,11 +224,11 @@ class Interp:
         self.globals[stmt.name] = ClassInfo(stmt.name, stmt, bases, methods)
 
     def _load_constant(self, stmt: ast.Assign | ast.AnnAssign) -> None:
-        """A module-level assignment whose value is safe to evaluate (:meth:`_only_safe`); Opaque when it fails."""
+        """A module-level assignment whose value is safe to evaluate (:meth:`only_safe`); Opaque when it fails."""
         value = stmt.value
         if value is None:
             return
-        if self._only_safe(value):
+        if self.only_safe(value):
             try:
                 v = self.eval(value, {})
             except Exception:
@@ -239,7 +240,7 @@ class Interp:
                 except Exception:
                     pass
 
-    def _only_safe(self, node: ast.AST) -> bool:
+    def only_safe(self, node: ast.AST) -> bool:
         """Module-level values are evaluated only when they build no layer and call nothing unknown."""
         for n in ast.walk(node):
             if isinstance(n, ast.Call):
@@ -823,7 +824,7 @@ class Interp:
     def _x_Import(self, s: ast.Import | ast.ImportFrom, env: dict) -> None:
         """A function-level import binds its names in the function's locals, not the module's globals."""
         saved = dict(self.globals)
-        self._load_stmt(s)
+        self.load_stmt(s)
         for k, v in self.globals.items():
             if saved.get(k) is not v:
                 env[k] = v

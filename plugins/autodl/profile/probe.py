@@ -13,10 +13,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from autodl.profile import memory as E
 from autodl.profile.facts import ScriptFacts, contains
+from autodl.profile.layers import Unsupported
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_sandboxed
 from autodl.types import Finding
 
@@ -81,7 +82,7 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
         if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             keep.append(stmt)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and \
-                facts.interp._only_safe(stmt.value) and "parse_args" not in ast.unparse(stmt.value):
+                facts.interp.only_safe(stmt.value) and "parse_args" not in ast.unparse(stmt.value):
             keep.append(stmt)
     module = ast.Module(body=keep, type_ignores=[])
     source = ast.unparse(ast.fix_missing_locations(module))
@@ -90,8 +91,6 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
 
     env = function_env(facts.interp, site.func, site.node.lineno, {})
     call = site.node
-
-    from autodl.profile.layers import Unsupported
 
     def value(node: ast.expr) -> Any:
         try:
@@ -285,42 +284,24 @@ def run_probe(
         res.seconds = round(time.monotonic() - t0, 3)
         return res
 
-    tree = facts.interp.tree
     try:
-        source, expr = probe_program(tree, facts)
+        source, expr = probe_program(facts.interp.tree, facts)
     except ValueError as exc:
         return fail("probe-skipped", f"probe not run: {exc}.", "info")
-    from autodl.profile import layers as L
-
-    shape, dtype = None, "float32"
     try:
-        shape, dtype, _ = model_input(facts, facts.model, input_shape, seq_len)
-    except L.Unsupported as exc:
-        if not inputs:
-            return fail("probe-skipped", f"probe not run: {exc}.", "info")
-    emb = contains(facts.model, ("Embedding",)) if facts.model is not None else None
-    vocab = int(emb.args["num_embeddings"]) if emb is not None else 2
-    cands = [c for c in (inputs or []) if c]
-    if shape is not None:
-        cands.append([{"shape": list(shape), "dtype": dtype, "min": 0, "max": vocab - 1}])
+        shape, dtype, vocab, cands = _probe_inputs(facts, input_shape, seq_len, inputs)
+    except Unsupported as exc:
+        return fail("probe-skipped", f"probe not run: {exc}.", "info")
     b1, b2 = probe_batches(batch, act_bytes_per_sample_hint, flops_per_sample_hint)
     argp = {k: v for k, v in facts.interp.argparse.items() if _literal(v)}
     cfg = {"script": str(script), "source": source, "model_expr": expr, "argparse": argp,
            "optimizer": facts.optimizer, "input_shape": shape, "input_dtype": dtype, "vocab": vocab,
            "input_candidates": cands,
            "cross_entropy": facts.uses_cross_entropy, "batches": [b1, b2]}
-    with tempfile.TemporaryDirectory(prefix="autodl-probe-") as tmp:
-        cfg_path = Path(tmp) / "probe.json"
-        cfg_path.write_text(json.dumps(cfg))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "",
-               "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
-               "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
-        try:
-            result = run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
-                                   limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
-                                   read_only_paths=[script, CHILD, CHILD.with_name("_flops.py")])
-        except SandboxUnavailable as exc:  # user code never runs unisolated: the estimate stays static
-            return fail("probe-unavailable", f"{script}: the probe was not run: {exc} The estimate is the conservative bound.")
+    try:
+        result = _run_probe_child(script, cfg, timeout, limit)
+    except SandboxUnavailable as exc:  # user code never runs unisolated: the estimate stays static
+        return fail("probe-unavailable", f"{script}: the probe was not run: {exc} The estimate is the conservative bound.")
     if result.timed_out:
         return fail("probe-timeout",
                     f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
@@ -329,28 +310,89 @@ def run_probe(
                     "AUTODL_PROBE_TIMEOUT_S.", line=site_line)
     for note in result.notes:
         res.findings.append(Finding(severity="info", code="probe-isolation", message=f"probe sandbox: {note}"))
+    data, failure = _read_probe_report(script, result, limit, facts, site_line, (b1, b2))
+    if failure is not None:
+        return fail(*failure)
+    _measured_probe(res, data, facts, batch, (b1, b2), inputs)
+    res.seconds = round(time.monotonic() - t0, 3)
+    return res
+
+
+def _probe_inputs(facts: ScriptFacts, input_shape: list[int] | None, seq_len: int | None,
+                  inputs: list[list[dict]] | None) -> tuple[list[int] | None, str, int, list[list[dict]]]:
+    """The input the probe feeds: (per-sample shape or None, dtype, vocabulary size, candidate input lists in order).
+
+    :raises autodl.profile.layers.Unsupported: when the static reading says no input and no candidate was given.
+    """
+    shape, dtype = None, "float32"
+    try:
+        shape, dtype, _ = model_input(facts, facts.model, input_shape, seq_len)
+    except Unsupported:
+        if not inputs:
+            raise
+    emb = contains(facts.model, ("Embedding",)) if facts.model is not None else None
+    vocab = int(emb.args["num_embeddings"]) if emb is not None else 2
+    cands = [c for c in (inputs or []) if c]
+    if shape is not None:
+        cands.append([{"shape": list(shape), "dtype": dtype, "min": 0, "max": vocab - 1}])
+    return shape, dtype, vocab, cands
+
+
+def _run_probe_child(script: Path, cfg: dict, timeout: float, limit: int) -> SandboxResult:
+    """Run the probe child on ``cfg`` in the sandbox (``timeout`` seconds, ``limit`` bytes of address space).
+
+    :raises SandboxUnavailable: when no sandbox can run it (user code never runs unisolated).
+    """
+    with tempfile.TemporaryDirectory(prefix="autodl-probe-") as tmp:
+        cfg_path = Path(tmp) / "probe.json"
+        cfg_path.write_text(json.dumps(cfg))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_VISIBLE_DEVICES": "",
+               "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+               "GLOG_minloglevel": "2", "LANG": "C.UTF-8"}
+        return run_sandboxed([sys.executable, "-s", str(CHILD), str(cfg_path)], workdir=Path(tmp), env=env,
+                             limits=SandboxLimits(timeout_s=timeout, memory_bytes=limit),
+                             read_only_paths=[script, CHILD, CHILD.with_name("_flops.py")])
+
+
+_Failure: TypeAlias = tuple[str, str, str, "int | None"]
+"""A probe failure's finding: (code, message, severity, line)."""
+
+
+def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: ScriptFacts, site_line: int | None,
+                       batches: tuple[int, int]) -> tuple[dict, _Failure | None]:
+    """The probe child's report, or the failure that says why there is none or why it did not measure."""
     lines = [l for l in result.stdout.splitlines() if l.startswith("AUTODL_PROBE ")]
     if not lines:
         why = _no_report_reason(result, limit)
-        return fail("probe-failed", f"{script}: the probe failed ({why}); the estimate is the conservative bound.")
+        return {}, ("probe-failed", f"{script}: the probe failed ({why}); the estimate is the conservative bound.",
+                    "warning", None)
     try:  # the child runs the user's code in its own process: the line may be anything the script printed
-        data = probe_report(lines[-1][len("AUTODL_PROBE "):], (b1, b2))
+        data = probe_report(lines[-1][len("AUTODL_PROBE "):], batches)
     except ValueError as exc:
-        return fail("probe-failed", f"{script}: the probe's report could not be read ({exc}; the script's own code "
-                                    "can print such a line); the estimate is the conservative bound.", line=site_line)
-    if not data.get("ok"):
-        layer = data.get("layer")
-        if data.get("stage") == "step" and layer:
-            line = layer_line(facts.model, layer.get("layer")) if facts.model is not None else None
-            shapes = layer.get("input_shapes")
-            msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}), "
-                   f"stopped at layer '{layer['layer']}' ({layer['type']}): input shape {shapes[0] if shapes else '?'}, "
-                   f"weight shape {layer.get('weight_shape')}; Paddle said: {data['error']}. This may be the probe's "
-                   "guess of the input, not the script: check the layer's size, or set task.input_shape. The estimate "
-                   "is the conservative bound.")
-            return fail("probe-shape-mismatch", msg, "warning", line=line or site_line)
-        return fail("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
-                                    f"({data.get('error')}); the estimate is the conservative bound.", line=site_line)
+        return {}, ("probe-failed", f"{script}: the probe's report could not be read ({exc}; the script's own code "
+                                    "can print such a line); the estimate is the conservative bound.", "warning",
+                    site_line)
+    if data.get("ok"):
+        return data, None
+    layer = data.get("layer")
+    if data.get("stage") == "step" and layer:
+        line = layer_line(facts.model, layer.get("layer")) if facts.model is not None else None
+        shapes = layer.get("input_shapes")
+        msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}), "
+               f"stopped at layer '{layer['layer']}' ({layer['type']}): input shape {shapes[0] if shapes else '?'}, "
+               f"weight shape {layer.get('weight_shape')}; Paddle said: {data['error']}. This may be the probe's "
+               "guess of the input, not the script: check the layer's size, or set task.input_shape. The estimate "
+               "is the conservative bound.")
+        return data, ("probe-shape-mismatch", msg, "warning", line or site_line)
+    return data, ("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
+                                  f"({data.get('error')}); the estimate is the conservative bound.", "warning",
+                  site_line)
+
+
+def _measured_probe(res: ProbeResult, data: dict, facts: ScriptFacts, batch: int, batches: tuple[int, int],
+                    inputs: list[list[dict]] | None) -> None:
+    """Fill ``res`` from a report that measured: the peaks at the two batches extrapolated to ``batch`` (bytes)."""
+    b1, b2 = batches
     peaks = {int(k): int(v) for k, v in data["peaks"].items()}
     res.ok = True
     res.params, res.trainable = int(data["params"]), int(data["trainable"])
@@ -363,8 +405,6 @@ def run_probe(
     res.forward_flops_per_sample = data.get("fwd_flops_per_sample")
     if data.get("input_index") is not None and data["input_index"] < len([c for c in (inputs or []) if c]):
         res.inputs_from = data.get("input_desc")
-    res.seconds = round(time.monotonic() - t0, 3)
-    return res
 
 
 def model_input(facts: ScriptFacts, model, input_shape: list[int] | None, seq_len: int | None) -> tuple[list[int], str, str | None]:
