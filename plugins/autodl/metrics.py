@@ -445,6 +445,62 @@ def _max(values: list[Any]) -> Any:
     return max(known) if known else None
 
 
+def _process_peak(samples: list[dict[str, Any]], notes: list[str]) -> tuple[Any, int]:
+    """The run's NVML per-process memory peak (None, with a note, when a sample lacks it) and how many lack it."""
+    process_values = [s.get("process_bytes") for s in samples]
+    process_peak = _max(process_values)
+    missing = sum(1 for v in process_values if v is None)
+    if process_peak is not None and missing:
+        # a peak over samples some of which are unknown is only a lower bound: the run's own NVML peak is unknown
+        notes.append(f"NVML per-process memory of the run unknown in {missing} of {len(samples)} samples "
+                     f"(at least {process_peak / 2**30:.2f} GiB seen): its NVML peak is unknown")
+        process_peak = None
+    return process_peak, missing
+
+
+def _peak_by_device(samples: list[dict[str, Any]], reports: dict[str, Any]) -> dict[str, dict[str, int | None]]:
+    """Per device: the training's reported peaks and the run's NVML per-process peak (None where a sample lacked it)."""
+    by_device: dict[str, dict[str, int | None]] = {k: dict(v) for k, v in reports["peak_by_device"].items()}
+    unknown_on: set[str] = set()
+    for s in samples:
+        for uuid, d in (s.get("devices") or {}).items():
+            if d.get("process_bytes") is None:
+                unknown_on.add(uuid)
+            else:
+                entry = by_device.setdefault(uuid, {})
+                entry["process_peak_bytes"] = max(entry.get("process_peak_bytes") or 0, d["process_bytes"])
+    for uuid in unknown_on:
+        if "process_peak_bytes" in by_device.get(uuid, {}):
+            by_device[uuid]["process_peak_bytes"] = None
+    return by_device
+
+
+def _run_peak(reports: dict[str, Any], process_peak: Any, rss_peak: Any, *, source: str,
+              samples: list[dict[str, Any]], steps_path: str | Path | None,
+              notes: list[str]) -> tuple[Any, str | None]:
+    """The run's peak memory and its source: Paddle's reserved peak unless far below the measured one, else measured."""
+    measured = process_peak if process_peak is not None else (rss_peak if source == "process" else None)
+    if reports["reserved_peak_bytes"] is not None and measured is not None and \
+            measured > reports["reserved_peak_bytes"] + MEASURED_SLACK_BYTES:
+        # the training's own figure is self-reported: one far below what autodl measured is not believed
+        # (issue 23: 3 GiB of RSS held for 15 s was recorded as 3,800 B from a forged line)
+        peak, peak_source = measured, ("nvml_process" if process_peak is not None else "rss")
+        notes.append(f"the training reported a peak of {reports['reserved_peak_bytes']} B, {measured / 2**30:.2f} GiB "
+                     f"below what was measured ({peak_source}): the measured figure is kept (self-reported figures "
+                     "are not trusted over measured ones)")
+    elif reports["reserved_peak_bytes"] is not None:
+        peak, peak_source = reports["reserved_peak_bytes"], "paddle_reserved"
+    elif process_peak is not None:
+        peak, peak_source = process_peak, "nvml_process"
+    elif rss_peak is not None and source == "process":
+        peak, peak_source = rss_peak, "rss"
+    else:
+        peak, peak_source = None, None
+        if samples or steps_path:
+            notes.append("the run's own peak memory is unknown: no report from the training and no per-process NVML memory")
+    return peak, peak_source
+
+
 def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, exit_code: int | None,
               samples_path: str | None = None, steps_path: str | Path | None = None,
               notes: list[str] | None = None, started_ts: float | None = None) -> RunMetrics:
@@ -466,46 +522,11 @@ def summarise(samples: list[dict[str, Any]], *, source: str, duration_s: float, 
     util = [u for u in readings if u is not None]
     temp = [s["temperature_c"] for s in samples if s.get("temperature_c") is not None]
     power = [s["power_w"] for s in samples if s.get("power_w") is not None]
-    process_values = [s.get("process_bytes") for s in samples]
-    process_peak = _max(process_values)
-    missing = sum(1 for v in process_values if v is None)
-    if process_peak is not None and missing:
-        # a peak over samples some of which are unknown is only a lower bound: the run's own NVML peak is unknown
-        notes.append(f"NVML per-process memory of the run unknown in {missing} of {len(samples)} samples "
-                     f"(at least {process_peak / 2**30:.2f} GiB seen): its NVML peak is unknown")
-        process_peak = None
+    process_peak, missing = _process_peak(samples, notes)
     rss_peak = _max([s.get("rss_bytes") for s in samples])
-    by_device: dict[str, dict[str, int | None]] = {k: dict(v) for k, v in reports["peak_by_device"].items()}
-    unknown_on: set[str] = set()
-    for s in samples:
-        for uuid, d in (s.get("devices") or {}).items():
-            if d.get("process_bytes") is None:
-                unknown_on.add(uuid)
-            else:
-                entry = by_device.setdefault(uuid, {})
-                entry["process_peak_bytes"] = max(entry.get("process_peak_bytes") or 0, d["process_bytes"])
-    for uuid in unknown_on:
-        if "process_peak_bytes" in by_device.get(uuid, {}):
-            by_device[uuid]["process_peak_bytes"] = None
-    measured = process_peak if process_peak is not None else (rss_peak if source == "process" else None)
-    if reports["reserved_peak_bytes"] is not None and measured is not None and \
-            measured > reports["reserved_peak_bytes"] + MEASURED_SLACK_BYTES:
-        # the training's own figure is self-reported: one far below what autodl measured is not believed
-        # (issue 23: 3 GiB of RSS held for 15 s was recorded as 3,800 B from a forged line)
-        peak, peak_source = measured, ("nvml_process" if process_peak is not None else "rss")
-        notes.append(f"the training reported a peak of {reports['reserved_peak_bytes']} B, {measured / 2**30:.2f} GiB "
-                     f"below what was measured ({peak_source}): the measured figure is kept (self-reported figures "
-                     "are not trusted over measured ones)")
-    elif reports["reserved_peak_bytes"] is not None:
-        peak, peak_source = reports["reserved_peak_bytes"], "paddle_reserved"
-    elif process_peak is not None:
-        peak, peak_source = process_peak, "nvml_process"
-    elif rss_peak is not None and source == "process":
-        peak, peak_source = rss_peak, "rss"
-    else:
-        peak, peak_source = None, None
-        if samples or steps_path:
-            notes.append("the run's own peak memory is unknown: no report from the training and no per-process NVML memory")
+    by_device = _peak_by_device(samples, reports)
+    peak, peak_source = _run_peak(reports, process_peak, rss_peak, source=source, samples=samples,
+                                  steps_path=steps_path, notes=notes)
     if source == "nvml" and samples and missing == len(samples):
         notes.append("NVML per-process memory unavailable: only device-wide 'used' was sampled (not the run's own)")
     return RunMetrics(

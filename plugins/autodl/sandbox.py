@@ -694,7 +694,38 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     # tmpfs pages are host memory: the cgroup counts them; without one no rlimit does, so they are kept small
     tmpfs_bytes = limits.memory_bytes if cgroup is not None else min(limits.memory_bytes, limits.disk_bytes)
     fsize = min(limits.memory_bytes, limits.disk_bytes)
+    return _run_bwrap(exe, argv, workdir=workdir, read_only_paths=read_only_paths, env=env, limits=limits,
+                      cgroup=cgroup, level=level, tmpfs_bytes=tmpfs_bytes, fsize=fsize, notes=notes)
 
+
+def _close_fds(fds: list[int], *which: int) -> None:
+    """Close those of ``which`` still in ``fds`` (the descriptors a sandboxed run opened) and drop them from it."""
+    for fd in which:
+        if fd in fds:
+            fds.remove(fd)
+            os.close(fd)
+
+
+def _end_tree(pid1: _Pid | None, proc: subprocess.Popen | None, outs: tuple[_Output, _Output],
+              cgroup: _Cgroup | None) -> tuple[int | None, int | None, int | None]:
+    """Kill pid 1, reap bwrap, kill the cgroup's rest and remove it: (peak memory bytes, OOM kills, forks refused)."""
+    if pid1 is not None:  # the command is done: whatever it left in its PID namespace dies with pid 1
+        pid1.kill()
+        pid1.close()
+    if proc is not None:
+        _reap(proc, outs)
+    peak = oom = refused = None
+    if cgroup is not None:
+        cgroup.kill_all()
+        peak, oom, refused = cgroup.peak_memory(), cgroup.oom_kills(), cgroup.forks_refused()
+        cgroup.remove()
+    return peak, oom, refused
+
+
+def _run_bwrap(exe: str, argv: Sequence[str], *, workdir: Path, read_only_paths: Sequence[Path], env: dict[str, str],
+               limits: SandboxLimits, cgroup: _Cgroup | None, level: str, tmpfs_bytes: int, fsize: int,
+               notes: list[str]) -> SandboxResult:
+    """Run bwrap on ``argv`` with pid 1 bounded before the command starts; kill its tree on a bound or an exception."""
     fds: list[int] = []  # every descriptor this call opened, closed in the end
     data = [_data_fd(text) for text in (_PASSWD, _GROUP, _HOSTS)]
     fds += data
@@ -711,18 +742,12 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
     disk_over: str | None = None
     outs = (_Output(limits.max_output_bytes), _Output(limits.max_output_bytes))
 
-    def close(*which: int) -> None:
-        for fd in which:
-            if fd in fds:
-                fds.remove(fd)
-                os.close(fd)
-
     try:
         proc = subprocess.Popen(args, cwd=workdir, env=dict(env, HOME=str(workdir), PYTHONNOUSERSITE="1"),
                                 stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 pass_fds=(*data, block_r, info_w))
-        close(*data, block_r, info_w)
+        _close_fds(fds, *data, block_r, info_w)
         child = _read_info(info_r, t0 + max(10.0, limits.timeout_s)).get("child-pid")
         if isinstance(child, int) and child > 0:
             pid1 = _Pid(child)
@@ -730,7 +755,7 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
             os.write(block_w, b"x")
         else:
             proc.kill()  # never let it go on without its bounds (closing --block-fd would release it)
-        close(block_w)
+        _close_fds(fds, block_w)
         out, err, timed_out, disk_over = _collect(proc, deadline, limits.max_output_bytes,
                                                   (workdir, limits.disk_bytes, limits.max_files))
         outs = (out, err)
@@ -740,17 +765,8 @@ def run_sandboxed(argv: Sequence[str], *, workdir: Path, limits: SandboxLimits, 
         _kill_tree(pid1, proc)
         raise
     finally:
-        close(*list(fds))
-        if pid1 is not None:  # the command is done: whatever it left in its PID namespace dies with pid 1
-            pid1.kill()
-            pid1.close()
-        if proc is not None:
-            _reap(proc, outs)
-        peak = oom = refused = None
-        if cgroup is not None:
-            cgroup.kill_all()
-            peak, oom, refused = cgroup.peak_memory(), cgroup.oom_kills(), cgroup.forks_refused()
-            cgroup.remove()
+        _close_fds(fds, *list(fds))
+        peak, oom, refused = _end_tree(pid1, proc, outs, cgroup)
     if not pid1:
         notes.append("bwrap did not start the sandbox (see stderr).")
     returncode = None if timed_out else proc.returncode

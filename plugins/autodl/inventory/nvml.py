@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from autodl.catalog import Catalog
+from autodl.catalog import Catalog, GPUModel
 from autodl.hosts import this_host
 from autodl.types import Device, Inventory
 
@@ -263,6 +263,60 @@ UNKNOWN_TOTAL = "memory_total_bytes: unknown (neither NVML nor the catalog says 
 JSON shows as null)."""
 
 
+def _device_memory(nvml: ModuleType, handle: Any, entry: GPUModel | None, unknown: list[str], problems: list[str],
+                   labels: dict[str, str]) -> tuple[int, int | None, str | None]:
+    """The GPU's total and used memory, bytes, and why they could not be read (the catalog's total then)."""
+    try:
+        total, used, api = read_memory(nvml, handle)
+        labels["nvml_memory_api"] = api
+        memory_error = None
+    except Exception as exc:  # noqa: BLE001
+        memory_error = f"memory info: {describe(exc)}"
+        total = entry.memory_bytes if entry else 0
+        used = None
+        unknown.append(memory_error)
+        problems.append(memory_error)
+        labels["memory_total_source"] = "catalog" if entry else "unknown"
+        if not total:
+            unknown.append(UNKNOWN_TOTAL)
+    return total, used, memory_error
+
+
+def _mig_devices(nvml: ModuleType, handle: Any, children: list[Any], failed_slots: list[str], *, index: int,
+                 host: str, uuid: str, model: str, vendor: str, pci: str | None, total: int) -> list[Device]:
+    """The MIG instances of the GPU at NVML ``index``; an unreadable instance or slot is an unhealthy device."""
+    out = []
+    for m, child in enumerate(children):
+        c_unknown: list[str] = ["utilization_pct: not reported for MIG instances (NVML)"]
+        try:
+            mig_uuid = _text(nvml.nvmlDeviceGetUUID(child))
+            c_total, c_used, c_api = read_memory(nvml, child)
+        except Exception as exc:  # noqa: BLE001
+            reason = f"NVML cannot read MIG instance {m} of GPU {index}: {describe(exc)}"
+            out.append(Device(device_id=f"{uuid}/mig{m}", host=host, index=index, model=f"{model} MIG",
+                              vendor=vendor, memory_total_bytes=0, memory_used_bytes=None, utilization_pct=None,
+                              healthy=False, health_reason=reason, declared=False, pci_bus_id=pci,
+                              labels={"mig_parent": uuid, "mig_index": str(m)}, unknown=[reason, UNKNOWN_TOTAL]))
+            continue
+        c_name = read_field(c_unknown, "name", lambda: _text(nvml.nvmlDeviceGetName(child))) or ""
+        profile, fraction, how = _mig_share(nvml, handle, child, c_name, c_total, total)
+        out.append(Device(
+            device_id=mig_uuid, host=host, index=index, uuid=mig_uuid, model=f"{model} MIG {profile}",
+            vendor=vendor, memory_total_bytes=c_total, memory_used_bytes=c_used, utilization_pct=None,
+            compute_fraction=fraction, declared=False, pci_bus_id=pci, unknown=c_unknown,
+            labels={"mig_parent": uuid, "mig_index": str(m), "mig_profile": profile, "catalog_model": model,
+                    "compute_fraction_source": how, "nvml_memory_api": c_api, "nvml_name": c_name},
+        ))
+    for slot in failed_slots:
+        reason = f"NVML cannot read {slot} of GPU {index}"
+        out.append(Device(device_id=f"{uuid}/{slot.split(':')[0].replace(' ', '-').lower()}", host=host,
+                          index=index, model=f"{model} MIG", vendor=vendor, memory_total_bytes=0,
+                          memory_used_bytes=None, utilization_pct=None, healthy=False, health_reason=reason,
+                          declared=False, pci_bus_id=pci, labels={"mig_parent": uuid},
+                          unknown=[reason, UNKNOWN_TOTAL]))
+    return out
+
+
 def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[Device]:
     """The device(s) at NVML ``index``: one GPU, or its MIG instances; unhealthy with the reason on failure.
 
@@ -299,54 +353,14 @@ def _device(nvml: ModuleType, index: int, host: str, catalog: Catalog) -> list[D
     vendor = entry.vendor if entry else "nvidia"
     pci = field("pci_bus_id", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId))
     labels = {"nvml_name": name} if name else {}
-    try:
-        total, used, api = read_memory(nvml, handle)
-        labels["nvml_memory_api"] = api
-        memory_error = None
-    except Exception as exc:  # noqa: BLE001
-        memory_error = f"memory info: {describe(exc)}"
-        total = entry.memory_bytes if entry else 0
-        used = None
-        unknown.append(memory_error)
-        problems.append(memory_error)
-        labels["memory_total_source"] = "catalog" if entry else "unknown"
-        if not total:
-            unknown.append(UNKNOWN_TOTAL)
+    total, used, memory_error = _device_memory(nvml, handle, entry, unknown, problems, labels)
 
     children, failed_slots, mig_problem = ([], [], None) if memory_error else _mig_children(nvml, handle)
     if mig_problem:
         problems.append(mig_problem)
     if children and uuid:
-        out = []
-        for m, child in enumerate(children):
-            c_unknown: list[str] = ["utilization_pct: not reported for MIG instances (NVML)"]
-            try:
-                mig_uuid = _text(nvml.nvmlDeviceGetUUID(child))
-                c_total, c_used, c_api = read_memory(nvml, child)
-            except Exception as exc:  # noqa: BLE001
-                reason = f"NVML cannot read MIG instance {m} of GPU {index}: {describe(exc)}"
-                out.append(Device(device_id=f"{uuid}/mig{m}", host=host, index=index, model=f"{model} MIG",
-                                  vendor=vendor, memory_total_bytes=0, memory_used_bytes=None, utilization_pct=None,
-                                  healthy=False, health_reason=reason, declared=False, pci_bus_id=pci,
-                                  labels={"mig_parent": uuid, "mig_index": str(m)}, unknown=[reason, UNKNOWN_TOTAL]))
-                continue
-            c_name = read_field(c_unknown, "name", lambda: _text(nvml.nvmlDeviceGetName(child))) or ""
-            profile, fraction, how = _mig_share(nvml, handle, child, c_name, c_total, total)
-            out.append(Device(
-                device_id=mig_uuid, host=host, index=index, uuid=mig_uuid, model=f"{model} MIG {profile}",
-                vendor=vendor, memory_total_bytes=c_total, memory_used_bytes=c_used, utilization_pct=None,
-                compute_fraction=fraction, declared=False, pci_bus_id=pci, unknown=c_unknown,
-                labels={"mig_parent": uuid, "mig_index": str(m), "mig_profile": profile, "catalog_model": model,
-                        "compute_fraction_source": how, "nvml_memory_api": c_api, "nvml_name": c_name},
-            ))
-        for slot in failed_slots:
-            reason = f"NVML cannot read {slot} of GPU {index}"
-            out.append(Device(device_id=f"{uuid}/{slot.split(':')[0].replace(' ', '-').lower()}", host=host,
-                              index=index, model=f"{model} MIG", vendor=vendor, memory_total_bytes=0,
-                              memory_used_bytes=None, utilization_pct=None, healthy=False, health_reason=reason,
-                              declared=False, pci_bus_id=pci, labels={"mig_parent": uuid},
-                              unknown=[reason, UNKNOWN_TOTAL]))
-        return out
+        return _mig_devices(nvml, handle, children, failed_slots, index=index, host=host, uuid=uuid, model=model,
+                            vendor=vendor, pci=pci, total=total)
 
     util = field("utilization_pct", lambda: float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
     temp = field("temperature_c",

@@ -301,6 +301,53 @@ def _container_env(request: LaunchRequest, opts: DockerOptions, vendor: VendorIn
     return env, cap_notes
 
 
+def _container_volumes(request: LaunchRequest, opts: DockerOptions, host_root: str,
+                       driver_mounts: list[str]) -> tuple[dict[str, dict[str, str]], str | None]:
+    """The container's volumes (code read-only, vendor driver mounts, the spec's mounts, the output volume)."""
+    volumes = {host_root: {"bind": opts.code_dir, "mode": "ro"}}
+    for path in driver_mounts:  # the vendor's driver libraries and tools, read-only
+        volumes[path] = {"bind": path, "mode": "ro"}
+    for mount in opts.mounts:
+        volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+    output_volume = output_volume_name(request.env[OUTPUT_DIR_ENV]) if request.env.get(OUTPUT_DIR_ENV) else None
+    if output_volume:
+        volumes[output_volume] = {"bind": OUTPUT_DIR, "mode": "rw"}
+    return volumes, output_volume
+
+
+def _run_options(opts: DockerOptions, devs: DeviceSettings, *, shm: Any, memory: Any,
+                 on_cpu: bool) -> tuple[dict[str, Any], list[str]]:
+    """The network, IPC, memory, CPU, runtime and device options: create kwargs and ``docker run`` flags."""
+    kwargs: dict[str, Any] = {}
+    cli: list[str] = []
+    if opts.network:
+        kwargs["network_mode"] = opts.network
+        cli += ["--network", opts.network]
+    if opts.ipc_mode:
+        kwargs["ipc_mode"] = opts.ipc_mode
+        cli += ["--ipc", opts.ipc_mode]
+    if shm:
+        kwargs["shm_size"] = int(shm)
+        cli += ["--shm-size", docker_size(int(shm))]
+    if memory:
+        kwargs["mem_limit"] = int(memory)
+        cli += ["--memory", docker_size(int(memory))]
+    if opts.cpus:
+        kwargs["nano_cpus"] = int(opts.cpus * 1e9)
+        cli += ["--cpus", f"{opts.cpus:g}"]
+    if opts.runtime:
+        kwargs["runtime"] = opts.runtime
+        cli += ["--runtime", opts.runtime]
+    if devs.requests:
+        kwargs["device_requests"] = devs.requests
+        cli += ["--gpus", gpus_flag(devs.device_ids)]
+    nodes = list(dict.fromkeys([*devs.device_nodes, *(opts.devices if not on_cpu else [])]))
+    if nodes:
+        kwargs["devices"] = [d if d.count(":") else f"{d}:{d}:rwm" for d in nodes]
+        cli += [arg for d in nodes for arg in ("--device", d)]
+    return kwargs, cli
+
+
 class DockerLauncher:
     """Runs the training in a container on a Docker engine (docker-py).
 
@@ -372,7 +419,7 @@ class DockerLauncher:
             vendor = catalog.vendor(request.devices[0].vendor if request.devices else "nvidia")
         host_root, script_inside = container_script(request, opts.code_dir)
         devs = _device_settings(request, vendor, opts.runtime)
-        device_env, device_requests, device_ids = devs.env, devs.requests, devs.device_ids
+        device_env, device_ids = devs.env, devs.device_ids
         argv = list(opts.command) if opts.command else training_command(
             request, python=opts.python, script=script_inside, visible=device_env.get(vendor.visible_devices_env, ""),
             log_dir=LAUNCH_LOG_DIR)
@@ -382,14 +429,7 @@ class DockerLauncher:
         image = opts.image or DEFAULT_IMAGE
         name = container_name(request)
         labels = container_labels(request)
-        volumes = {host_root: {"bind": opts.code_dir, "mode": "ro"}}
-        for path in devs.mounts:  # the vendor's driver libraries and tools, read-only
-            volumes[path] = {"bind": path, "mode": "ro"}
-        for mount in opts.mounts:
-            volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
-        output_volume = output_volume_name(request.env[OUTPUT_DIR_ENV]) if request.env.get(OUTPUT_DIR_ENV) else None
-        if output_volume:
-            volumes[output_volume] = {"bind": OUTPUT_DIR, "mode": "rw"}
+        volumes, output_volume = _container_volumes(request, opts, host_root, devs.mounts)
         shm = opts.shm_size or (request.shm_bytes if opts.ipc_mode != "host" else None)
         memory = opts.memory_limit or request.memory_limit_bytes
 
@@ -409,31 +449,9 @@ class DockerLauncher:
         cli += [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
         cli += [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
         cli += ["--user", opts.user, "--workdir", opts.code_dir, "--security-opt", "no-new-privileges"]
-        if opts.network:
-            kwargs["network_mode"] = opts.network
-            cli += ["--network", opts.network]
-        if opts.ipc_mode:
-            kwargs["ipc_mode"] = opts.ipc_mode
-            cli += ["--ipc", opts.ipc_mode]
-        if shm:
-            kwargs["shm_size"] = int(shm)
-            cli += ["--shm-size", docker_size(int(shm))]
-        if memory:
-            kwargs["mem_limit"] = int(memory)
-            cli += ["--memory", docker_size(int(memory))]
-        if opts.cpus:
-            kwargs["nano_cpus"] = int(opts.cpus * 1e9)
-            cli += ["--cpus", f"{opts.cpus:g}"]
-        if opts.runtime:
-            kwargs["runtime"] = opts.runtime
-            cli += ["--runtime", opts.runtime]
-        if device_requests:
-            kwargs["device_requests"] = device_requests
-            cli += ["--gpus", gpus_flag(device_ids)]
-        nodes = list(dict.fromkeys([*devs.device_nodes, *(opts.devices if not on_cpu else [])]))
-        if nodes:
-            kwargs["devices"] = [d if d.count(":") else f"{d}:{d}:rwm" for d in nodes]
-            cli += [arg for d in nodes for arg in ("--device", d)]
+        run_kwargs, run_cli = _run_options(opts, devs, shm=shm, memory=memory, on_cpu=on_cpu)
+        kwargs.update(run_kwargs)
+        cli += run_cli
         for source, bind in volumes.items():
             cli += ["--volume", f"{source}:{bind['bind']}:{bind['mode']}"]
         cli += [image, *argv]

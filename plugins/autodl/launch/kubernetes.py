@@ -332,6 +332,69 @@ def merge_pod_template(pod: Any, path: str, run_key: str) -> Any:
     return PodGenerator.reconcile_pods(template, pod)
 
 
+def _pod_volumes(request: LaunchRequest, opts: Any) -> tuple[list[Any], list[Any]]:
+    """The pod's volumes and the training container's mounts: ``/dev/shm`` in memory, the code's claim read-only."""
+    from kubernetes import client as k8s
+
+    volumes = []
+    mounts = []
+    shm = opts.shm_size or request.shm_bytes
+    if shm:
+        volumes.append(k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
+                                                                                    size_limit=quantity(int(shm)))))
+        mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
+    if opts.code_pvc:
+        volumes.append(k8s.V1Volume(name="code", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+            claim_name=opts.code_pvc, read_only=True)))
+        mounts.append(k8s.V1VolumeMount(name="code", mount_path=opts.code_dir, read_only=True))
+    return volumes, mounts
+
+
+def _training_container(opts: Any, argv: list[str], env: dict[str, str], limits: dict[str, str],
+                        requests: dict[str, str], mounts: list[Any]) -> Any:
+    """The pod's one training container (:data:`CONTAINER_NAME`): unprivileged, all capabilities dropped."""
+    from kubernetes import client as k8s
+
+    return k8s.V1Container(
+        name=CONTAINER_NAME,
+        image=opts.image or DEFAULT_IMAGE,
+        image_pull_policy=opts.image_pull_policy,
+        command=argv,
+        working_dir=opts.code_dir,
+        env=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
+        resources=k8s.V1ResourceRequirements(limits=limits or None, requests=requests),
+        volume_mounts=mounts or None,
+        security_context=k8s.V1SecurityContext(
+            allow_privilege_escalation=False, capabilities=k8s.V1Capabilities(drop=["ALL"])
+        ),
+    )
+
+
+def _pod_spec(opts: Any, container: Any, node_selector: dict[str, str], tolerations: list[Any], volumes: list[Any],
+              uid: int, gid: int | None) -> Any:
+    """The ``V1PodSpec``: never restarted, non-root, no service account token unless a service account is named."""
+    from kubernetes import client as k8s
+
+    return k8s.V1PodSpec(
+        restart_policy="Never",
+        containers=[container],
+        node_selector=node_selector or None,
+        tolerations=tolerations or None,
+        volumes=volumes or None,
+        service_account_name=opts.service_account,
+        automount_service_account_token=bool(opts.service_account),
+        image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in opts.image_pull_secrets] or None,
+        termination_grace_period_seconds=STOP_GRACE_S,
+        priority_class_name=opts.priority_class,
+        affinity=affinity_model(opts.affinity),
+        scheduling_gates=[k8s.V1PodSchedulingGate(name=KUEUE_ADMISSION_GATE)] if opts.kueue_queue else None,
+        security_context=k8s.V1PodSecurityContext(
+            run_as_non_root=True, run_as_user=uid, run_as_group=gid, fs_group=gid,
+            seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+        ),
+    )
+
+
 class KubernetesLauncher:
     """Runs the training in a pod (kubernetes client's ``CoreV1Api``).
 
@@ -433,7 +496,26 @@ class KubernetesLauncher:
         argv = list(opts.command) if opts.command else training_command(
             request, python=opts.python, script=script_inside, visible="", log_dir=LAUNCH_LOG_DIR)
         uid, gid = pod_uid_gid(opts.user, request.run_key)
+        env = self._container_env(request, opts, vendor, on_cpu=on_cpu)
+        limits, node_selector, tolerations = self._pod_placement(request, opts, vendor, on_cpu=on_cpu)
+        requests = {**limits, **pod_requests(request, opts)}
+        memory = opts.memory_limit or request.memory_limit_bytes
+        if memory:
+            limits["memory"] = quantity(int(memory))
+        if opts.cpus:
+            limits["cpu"] = cpu_quantity(opts.cpus)
+        volumes, mounts = _pod_volumes(request, opts)
+        labels, annotations = pod_metadata(request, opts)
+        container = _training_container(opts, argv, env, limits, requests, mounts)
+        spec = _pod_spec(opts, container, node_selector, tolerations, volumes, uid, gid)
+        metadata = k8s.V1ObjectMeta(
+            name=pod_name(request), namespace=self._namespace(opts), labels=labels, annotations=annotations
+        )
+        pod = add_measurement(k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec), request, opts)
+        return merge_pod_template(pod, opts.pod_template_file, request.run_key) if opts.pod_template_file else pod
 
+    def _container_env(self, request: LaunchRequest, opts: Any, vendor: VendorInfo, *, on_cpu: bool) -> dict[str, str]:
+        """The training container's environment: the spec's, the memory cap, the run's identity; no visibility."""
         env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **request.env, **opts.env}
         cap_env, cap_notes = memory_cap(request, {**request.env, **opts.env})  # time-slicing isolates no memory
         env.update(cap_env)
@@ -451,6 +533,12 @@ class KubernetesLauncher:
         env["AUTODL_PADDLE_DEVICE"] = "cpu" if on_cpu else vendor.paddle_device
         if request.labels.get("lease_id"):
             env["AUTODL_LEASE_ID"] = str(request.labels["lease_id"])
+        return env
+
+    def _pod_placement(self, request: LaunchRequest, opts: Any, vendor: VendorInfo, *,
+                       on_cpu: bool) -> tuple[dict[str, str], dict[str, str], list[Any]]:
+        """The device limits, node selector and tolerations that pin the pod to the booked devices' node."""
+        from kubernetes import client as k8s
 
         limits: dict[str, str] = {}
         node_selector: dict[str, str] = {}
@@ -482,63 +570,7 @@ class KubernetesLauncher:
                 k8s.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
                                  toleration_seconds=t.toleration_seconds)
             )
-        requests = {**limits, **pod_requests(request, opts)}
-        memory = opts.memory_limit or request.memory_limit_bytes
-        if memory:
-            limits["memory"] = quantity(int(memory))
-        if opts.cpus:
-            limits["cpu"] = cpu_quantity(opts.cpus)
-
-        volumes = []
-        mounts = []
-        shm = opts.shm_size or request.shm_bytes
-        if shm:
-            volumes.append(k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
-                                                                                        size_limit=quantity(int(shm)))))
-            mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
-        if opts.code_pvc:
-            volumes.append(k8s.V1Volume(name="code", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-                claim_name=opts.code_pvc, read_only=True)))
-            mounts.append(k8s.V1VolumeMount(name="code", mount_path=opts.code_dir, read_only=True))
-
-        labels, annotations = pod_metadata(request, opts)
-
-        container = k8s.V1Container(
-            name=CONTAINER_NAME,
-            image=opts.image or DEFAULT_IMAGE,
-            image_pull_policy=opts.image_pull_policy,
-            command=argv,
-            working_dir=opts.code_dir,
-            env=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
-            resources=k8s.V1ResourceRequirements(limits=limits or None, requests=requests),
-            volume_mounts=mounts or None,
-            security_context=k8s.V1SecurityContext(
-                allow_privilege_escalation=False, capabilities=k8s.V1Capabilities(drop=["ALL"])
-            ),
-        )
-        spec = k8s.V1PodSpec(
-            restart_policy="Never",
-            containers=[container],
-            node_selector=node_selector or None,
-            tolerations=tolerations or None,
-            volumes=volumes or None,
-            service_account_name=opts.service_account,
-            automount_service_account_token=bool(opts.service_account),
-            image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in opts.image_pull_secrets] or None,
-            termination_grace_period_seconds=STOP_GRACE_S,
-            priority_class_name=opts.priority_class,
-            affinity=affinity_model(opts.affinity),
-            scheduling_gates=[k8s.V1PodSchedulingGate(name=KUEUE_ADMISSION_GATE)] if opts.kueue_queue else None,
-            security_context=k8s.V1PodSecurityContext(
-                run_as_non_root=True, run_as_user=uid, run_as_group=gid, fs_group=gid,
-                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
-            ),
-        )
-        metadata = k8s.V1ObjectMeta(
-            name=pod_name(request), namespace=self._namespace(opts), labels=labels, annotations=annotations
-        )
-        pod = add_measurement(k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec), request, opts)
-        return merge_pod_template(pod, opts.pod_template_file, request.run_key) if opts.pod_template_file else pod
+        return limits, node_selector, tolerations
 
     def _namespace(self, opts: Any) -> str:
         return opts.namespace or self.namespace or "default"
