@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -71,6 +72,24 @@ def autodl_home(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTODL_STORE_URL", f"sqlite:///{home / 'autodl.db'}")
     monkeypatch.delenv("AUTODL_POOL", raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def root_logger_as_found():
+    """Every test leaves the root logger's handlers as it found them.
+
+    Seen: Airflow configures logging the first time a test imports it (KubernetesPodOperator.dry_run), adding a
+    StreamHandler on that test's captured stderr; once pytest closed it, every later log record printed a
+    ``--- Logging error ---`` traceback into the next in-process ``autodl`` call's stderr (test_nvml_cases failed
+    when run after tests/launch/test_kubernetes.py).
+    """
+    from _pytest.logging import LogCaptureHandler  # pytest's own per-phase handlers: pytest removes them
+
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    yield
+    for handler in [h for h in root.handlers if h not in handlers and not isinstance(h, LogCaptureHandler)]:
+        root.removeHandler(handler)
 
 
 @pytest.fixture
