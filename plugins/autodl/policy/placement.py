@@ -507,9 +507,7 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     if record.outcome in ("not_started", "stopped") or not record.device_model or not record.placement:
         # a run stopped by hand (autodl leases --release) says nothing of how the device did
         return False
-    placement = record.placement or {}
-    chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself
-    terms = chosen.get("terms") or {}
+    terms = _chosen_terms(record.placement)
     if not terms:
         return False
     gpu = catalog.find(record.device_model)
@@ -517,23 +515,9 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     ref = catalog.find(REFERENCE_MODEL)
     rel = None
     if record.outcome == "succeeded":
-        # a run on a declared pool trained on CPU: its measured step time says nothing of the device
-        actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
-        if not isinstance(actual, (int, float)) or not actual > 0 or not record.profile or ref is None:
+        rel = _measured_speedup(record, gpu, ref)
+        if rel is None:
             return False
-        from autodl.profile.runtime import estimate_step_time_s, fastest_step_s
-
-        try:
-            profile = ResourceProfile.model_validate(record.profile)
-            ref_step = estimate_step_time_s(profile, ref)
-        except (CatalogError, ValueError):
-            return False
-        if not ref_step or not ref_step > 0:
-            return False
-        floor = fastest_step_s(profile, gpu) if gpu else None
-        if floor is not None and actual < floor:  # faster than the device's peak compute: not a measurement
-            return False
-        rel = ref_step / actual
     bandit = LinUCB()
     reward = bandit.reward(rel, gpu.cost_per_hour_usd if gpu else None, ref.cost_per_hour_usd if ref else None,
                            failed=record.outcome == "failed")
@@ -554,3 +538,30 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
         a = bandit.arm(arm)
         row.a_inv_json, row.b_json, row.count, row.dim = json.dumps(a.a_inv), json.dumps(a.b), a.count, len(x)
     return True
+
+
+def _chosen_terms(placement: dict) -> dict:
+    """The rule terms of the chosen candidate in a run's recorded placement (empty when it has none)."""
+    chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself
+    return chosen.get("terms") or {}
+
+
+def _measured_speedup(record: RunRecord, gpu: GPUModel | None, ref: GPUModel | None) -> float | None:
+    """The reference device's estimated step time / the run's measured one; None when none believable was measured."""
+    # a run on a declared pool trained on CPU: its measured step time says nothing of the device
+    actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
+    if not isinstance(actual, (int, float)) or not actual > 0 or not record.profile or ref is None:
+        return None
+    from autodl.profile.runtime import estimate_step_time_s, fastest_step_s
+
+    try:
+        profile = ResourceProfile.model_validate(record.profile)
+        ref_step = estimate_step_time_s(profile, ref)
+    except (CatalogError, ValueError):
+        return None
+    if not ref_step or not ref_step > 0:
+        return None
+    floor = fastest_step_s(profile, gpu) if gpu else None
+    if floor is not None and actual < floor:  # faster than the device's peak compute: not a measurement
+        return None
+    return ref_step / actual
