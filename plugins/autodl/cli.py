@@ -163,7 +163,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         launch = render(False)
         launch_here = render(True) if inventory.declared else None
     kept = [c for c in decision.candidates if c.kept]
-    out = {
+    max_batch = effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold)
+    out = _plan_json(profile, inventory, decision, kept, sharing, max_batch, launch, launch_here)
+    if args.json:
+        _print_json(out)
+    else:
+        _print_plan(profile, inventory, decision, kept, sharing, launch, launch_here)
+    return 0 if decision.fits else 4
+
+
+def _plan_json(profile, inventory, decision, kept: list, sharing: dict, max_batch: dict, launch: dict | None,
+               launch_here: dict | None) -> dict:
+    """``autodl plan``'s answer: the placement decision, the pool, the profile and what the launch would run."""
+    return {
         "fits": decision.fits,
         "available": decision.available,
         "algorithm": decision.algorithm,
@@ -174,7 +186,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "dropped": [c.to_json() for c in decision.candidates if not c.kept],
         "suggestions": decision.suggestions,
         "sharing": sharing,
-        "max_batch_size_by_device": effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold),
+        "max_batch_size_by_device": max_batch,
         "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
                     "batch_size": profile.batch_size, "method": profile.method},
@@ -182,42 +194,44 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "launch": launch,
         "launch_here": launch_here,
     }
-    if args.json:
-        _print_json(out)
-    else:
-        from rich.table import Table
 
-        con = _console()
-        t = Table(title=f"placement for {profile.script} on {inventory.source}"
-                        + (" (DECLARED devices)" if inventory.declared else ""))
-        for col in ("rank", "model", "devices", "score", "step s", "reasons"):
-            t.add_column(col)
-        for i, c in enumerate(kept, 1):
-            t.add_row(str(i), c.model, ",".join(c.devices), f"{c.score:.4g}" if c.score is not None else "-",
-                      f"{c.est_step_time_s:.4g}" if c.est_step_time_s else "-", "; ".join(c.reasons))
-        for c in decision.candidates:
-            if not c.kept:
-                t.add_row("-", c.model, ",".join(c.devices), "dropped", "", "; ".join(c.reasons))
-        con.print(t)
-        # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
-        _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
-        con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
-        con.print(sharing_line(sharing), markup=False)
-        for s in decision.suggestions:
-            con.print(f"  suggestion: {s}")
-        if chosen is not None and launch:  # launch is rendered only for a chosen placement
-            if launch.get("shell"):
-                con.print(f"on {chosen.model} it would run: {launch['shell']}")
-            elif launch.get("pod"):
-                import yaml
 
-                con.print(f"on {chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
-                print(yaml.safe_dump(launch["pod"], sort_keys=False))
-            elif launch.get("error"):
-                con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
-        if launch_here and launch_here.get("shell"):
-            con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
-    return 0 if decision.fits else 4
+def _print_plan(profile, inventory, decision, kept: list, sharing: dict, launch: dict | None,
+                launch_here: dict | None) -> None:
+    """Print ``autodl plan``'s answer as tables: the ranked placements, the dropped device sets, the advice."""
+    from rich.table import Table
+
+    chosen = decision.chosen
+    con = _console()
+    t = Table(title=f"placement for {profile.script} on {inventory.source}"
+                    + (" (DECLARED devices)" if inventory.declared else ""))
+    for col in ("rank", "model", "devices", "score", "step s", "reasons"):
+        t.add_column(col)
+    for i, c in enumerate(kept, 1):
+        t.add_row(str(i), c.model, ",".join(c.devices), f"{c.score:.4g}" if c.score is not None else "-",
+                  f"{c.est_step_time_s:.4g}" if c.est_step_time_s else "-", "; ".join(c.reasons))
+    for c in decision.candidates:
+        if not c.kept:
+            t.add_row("-", c.model, ",".join(c.devices), "dropped", "", "; ".join(c.reasons))
+    con.print(t)
+    # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
+    _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
+    con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
+    con.print(sharing_line(sharing), markup=False)
+    for s in decision.suggestions:
+        con.print(f"  suggestion: {s}")
+    if chosen is not None and launch:  # launch is rendered only for a chosen placement
+        if launch.get("shell"):
+            con.print(f"on {chosen.model} it would run: {launch['shell']}")
+        elif launch.get("pod"):
+            import yaml
+
+            con.print(f"on {chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
+            print(yaml.safe_dump(launch["pod"], sort_keys=False))
+        elif launch.get("error"):
+            con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
+    if launch_here and launch_here.get("shell"):
+        con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
 
 
 def plan_sharing(profile, spec, device) -> dict:
