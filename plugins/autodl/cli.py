@@ -708,12 +708,26 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"autodl {__version__} ({DISTRIBUTION})")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def probe_flags(sp):
-        g = sp.add_mutually_exclusive_group()
-        g.add_argument("--probe", dest="probe", action="store_true", default=None,
-                       help="measure the model in a sandboxed CPU subprocess (default: when Paddle is importable)")
-        g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
+    _add_profile_commands(sub)
+    _add_pool_commands(sub)
+    _add_record_commands(sub)
 
+    command = next((a for a in argv or () if not a.startswith("-")), None)
+    if command not in sub.choices:
+        _register_extra_commands(sub)
+    return p
+
+
+def _add_probe_flags(sp) -> None:
+    """``--probe`` / ``--no-probe``: whether the profile measures the model in a sandboxed CPU subprocess."""
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--probe", dest="probe", action="store_true", default=None,
+                   help="measure the model in a sandboxed CPU subprocess (default: when Paddle is importable)")
+    g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
+
+
+def _add_profile_commands(sub) -> None:
+    """The commands that profile a training script and plan its placement: ``profile``, ``plan``."""
     sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
     sp.add_argument("script", nargs="?", type=path_arg("training script", check_length=False),
                     help="training script (default: the spec's task.script)")
@@ -721,7 +735,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--no-cache", dest="use_cache", action="store_false",
                     help="profile again even when the same script, spec and versions were profiled before")
-    probe_flags(sp)
+    _add_probe_flags(sp)
     sp.set_defaults(func=cmd_profile)
 
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
@@ -729,9 +743,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--script", type=path_arg("training script", check_length=False), help="override the spec's task.script")
     sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
-    probe_flags(sp)
+    _add_probe_flags(sp)
     sp.set_defaults(func=cmd_plan)
 
+
+def _add_pool_commands(sub) -> None:
+    """The commands on the pool, its leases and its admission queue: ``inventory``, ``leases``, ``queue``."""
     sp = sub.add_parser("inventory", help="the devices in the pool and their leases")
     sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
@@ -757,6 +774,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_queue)
 
+
+def _add_record_commands(sub) -> None:
+    """The commands on run records and autodl's own metrics: ``runs``, ``calibration``, ``exporter``."""
     sp = sub.add_parser("runs", help="run records")
     sp.add_argument("--dag-id", type=_text_arg("DAG id", 250), help="only this DAG's runs")
     sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
@@ -776,11 +796,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--port", type=_port, default=9108, help="TCP port (0-65535; default 9108)")
     sp.add_argument("--host", type=_host_arg, default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sp.set_defaults(func=cmd_exporter)
-
-    command = next((a for a in argv or () if not a.startswith("-")), None)
-    if command not in sub.choices:
-        _register_extra_commands(sub)
-    return p
 
 
 def _register_extra_commands(sub) -> None:
