@@ -163,7 +163,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         launch = render(False)
         launch_here = render(True) if inventory.declared else None
     kept = [c for c in decision.candidates if c.kept]
-    out = {
+    max_batch = effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold)
+    out = _plan_json(profile, inventory, decision, kept, sharing, max_batch, launch, launch_here)
+    if args.json:
+        _print_json(out)
+    else:
+        _print_plan(profile, inventory, decision, kept, sharing, launch, launch_here)
+    return 0 if decision.fits else 4
+
+
+def _plan_json(profile, inventory, decision, kept: list, sharing: dict, max_batch: dict, launch: dict | None,
+               launch_here: dict | None) -> dict:
+    """``autodl plan``'s answer: the placement decision, the pool, the profile and what the launch would run."""
+    return {
         "fits": decision.fits,
         "available": decision.available,
         "algorithm": decision.algorithm,
@@ -174,7 +186,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "dropped": [c.to_json() for c in decision.candidates if not c.kept],
         "suggestions": decision.suggestions,
         "sharing": sharing,
-        "max_batch_size_by_device": effective_max_batch(profile, inventory.devices, spec.resource_policy.memory_threshold),
+        "max_batch_size_by_device": max_batch,
         "profile": {"params": profile.params, "peak_memory_bytes": profile.peak_memory_bytes,
                     "flops_per_step": profile.flops_per_step, "num_gpus": profile.num_gpus,
                     "batch_size": profile.batch_size, "method": profile.method},
@@ -182,42 +194,44 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "launch": launch,
         "launch_here": launch_here,
     }
-    if args.json:
-        _print_json(out)
-    else:
-        from rich.table import Table
 
-        con = _console()
-        t = Table(title=f"placement for {profile.script} on {inventory.source}"
-                        + (" (DECLARED devices)" if inventory.declared else ""))
-        for col in ("rank", "model", "devices", "score", "step s", "reasons"):
-            t.add_column(col)
-        for i, c in enumerate(kept, 1):
-            t.add_row(str(i), c.model, ",".join(c.devices), f"{c.score:.4g}" if c.score is not None else "-",
-                      f"{c.est_step_time_s:.4g}" if c.est_step_time_s else "-", "; ".join(c.reasons))
-        for c in decision.candidates:
-            if not c.kept:
-                t.add_row("-", c.model, ",".join(c.devices), "dropped", "", "; ".join(c.reasons))
-        con.print(t)
-        # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
-        _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
-        con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
-        con.print(sharing_line(sharing), markup=False)
-        for s in decision.suggestions:
-            con.print(f"  suggestion: {s}")
-        if chosen is not None and launch:  # launch is rendered only for a chosen placement
-            if launch.get("shell"):
-                con.print(f"on {chosen.model} it would run: {launch['shell']}")
-            elif launch.get("pod"):
-                import yaml
 
-                con.print(f"on {chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
-                print(yaml.safe_dump(launch["pod"], sort_keys=False))
-            elif launch.get("error"):
-                con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
-        if launch_here and launch_here.get("shell"):
-            con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
-    return 0 if decision.fits else 4
+def _print_plan(profile, inventory, decision, kept: list, sharing: dict, launch: dict | None,
+                launch_here: dict | None) -> None:
+    """Print ``autodl plan``'s answer as tables: the ranked placements, the dropped device sets, the advice."""
+    from rich.table import Table
+
+    chosen = decision.chosen
+    con = _console()
+    t = Table(title=f"placement for {profile.script} on {inventory.source}"
+                    + (" (DECLARED devices)" if inventory.declared else ""))
+    for col in ("rank", "model", "devices", "score", "step s", "reasons"):
+        t.add_column(col)
+    for i, c in enumerate(kept, 1):
+        t.add_row(str(i), c.model, ",".join(c.devices), f"{c.score:.4g}" if c.score is not None else "-",
+                  f"{c.est_step_time_s:.4g}" if c.est_step_time_s else "-", "; ".join(c.reasons))
+    for c in decision.candidates:
+        if not c.kept:
+            t.add_row("-", c.model, ",".join(c.devices), "dropped", "", "; ".join(c.reasons))
+    con.print(t)
+    # what the profile warned about is what the placement rests on: shown here too, not only by autodl profile
+    _print_findings(con, [f for f in profile.findings if f.severity != "info"], title="profile findings")
+    con.print(f"needs {_gib(decision.needed_bytes)} GiB per device; fits: {decision.fits}; free now: {decision.available}")
+    con.print(sharing_line(sharing), markup=False)
+    for s in decision.suggestions:
+        con.print(f"  suggestion: {s}")
+    if chosen is not None and launch:  # launch is rendered only for a chosen placement
+        if launch.get("shell"):
+            con.print(f"on {chosen.model} it would run: {launch['shell']}")
+        elif launch.get("pod"):
+            import yaml
+
+            con.print(f"on {chosen.model} it would create this pod in namespace {launch.get('namespace')}:")
+            print(yaml.safe_dump(launch["pod"], sort_keys=False))
+        elif launch.get("error"):
+            con.print(f"what it would run cannot be shown here: {launch['error']}", markup=False)
+    if launch_here and launch_here.get("shell"):
+        con.print(f"the pool is declared, so here it runs on CPU: {launch_here['shell']}")
 
 
 def plan_sharing(profile, spec, device) -> dict:
@@ -694,12 +708,26 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"autodl {__version__} ({DISTRIBUTION})")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def probe_flags(sp):
-        g = sp.add_mutually_exclusive_group()
-        g.add_argument("--probe", dest="probe", action="store_true", default=None,
-                       help="measure the model in a sandboxed CPU subprocess (default: when Paddle is importable)")
-        g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
+    _add_profile_commands(sub)
+    _add_pool_commands(sub)
+    _add_record_commands(sub)
 
+    command = next((a for a in argv or () if not a.startswith("-")), None)
+    if command not in sub.choices:
+        _register_extra_commands(sub)
+    return p
+
+
+def _add_probe_flags(sp) -> None:
+    """``--probe`` / ``--no-probe``: whether the profile measures the model in a sandboxed CPU subprocess."""
+    g = sp.add_mutually_exclusive_group()
+    g.add_argument("--probe", dest="probe", action="store_true", default=None,
+                   help="measure the model in a sandboxed CPU subprocess (default: when Paddle is importable)")
+    g.add_argument("--no-probe", dest="probe", action="store_false", help="static analysis only")
+
+
+def _add_profile_commands(sub) -> None:
+    """The commands that profile a training script and plan its placement: ``profile``, ``plan``."""
     sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
     sp.add_argument("script", nargs="?", type=path_arg("training script", check_length=False),
                     help="training script (default: the spec's task.script)")
@@ -707,7 +735,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--no-cache", dest="use_cache", action="store_false",
                     help="profile again even when the same script, spec and versions were profiled before")
-    probe_flags(sp)
+    _add_probe_flags(sp)
     sp.set_defaults(func=cmd_profile)
 
     sp = sub.add_parser("plan", help="where would this spec's run go now, and what would be launched")
@@ -715,9 +743,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--script", type=path_arg("training script", check_length=False), help="override the spec's task.script")
     sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
-    probe_flags(sp)
+    _add_probe_flags(sp)
     sp.set_defaults(func=cmd_plan)
 
+
+def _add_pool_commands(sub) -> None:
+    """The commands on the pool, its leases and its admission queue: ``inventory``, ``leases``, ``queue``."""
     sp = sub.add_parser("inventory", help="the devices in the pool and their leases")
     sp.add_argument("--pool", type=_pool_arg, help=POOL_HELP)
     sp.add_argument("--json", action="store_true")
@@ -743,6 +774,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_queue)
 
+
+def _add_record_commands(sub) -> None:
+    """The commands on run records and autodl's own metrics: ``runs``, ``calibration``, ``exporter``."""
     sp = sub.add_parser("runs", help="run records")
     sp.add_argument("--dag-id", type=_text_arg("DAG id", 250), help="only this DAG's runs")
     sp.add_argument("--limit", type=_count, default=20, help="newest N records (1..100000)")
@@ -762,11 +796,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--port", type=_port, default=9108, help="TCP port (0-65535; default 9108)")
     sp.add_argument("--host", type=_host_arg, default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sp.set_defaults(func=cmd_exporter)
-
-    command = next((a for a in argv or () if not a.startswith("-")), None)
-    if command not in sub.choices:
-        _register_extra_commands(sub)
-    return p
 
 
 def _register_extra_commands(sub) -> None:

@@ -10,7 +10,7 @@ from typing import Protocol
 from autodl.catalog import Catalog, GPUModel
 from autodl.errors import CatalogError
 from autodl.inventory.effective import effective_model
-from autodl.policy.base import Need, Option, PolicyContext
+from autodl.policy.base import Need, Option, PolicyContext, Scored
 from autodl.policy.need import needed_bytes, size_unknown, unknown_size_reason
 from autodl.policy.registry import get_policy
 from autodl.spec import ResourcePolicySection
@@ -77,19 +77,9 @@ class Partition:
     dropped: list[tuple[str, str, list[str], str]]
 
 
-def place(
-    profile: ResourceProfile,
-    inventory: Inventory,
-    *,
-    catalog: Catalog,
-    policy: ResourcePolicySection,
-    algorithm: str = "rule_based",
-    leased: frozenset[str] = frozenset(),
-    num_gpus: int | None = None,
-    store_url: str | None = None,
-    seed: int = 0,
-    partitioner: Partitioner | None = None,
-) -> PlacementDecision:
+def place(profile: ResourceProfile, inventory: Inventory, *, catalog: Catalog, policy: ResourcePolicySection,
+          algorithm: str = "rule_based", leased: frozenset[str] = frozenset(), num_gpus: int | None = None,
+          store_url: str | None = None, seed: int = 0, partitioner: Partitioner | None = None) -> PlacementDecision:
     """Rank the pool's device sets for a run and choose the best.
 
     A device set is ``num_gpus`` devices of one model on one host (a gang; never partial),
@@ -125,28 +115,50 @@ def place(
     allowed = set(policy.allowed_vendors) if policy.allowed_vendors is not None else set(DEFAULT_ALLOWED_VENDORS)
     need = needed_bytes(profile, inventory.devices, allowed, threshold)
     part = (partitioner or partition)(inventory, catalog, allowed, threshold, need, n, leased)
+    options, kept_reasons = _placement_options(profile, part, n)
+    ctx = _policy_context(policy, algorithm, store_url, seed)
+    scored = pol.score(Need(need, n, profile.script), options, ctx) if options else []
+    candidates = _kept_candidates(profile, part, options, scored, kept_reasons, ctx, need, threshold)
+    candidates.extend(_dropped_candidates(part.dropped))
+    suggestions = _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) if not part.fits else []
+    return PlacementDecision(algorithm=algorithm, fits=part.fits, available=bool(options), needed_bytes=need,
+                             candidates=candidates, chosen=candidates[0] if options else None, suggestions=suggestions)
 
+
+def _device_set_notes(devs: list[Device], why: str | None) -> str | None:
+    """``why`` (the device set's NVLink note) with notes on unknown utilization and MIG instances added."""
+    unknown_load = [d.device_id for d in devs if d.utilization_pct is None]
+    if unknown_load:
+        why = "; ".join(filter(None, [why, f"utilization unknown on {', '.join(unknown_load)}: scored as fully loaded"]))
+    if devs[0].compute_fraction is not None:
+        why = "; ".join(filter(None, [why, f"{devs[0].compute_fraction:.0%} of the GPU's compute (MIG instance): "
+                                           "speed and cost scaled to it"]))
+    return why
+
+
+def _estimated_step_time_s(profile: ResourceProfile, gpu: GPUModel | None) -> float | None:
+    """The run's estimated step time on a device model, or None when the catalog cannot say."""
+    step = None
+    if gpu is not None:
+        try:
+            from autodl.profile.runtime import estimate_step_time_s
+
+            step = estimate_step_time_s(profile, gpu)
+        except CatalogError:
+            step = None
+    return step
+
+
+def _placement_options(profile: ResourceProfile, part: Partition, n: int) -> tuple[list[Option], list[list[str]]]:
+    """One option to score per ready device group, and the notes on its device set (its reasons when kept)."""
     step_cache: dict[str, float | None] = {}
     options: list[Option] = []
     kept_reasons: list[list[str]] = []
     for grp in part.ready:
         devs, nvlink, why = grp.chosen or _choose_set(grp.available, n)
-        unknown_load = [d.device_id for d in devs if d.utilization_pct is None]
-        if unknown_load:
-            why = "; ".join(filter(None, [why, f"utilization unknown on {', '.join(unknown_load)}: scored as fully loaded"]))
-        if devs[0].compute_fraction is not None:
-            why = "; ".join(filter(None, [why, f"{devs[0].compute_fraction:.0%} of the GPU's compute (MIG instance): "
-                                               "speed and cost scaled to it"]))
+        why = _device_set_notes(devs, why)
         if grp.model not in step_cache:
-            step = None
-            if grp.gpu is not None:
-                try:
-                    from autodl.profile.runtime import estimate_step_time_s
-
-                    step = estimate_step_time_s(profile, grp.gpu)
-                except CatalogError:
-                    step = None
-            step_cache[grp.model] = step
+            step_cache[grp.model] = _estimated_step_time_s(profile, grp.gpu)
         options.append(
             Option(
                 devices=tuple(d.device_id for d in devs),
@@ -164,15 +176,23 @@ def place(
             )
         )
         kept_reasons.append([why] if why else [])
+    return options, kept_reasons
 
-    ctx = PolicyContext(
+
+def _policy_context(policy: ResourcePolicySection, algorithm: str, store_url: str | None, seed: int) -> PolicyContext:
+    """What the placement policy scores with: the spec's preferences, a seeded rng, the bandit for rl_based."""
+    return PolicyContext(
         preferred_devices=list(policy.preferred_devices),
         tag_priorities=dict(policy.tag_priorities),
         memory_threshold=policy.memory_threshold,
         rng=random.Random(seed),
         bandit=_load_bandit(store_url) if algorithm == "rl_based" else None,
     )
-    scored = pol.score(Need(need, n, profile.script), options, ctx) if options else []
+
+
+def _kept_candidates(profile: ResourceProfile, part: Partition, options: list[Option], scored: list[Scored],
+                     kept_reasons: list[list[str]], ctx: PolicyContext, need: int, threshold: float) -> list[Candidate]:
+    """The best :data:`MAX_KEPT_CANDIDATES` scored device sets as kept candidates, best first, with their reasons."""
     order = sorted(range(len(options)), key=lambda i: (-scored[i].score, options[i].order, options[i].devices))
     groups = {(g.host, g.model): g for g in part.ready}
     total_ready = part.total_ready
@@ -185,16 +205,7 @@ def place(
             f"fits: needs {_gib(need)} <= {threshold:g} x {_gib(o.memory_total_bytes)}; {_gib(free_min)} free now",
             *kept_reasons[i], *s.reasons,
         ]
-        if size_unknown(profile):
-            reasons.insert(1, unknown_size_reason(need))
-        if o.model in ctx.preferred_devices:
-            reasons.append(f"preferred #{ctx.preferred_devices.index(o.model) + 1} in resource_policy.preferred_devices")
-        if o.step_time_s is None:
-            reasons.append("step time unknown: the run's FLOPs are unknown (see the cold-start warning); speed and "
-                           "cost not scored" if profile.flops_per_step is None else
-                           "step time unknown: the catalog lacks a TFLOPS figure for this model")
-        if o.cost_per_hour_usd is None:
-            reasons.append("no list price in the catalog: cost not scored")
+        _add_candidate_reasons(reasons, profile, o, ctx, need)
         if rank == MAX_KEPT_CANDIDATES - 1 and total_ready > MAX_KEPT_CANDIDATES:
             reasons.append(f"{total_ready - MAX_KEPT_CANDIDATES} more free device sets not listed")
         candidates.append(
@@ -203,24 +214,33 @@ def place(
                 terms={k: round(v, 6) for k, v in s.terms.items()}, est_step_time_s=o.step_time_s, reasons=reasons,
             )
         )
-    for model, reason, ids, host in part.dropped:
+    return candidates
+
+
+def _add_candidate_reasons(reasons: list[str], profile: ResourceProfile, option: Option, ctx: PolicyContext,
+                           need: int) -> None:
+    """Add to a kept candidate's ``reasons`` what its placement rests on: unknown size, preference, unknown figures."""
+    if size_unknown(profile):
+        reasons.insert(1, unknown_size_reason(need))
+    if option.model in ctx.preferred_devices:
+        reasons.append(f"preferred #{ctx.preferred_devices.index(option.model) + 1} in "
+                       "resource_policy.preferred_devices")
+    if option.step_time_s is None:
+        reasons.append("step time unknown: the run's FLOPs are unknown (see the cold-start warning); speed and "
+                       "cost not scored" if profile.flops_per_step is None else
+                       "step time unknown: the catalog lacks a TFLOPS figure for this model")
+    if option.cost_per_hour_usd is None:
+        reasons.append("no list price in the catalog: cost not scored")
+
+
+def _dropped_candidates(dropped: list[tuple[str, str, list[str], str]]) -> list[Candidate]:
+    """One not-kept candidate per dropped device set, with the reason it was dropped."""
+    candidates: list[Candidate] = []
+    for model, reason, ids, host in dropped:
         # built from checked values (ids and models of the inventory, reasons made here): no need to
         # re-validate tens of thousands of device ids
         candidates.append(Candidate.model_construct(devices=ids, model=model, host=host, kept=False, reasons=[reason]))
-
-    chosen = candidates[0] if options else None
-    suggestions: list[str] = []
-    if not part.fits:
-        suggestions = _suggestions(profile, inventory, catalog, policy, threshold, allowed, n)
-    return PlacementDecision(
-        algorithm=algorithm,
-        fits=part.fits,
-        available=bool(options),
-        needed_bytes=need,
-        candidates=candidates,
-        chosen=chosen,
-        suggestions=suggestions,
-    )
+    return candidates
 
 
 def load_pct(device: Device) -> float:
@@ -487,9 +507,7 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     if record.outcome in ("not_started", "stopped") or not record.device_model or not record.placement:
         # a run stopped by hand (autodl leases --release) says nothing of how the device did
         return False
-    placement = record.placement or {}
-    chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself
-    terms = chosen.get("terms") or {}
+    terms = _chosen_terms(record.placement)
     if not terms:
         return False
     gpu = catalog.find(record.device_model)
@@ -497,23 +515,9 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
     ref = catalog.find(REFERENCE_MODEL)
     rel = None
     if record.outcome == "succeeded":
-        # a run on a declared pool trained on CPU: its measured step time says nothing of the device
-        actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
-        if not isinstance(actual, (int, float)) or not actual > 0 or not record.profile or ref is None:
+        rel = _measured_speedup(record, gpu, ref)
+        if rel is None:
             return False
-        from autodl.profile.runtime import estimate_step_time_s, fastest_step_s
-
-        try:
-            profile = ResourceProfile.model_validate(record.profile)
-            ref_step = estimate_step_time_s(profile, ref)
-        except (CatalogError, ValueError):
-            return False
-        if not ref_step or not ref_step > 0:
-            return False
-        floor = fastest_step_s(profile, gpu) if gpu else None
-        if floor is not None and actual < floor:  # faster than the device's peak compute: not a measurement
-            return False
-        rel = ref_step / actual
     bandit = LinUCB()
     reward = bandit.reward(rel, gpu.cost_per_hour_usd if gpu else None, ref.cost_per_hour_usd if ref else None,
                            failed=record.outcome == "failed")
@@ -534,3 +538,30 @@ def observe(record: RunRecord, *, catalog: Catalog, store_url: str | None = None
         a = bandit.arm(arm)
         row.a_inv_json, row.b_json, row.count, row.dim = json.dumps(a.a_inv), json.dumps(a.b), a.count, len(x)
     return True
+
+
+def _chosen_terms(placement: dict) -> dict:
+    """The rule terms of the chosen candidate in a run's recorded placement (empty when it has none)."""
+    chosen = placement.get("chosen") or placement  # the select step records the chosen Candidate itself
+    return chosen.get("terms") or {}
+
+
+def _measured_speedup(record: RunRecord, gpu: GPUModel | None, ref: GPUModel | None) -> float | None:
+    """The reference device's estimated step time / the run's measured one; None when none believable was measured."""
+    # a run on a declared pool trained on CPU: its measured step time says nothing of the device
+    actual = None if record.declared_pool else (record.metrics or {}).get("step_time_s")
+    if not isinstance(actual, (int, float)) or not actual > 0 or not record.profile or ref is None:
+        return None
+    from autodl.profile.runtime import estimate_step_time_s, fastest_step_s
+
+    try:
+        profile = ResourceProfile.model_validate(record.profile)
+        ref_step = estimate_step_time_s(profile, ref)
+    except (CatalogError, ValueError):
+        return None
+    if not ref_step or not ref_step > 0:
+        return None
+    floor = fastest_step_s(profile, gpu) if gpu else None
+    if floor is not None and actual < floor:  # faster than the device's peak compute: not a measurement
+        return None
+    return ref_step / actual

@@ -89,8 +89,7 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     :raises NoFitError: nothing in the pool could ever hold the run (no point waiting; it leaves the queue).
     :raises WaitTimeout: it waited longer than the timeout (it leaves the queue).
     """
-    from autodl.admissions import Admissions
-    from autodl.queue import AdmissionQueue, decide, free_devices, held_by_team, packed_grant, queue_rules, running_runs
+    from autodl.queue import AdmissionQueue, queue_rules
 
     profile_out = ProfileResult.coerce(profile_out, what="the profile step's result")
     spec = run_spec(profile_out)
@@ -103,17 +102,9 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     inventory = read_inventory(pool, catalog=catalog)
     if host:
         inventory = inventory.model_copy(update={"devices": [d for d in inventory.devices if d.host == host]})
-    held = ledger.get(ctx.run_key)
-    if held is not None:
-        try:
-            held = ledger.heartbeat(ctx.run_key, held.lease_id)
-        except LeaseLost as exc:
-            log(f"{exc} Waiting for devices again.")
-            held = None
-        if held is not None:
-            queue.leave(ctx.run_key)
-            log(f"run {ctx.run_key} already holds lease {held.lease_id} on {held.device_ids}; reusing it")
-            return selection_of(held, inventory, spec.scheduler.algorithm)
+    reused = _reuse_held_lease(ctx, ledger, queue, inventory, spec, log)
+    if reused is not None:
+        return reused
     reap_expired(log=log, launcher_kwargs_for=launcher_kwargs_for)
 
     everywhere = plan(profile, spec, inventory=inventory, catalog=catalog, leased=frozenset())
@@ -127,10 +118,45 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     entry = _join_queue(ctx, queue, profile, spec, inventory, everywhere, catalog, rules, poke=poke, timeout=timeout,
                         pool=pool)
     now = utcnow()
+    _check_wait_deadline(ctx, queue, entry, now, timeout)
+    admitted = _admission_grant(ctx, queue, entry, ledger, inventory, profile, spec, catalog, rules, now, log)
+    if admitted is None:
+        return None
+    grant, terms, decision = admitted
+    return _book_admitted(ctx, queue, ledger, inventory, profile, spec, entry, grant, terms, decision, now, log)
+
+
+def _reuse_held_lease(ctx: RunContext, ledger: Ledger, queue: Any, inventory: Inventory, spec: TaskSpec,
+                      log: Callable[[str], None]) -> Selection | None:
+    """The selection of a lease the run already holds (a retried or resumed wait), renewed; None when it holds none."""
+    held = ledger.get(ctx.run_key)
+    if held is not None:
+        try:
+            held = ledger.heartbeat(ctx.run_key, held.lease_id)
+        except LeaseLost as exc:
+            log(f"{exc} Waiting for devices again.")
+            held = None
+        if held is not None:
+            queue.leave(ctx.run_key)
+            log(f"run {ctx.run_key} already holds lease {held.lease_id} on {held.device_ids}; reusing it")
+            return selection_of(held, inventory, spec.scheduler.algorithm)
+    return None
+
+
+def _check_wait_deadline(ctx: RunContext, queue: Any, entry: QueueEntry, now: datetime, timeout: float) -> None:
+    """Leave the admission queue and raise :class:`WaitTimeout` when the run has waited past its deadline."""
     if entry.deadline_at is not None and now > entry.deadline_at:
         queue.leave(ctx.run_key)
         raise WaitTimeout(f"run {ctx.run_key}: no fitting device became free within {timeout:g} s (scheduler.timeout); "
                           f"it waited since {entry.enqueued_at.isoformat()}.")
+
+
+def _admission_grant(ctx: RunContext, queue: Any, entry: QueueEntry, ledger: Ledger, inventory: Inventory,
+                     profile: ResourceProfile, spec: TaskSpec, catalog: Catalog, rules: Any, now: datetime,
+                     log: Callable[[str], None]) -> tuple[Any, Any, PlacementDecision | None] | None:
+    """The admission queue's (grant, packing terms, placement decision) for the run; None, the wait logged, if none."""
+    from autodl.queue import decide, free_devices, held_by_team, packed_grant, running_runs
+
     # the entries before the leases: a run that booked and then left the queue in between is then counted
     # twice (waiting and holding: conservative), never not at all (which would let a team over its quota)
     entries = queue.entries()
@@ -160,6 +186,15 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
         _log_waiting(ctx, queue.in_order(now, queues=rules.queues, held=held_by_team(leases)), leases, entry, log, why)
         return None
     decision = next((d for d in decisions.values() if d.chosen and tuple(d.chosen.devices) == tuple(grant.devices)), None)
+    return grant, terms, decision
+
+
+def _book_admitted(ctx: RunContext, queue: Any, ledger: Ledger, inventory: Inventory, profile: ResourceProfile,
+                   spec: TaskSpec, entry: QueueEntry, grant: Any, terms: Any, decision: PlacementDecision | None,
+                   now: datetime, log: Callable[[str], None]) -> Selection | None:
+    """Book the granted devices, leave the admission queue and record the admission; None on a lost booking race."""
+    from autodl.admissions import Admissions
+
     chosen = decision.chosen if decision else None
     by_id = {d.device_id: d for d in inventory.devices}
     device_ids = [str(d) for d in grant.devices]  # device ids (autodl.policy.admission keys devices by any hashable)
@@ -176,6 +211,14 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
     queue.leave(ctx.run_key)
     Admissions().record(ctx.run_key, waited_s=(now - entry.enqueued_at).total_seconds(), num_gpus=len(grant.devices),
                         team=entry.team, device_model=first.model, now=now)
+    return _booked_selection(ctx, lease, by_id, inventory, spec, entry, grant, decision, now, log)
+
+
+def _booked_selection(ctx: RunContext, lease: Lease, by_id: dict[str, Device], inventory: Inventory, spec: TaskSpec,
+                      entry: QueueEntry, grant: Any, decision: PlacementDecision | None, now: datetime,
+                      log: Callable[[str], None]) -> Selection:
+    """Keep the placement decision, log the candidates and the lease booked, and store the run's selection."""
+    chosen = decision.chosen if decision else None
     if decision is not None:
         keep_decision(ctx.run_key, decision)
     lines = format_candidates(decision) if decision else []
@@ -193,7 +236,6 @@ def step_wait(ctx: RunContext, profile_out: ProfileResult | dict[str, Any], *, p
                            chosen.to_json() if chosen else None, lines)
     RunState().put(ctx.run_key, RunState.SELECTION, selection)
     return selection
-
 
 def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory,
                 everywhere: PlacementDecision, catalog: Catalog, rules: Any, *, poke: float, timeout: float,
