@@ -237,6 +237,7 @@ def _booked_selection(ctx: RunContext, lease: Lease, by_id: dict[str, Device], i
     RunState().put(ctx.run_key, RunState.SELECTION, selection)
     return selection
 
+
 def _join_queue(ctx: RunContext, queue: Any, profile: ResourceProfile, spec: TaskSpec, inventory: Inventory,
                 everywhere: PlacementDecision, catalog: Catalog, rules: Any, *, poke: float, timeout: float,
                 pool: str | None) -> QueueEntry:
