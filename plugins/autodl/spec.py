@@ -248,6 +248,12 @@ class TaskSpec(Section):
     launcher: LauncherSection = Field(default_factory=lambda: launcher_section({}))
     source_path: str | None = Field(None, description="Where the spec was read from (set by load_spec).")
 
+    @field_validator("task", "resource_policy", "scheduler", "launcher", mode="before")
+    @classmethod
+    def _empty_section(cls, value: Any) -> Any:
+        # `resource_policy:` with every key under it commented out is YAML's null: the section's defaults, as `{}`
+        return {} if value is None else value
+
     @field_validator("launcher", mode="before")
     @classmethod
     def _launcher_shorthand(cls, value: Any) -> Any:
@@ -266,6 +272,9 @@ class TaskSpec(Section):
         elif self.task.script:
             base = Path(self.source_path).parent if self.source_path else Path.cwd()
             path = base / self.task.script
+        elif self.source_path is None:
+            raise SpecError("no training script was given: `autodl profile SCRIPT [--spec SPEC]`, or a spec whose "
+                            "task.script names it (`autodl plan SPEC`).")
         else:
             raise SpecError(
                 f"{where}: field 'task.script' is missing and no script was given; "
@@ -447,6 +456,17 @@ def _yaml_hint(msg: str, got: Any) -> str:
     return ""
 
 
+def _mapping_wanted(loc: str, msg: str) -> str:
+    """Pydantic's "Input should be a valid dictionary or instance of LocalOptions" in the file's terms: a mapping
+    of the section's keys (for ``launcher``, or a launcher's name); other messages as they are."""
+    if not msg.startswith("Input should be a valid dictionary"):
+        return msg
+    if loc == "launcher":
+        return (f"should be a launcher's name ({', '.join(LAUNCHER_OPTIONS)}) or a mapping of that launcher's "
+                "options (type: docker, image: ...)")
+    return "should be a mapping: its keys as indented 'key: value' lines"
+
+
 def _format_errors(exc: ValidationError, where: str) -> str:
     lines = []
     errors = exc.errors(include_url=False)
@@ -464,7 +484,8 @@ def _format_errors(exc: ValidationError, where: str) -> str:
         if not msg:
             lines.append(f"{where}: unknown key '{loc}'{_key_hint(got)}.")
         else:
-            lines.append(f"{where}: field '{loc}': {clip(msg, 300)} (got {short(got, 60)}){_yaml_hint(msg, got)}.")
+            lines.append(f"{where}: field '{loc}': {clip(_mapping_wanted(loc, msg), 300)} (got {short(got, 60)})"
+                         f"{_yaml_hint(msg, got)}.")
     if len(merged) > MAX_ERRORS_SHOWN:
         lines.append(f"{where}: ... and {len(merged) - MAX_ERRORS_SHOWN} more errors.")
     return "\n".join(lines)

@@ -236,3 +236,37 @@ def test_two_sub_folders_of_one_host_folder_mount_side_by_side():
     spec = parse_spec({"launcher": {"type": "docker", "mounts": [{"source": "/data/a", "target": "/in/a"},
                                                                 {"source": "/data/b", "target": "/in/b"}]}})
     assert [m.target for m in spec.launcher.mounts] == ["/in/a", "/in/b"]
+
+
+def test_an_empty_section_is_that_sections_defaults(tmp_path):
+    """A fresh user's spec with every key under ``resource_policy:`` and ``launcher:`` commented out (YAML's null)
+    was refused: "Input should be a valid dictionary or instance of ResourcePolicySection (got None)"."""
+    text = "task:\n  script: train.py\nresource_policy:\n  # memory_threshold: 0.9\nscheduler:\nlauncher:\n"
+    spec = load_spec(write(tmp_path, text))
+    defaults = parse_spec({"task": {"script": "train.py"}})
+    assert spec.resource_policy == defaults.resource_policy and spec.scheduler == defaults.scheduler
+    assert spec.launcher == defaults.launcher
+
+
+@pytest.mark.parametrize("data, said", [
+    ({"launcher": ["docker"]}, "field 'launcher': should be a launcher's name (local, docker, kubernetes) or a "
+                               "mapping of that launcher's options"),
+    ({"launcher": {"type": 3}}, "field 'launcher.type': a launcher's name: one of local, docker, kubernetes (got 3)"),
+    ({"resource_policy": [1]}, "field 'resource_policy': should be a mapping: its keys as indented 'key: value' lines"),
+    ({"launcher": {"env": ["A=1"]}}, "field 'launcher.env': should be a mapping"),
+], ids=["launcher-list", "launcher-type-number", "section-list", "env-list"])
+def test_a_section_that_is_no_mapping_says_what_it_may_be_not_a_class_name(data, said):
+    """A fresh user's ``launcher: [docker]`` read "a valid dictionary or instance of LocalOptions", and
+    ``launcher: {type: 3}`` read "Input should be 'local'", as if local were the only launcher."""
+    with pytest.raises(SpecError) as exc:
+        parse_spec(data, "spec.yaml")
+    assert said in str(exc.value)
+    assert "Options" not in str(exc.value) and "Section" not in str(exc.value)
+
+
+def test_no_script_and_no_spec_says_to_give_the_script_not_a_spec_field():
+    """``autodl profile`` with no argument said "<spec>: field 'task.script' is missing" though no spec was given."""
+    from autodl.spec import TaskSpec
+
+    with pytest.raises(SpecError, match=r"^no training script was given: `autodl profile SCRIPT"):
+        TaskSpec().script_path()

@@ -64,7 +64,9 @@ class LauncherOptions(Section):
     @field_validator("type", mode="before")
     @classmethod
     def _known_launcher(cls, value: Any) -> Any:
-        return check_choice(value, LAUNCHERS, "launcher") if isinstance(value, str) else value
+        if not isinstance(value, str):  # {type: 3}: not "should be 'local'", which only the routing picked
+            raise ValueError(f"a launcher's name: one of {', '.join(LAUNCHERS)}")
+        return check_choice(value, LAUNCHERS, "launcher")
 
     @field_validator("env")
     @classmethod
