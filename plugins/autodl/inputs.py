@@ -437,29 +437,34 @@ def _plain_constructor():
 
         def construct_mapping(self, node, deep=False):
             if isinstance(node, MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == tag + "merge":
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    try:
-                        first = seen.get(key)
-                    except TypeError:
-                        raise YAMLRefused(f"a key must be a plain value, not {type(key).__name__}",
-                                          node=key_node) from None
-                    line = key_node.start_mark.line + 1
-                    if first is not None:
-                        refused = YAMLRefused(f"duplicate key {short(key, 40)} (first on line {first}); YAML keeps only "
-                                              "the last one: remove one of them", node=key_node)
-                        refused.path = _join([p for p in [getattr(node, "autodl_path", None), clip(key, 40)] if p])
-                        raise refused
-                    seen[key] = line
+                _refuse_duplicate_keys(self, node)
             return SafeConstructor.construct_mapping(self, node, deep)
 
     PlainConstructor.add_constructor(tag + "int", PlainConstructor.construct_yaml_int)
     PlainConstructor.add_constructor(tag + "float", PlainConstructor.construct_yaml_float)
 
     return PlainConstructor
+
+
+def _refuse_duplicate_keys(constructor, node) -> None:
+    """Refuse a mapping node holding a key twice, or a key that is not a plain value; merge keys (``<<``) pass."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _TAG + "merge":
+            continue
+        key = constructor.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            raise YAMLRefused(f"a key must be a plain value, not {type(key).__name__}",
+                              node=key_node) from None
+        line = key_node.start_mark.line + 1
+        if first is not None:
+            refused = YAMLRefused(f"duplicate key {short(key, 40)} (first on line {first}); YAML keeps only "
+                                  "the last one: remove one of them", node=key_node)
+            refused.path = _join([p for p in [getattr(node, "autodl_path", None), clip(key, 40)] if p])
+            raise refused
+        seen[key] = line
 
 
 _LOADER = None
