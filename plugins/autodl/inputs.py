@@ -298,9 +298,7 @@ def _bounded_composer():
 def _counting_composer():
     """The composer's node builders: each scalar, sequence and mapping counted (:data:`MAX_YAML_NODES`, aliases
     by the values they repeat), its tag checked and its path kept."""
-    import yaml
     from yaml.composer import Composer
-    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
     tag, allowed = _TAG, _ALLOWED_TAGS
 
@@ -328,55 +326,7 @@ def _counting_composer():
                                   "YAML values (strings, numbers, true/false, null, lists, mappings)", node=node)
             return node
 
-        def compose_sequence_node(self, anchor):
-            start = self.peek_event()
-            self._count(1, start.start_mark)
-            node = SequenceNode(start.tag or self.resolve(SequenceNode, None, start.implicit), [], start.start_mark,
-                                None, flow_style=start.flow_style)
-            node.autodl_path = _join(self._path)
-            self._check_tag(node)
-            self.get_event()
-            if anchor is not None:
-                self.anchors[anchor] = node
-            weight = 1
-            index = 0
-            while not self.check_event(yaml.SequenceEndEvent):
-                self._path.append(f"[{index}]")
-                try:
-                    child = self.compose_node(node, index)
-                finally:
-                    self._path.pop()
-                node.value.append(child)
-                weight += self._weight.get(id(child), 1)
-                index += 1
-            node.end_mark = self.get_event().end_mark
-            self._weight[id(node)] = weight
-            return node
-
-        def compose_mapping_node(self, anchor):
-            start = self.peek_event()
-            self._count(1, start.start_mark)
-            node = MappingNode(start.tag or self.resolve(MappingNode, None, start.implicit), [], start.start_mark,
-                               None, flow_style=start.flow_style)
-            node.autodl_path = _join(self._path)
-            self._check_tag(node)
-            self.get_event()
-            if anchor is not None:
-                self.anchors[anchor] = node
-            weight = 1
-            while not self.check_event(yaml.MappingEndEvent):
-                key = self.compose_node(node, None)
-                name = key.value if isinstance(key, ScalarNode) else "?"
-                self._path.append(str(name)[:40])
-                try:
-                    value = self.compose_node(node, key)
-                finally:
-                    self._path.pop()
-                node.value.append((key, value))
-                weight += self._weight.get(id(key), 1) + self._weight.get(id(value), 1)
-            node.end_mark = self.get_event().end_mark
-            self._weight[id(node)] = weight
-            return node
+        compose_sequence_node, compose_mapping_node = _collection_builders()
 
         def _check_tag(self, node):
             if node.tag not in allowed:
@@ -384,6 +334,64 @@ def _counting_composer():
                                   "YAML values (strings, numbers, true/false, null, lists, mappings)", node=node)
 
     return CountingComposer
+
+
+def _collection_builders():
+    """(``compose_sequence_node``, ``compose_mapping_node``): the composer's list and mapping builders."""
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    def compose_sequence_node(self, anchor):
+        start = self.peek_event()
+        self._count(1, start.start_mark)
+        node = SequenceNode(start.tag or self.resolve(SequenceNode, None, start.implicit), [], start.start_mark,
+                            None, flow_style=start.flow_style)
+        node.autodl_path = _join(self._path)
+        self._check_tag(node)
+        self.get_event()
+        if anchor is not None:
+            self.anchors[anchor] = node
+        weight = 1
+        index = 0
+        while not self.check_event(yaml.SequenceEndEvent):
+            self._path.append(f"[{index}]")
+            try:
+                child = self.compose_node(node, index)
+            finally:
+                self._path.pop()
+            node.value.append(child)
+            weight += self._weight.get(id(child), 1)
+            index += 1
+        node.end_mark = self.get_event().end_mark
+        self._weight[id(node)] = weight
+        return node
+
+    def compose_mapping_node(self, anchor):
+        start = self.peek_event()
+        self._count(1, start.start_mark)
+        node = MappingNode(start.tag or self.resolve(MappingNode, None, start.implicit), [], start.start_mark,
+                           None, flow_style=start.flow_style)
+        node.autodl_path = _join(self._path)
+        self._check_tag(node)
+        self.get_event()
+        if anchor is not None:
+            self.anchors[anchor] = node
+        weight = 1
+        while not self.check_event(yaml.MappingEndEvent):
+            key = self.compose_node(node, None)
+            name = key.value if isinstance(key, ScalarNode) else "?"
+            self._path.append(str(name)[:40])
+            try:
+                value = self.compose_node(node, key)
+            finally:
+                self._path.pop()
+            node.value.append((key, value))
+            weight += self._weight.get(id(key), 1) + self._weight.get(id(value), 1)
+        node.end_mark = self.get_event().end_mark
+        self._weight[id(node)] = weight
+        return node
+
+    return compose_sequence_node, compose_mapping_node
 
 
 def _plain_constructor():
@@ -429,29 +437,34 @@ def _plain_constructor():
 
         def construct_mapping(self, node, deep=False):
             if isinstance(node, MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == tag + "merge":
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    try:
-                        first = seen.get(key)
-                    except TypeError:
-                        raise YAMLRefused(f"a key must be a plain value, not {type(key).__name__}",
-                                          node=key_node) from None
-                    line = key_node.start_mark.line + 1
-                    if first is not None:
-                        refused = YAMLRefused(f"duplicate key {short(key, 40)} (first on line {first}); YAML keeps only "
-                                              "the last one: remove one of them", node=key_node)
-                        refused.path = _join([p for p in [getattr(node, "autodl_path", None), clip(key, 40)] if p])
-                        raise refused
-                    seen[key] = line
+                _refuse_duplicate_keys(self, node)
             return SafeConstructor.construct_mapping(self, node, deep)
 
     PlainConstructor.add_constructor(tag + "int", PlainConstructor.construct_yaml_int)
     PlainConstructor.add_constructor(tag + "float", PlainConstructor.construct_yaml_float)
 
     return PlainConstructor
+
+
+def _refuse_duplicate_keys(constructor, node) -> None:
+    """Refuse a mapping node holding a key twice, or a key that is not a plain value; merge keys (``<<``) pass."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _TAG + "merge":
+            continue
+        key = constructor.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            raise YAMLRefused(f"a key must be a plain value, not {type(key).__name__}",
+                              node=key_node) from None
+        line = key_node.start_mark.line + 1
+        if first is not None:
+            refused = YAMLRefused(f"duplicate key {short(key, 40)} (first on line {first}); YAML keeps only "
+                                  "the last one: remove one of them", node=key_node)
+            refused.path = _join([p for p in [getattr(node, "autodl_path", None), clip(key, 40)] if p])
+            raise refused
+        seen[key] = line
 
 
 _LOADER = None

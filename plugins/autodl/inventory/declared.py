@@ -108,8 +108,20 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
     if not isinstance(raw, dict):
         raise InventoryError(f"{p}: a pool file is a mapping with a 'devices:' list (see include/pools/demo.yaml); "
                              f"this one holds {type(raw).__name__ if raw is not None else 'nothing'}.")
+    pool = _validated_pool(p, raw)
+    if not pool.devices:
+        raise InventoryError(f"{p}: the pool declares no devices; list at least one under 'devices:'.")
+    devices: list[Device] = []
+    seen: set[str] = set()
+    for i, d in enumerate(pool.devices):
+        devices.append(_declared_device(p, i, d, pool.host, catalog, seen))
+    return Inventory(source=f"file:{p}", declared=True, devices=devices)
+
+
+def _validated_pool(p: Path, raw: dict) -> _PoolFile:
+    """The pool file's mapping validated as a :class:`_PoolFile`; else an error naming up to ten bad fields."""
     try:
-        pool = _PoolFile.model_validate(raw)
+        return _PoolFile.model_validate(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         lines = [f"{clip(p)}: field '{clip('.'.join(str(x) for x in err['loc']), 100)}': {clip(err['msg'].removeprefix('Value error, '), 200)} "
@@ -117,42 +129,38 @@ def read_pool_file(path: str | Path, catalog: Catalog) -> Inventory:
         if len(errors) > 10:
             lines.append(f"{clip(p)}: ... and {len(errors) - 10} more errors")
         raise InventoryError("\n".join(lines) + "\nfix the pool file (see include/pools/demo.yaml).") from None
-    if not pool.devices:
-        raise InventoryError(f"{p}: the pool declares no devices; list at least one under 'devices:'.")
-    devices: list[Device] = []
-    seen: set[str] = set()
-    for i, d in enumerate(pool.devices):
-        try:
-            model = catalog.get(d.model)
-        except CatalogError as exc:
-            raise InventoryError(f"{p}: devices[{i}].model: {exc}") from None
-        if d.vendor and d.vendor != model.vendor:
-            raise InventoryError(f"{p}: devices[{i}].vendor is {d.vendor!r} but the catalog's {model.name} is a "
-                                 f"{model.vendor!r} device; remove the vendor or fix the model.")
-        host = d.host or pool.host
-        device_id = d.uuid or f"{host}:{d.index}"
-        if device_id in seen:
-            raise InventoryError(f"{p}: devices[{i}]: duplicate device {device_id}; give each device a unique index or uuid.")
-        seen.add(device_id)
-        total = d.memory_total_bytes or model.memory_bytes
-        if d.memory_used_bytes > total:
-            raise InventoryError(f"{p}: devices[{i}].memory_used_bytes exceeds the device's memory ({total} bytes).")
-        devices.append(
-            Device(
-                device_id=device_id,
-                host=host,
-                index=d.index,
-                uuid=d.uuid,
-                model=model.name,
-                vendor=d.vendor or model.vendor,
-                memory_total_bytes=total,
-                memory_used_bytes=d.memory_used_bytes,
-                utilization_pct=d.utilization_pct,
-                healthy=d.healthy,
-                declared=True,
-                nvlink_group=d.nvlink_group,
-                pci_bus_id=d.pci_bus_id,
-                labels=d.labels,
-            )
-        )
-    return Inventory(source=f"file:{p}", declared=True, devices=devices)
+
+
+def _declared_device(p: Path, i: int, d: _DeclaredDevice, pool_host: str, catalog: Catalog, seen: set[str]) -> Device:
+    """The pool's ``devices[i]`` as a :class:`Device`, its model from the catalog; its id is added to ``seen``."""
+    try:
+        model = catalog.get(d.model)
+    except CatalogError as exc:
+        raise InventoryError(f"{p}: devices[{i}].model: {exc}") from None
+    if d.vendor and d.vendor != model.vendor:
+        raise InventoryError(f"{p}: devices[{i}].vendor is {d.vendor!r} but the catalog's {model.name} is a "
+                             f"{model.vendor!r} device; remove the vendor or fix the model.")
+    host = d.host or pool_host
+    device_id = d.uuid or f"{host}:{d.index}"
+    if device_id in seen:
+        raise InventoryError(f"{p}: devices[{i}]: duplicate device {device_id}; give each device a unique index or uuid.")
+    seen.add(device_id)
+    total = d.memory_total_bytes or model.memory_bytes
+    if d.memory_used_bytes > total:
+        raise InventoryError(f"{p}: devices[{i}].memory_used_bytes exceeds the device's memory ({total} bytes).")
+    return Device(
+        device_id=device_id,
+        host=host,
+        index=d.index,
+        uuid=d.uuid,
+        model=model.name,
+        vendor=d.vendor or model.vendor,
+        memory_total_bytes=total,
+        memory_used_bytes=d.memory_used_bytes,
+        utilization_pct=d.utilization_pct,
+        healthy=d.healthy,
+        declared=True,
+        nvlink_group=d.nvlink_group,
+        pci_bus_id=d.pci_bus_id,
+        labels=d.labels,
+    )

@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from autodl.catalog import Catalog
+from autodl.catalog import Catalog, GPUModel
 from autodl.errors import InventoryError
 from autodl.redact import redact_text, redact_url
 from autodl.types import Device, Inventory
@@ -231,30 +231,14 @@ def read_prometheus(url: str, catalog: Catalog, *, now: float | None = None) -> 
 
 def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
     labels = entry.labels
-    unknown: list[str] = []
-    fresh: dict[str, float] = {}
-    reasons: list[str] = []
-    for what in FIELDS.values():
-        value, why = entry.resolve(what, max_age)
-        if value is not None:
-            fresh[what] = value
-        elif what in entry.samples or what != "reserved_mib":  # older exporters do not export FB_RESERVED
-            unknown.append(f"{what}: {why}")
-            if what in entry.samples and why is not None:  # resolve gives a reason with every None value
-                reasons.append(why)
+    fresh, unknown, reasons = _fresh_values(entry, max_age)
     model_name = labels.get("modelName", "")
     gpu = catalog.find(model_name) if model_name else None
     model = gpu.name if gpu else (model_name or "unknown")
     uuid = labels.get("UUID") or None
     profile = labels.get("GPU_I_PROFILE")
     instance = labels.get("GPU_I_ID", "")
-    memory_known = "used_mib" in fresh and "free_mib" in fresh
-    if memory_known:
-        total = int((fresh["used_mib"] + fresh["free_mib"] + fresh.get("reserved_mib", 0.0)) * MIB)
-        used: int | None = int(fresh["used_mib"] * MIB)
-    else:
-        total = gpu.memory_bytes if gpu and not instance else 0
-        used = None
+    total, used = _memory_bytes(fresh, gpu, instance)
     compute_fraction = None
     out_labels = {"dcgm_model_name": model_name, **({"pci_bus_id": labels["pci_bus_id"]} if "pci_bus_id" in labels else {})}
     if instance:
@@ -264,21 +248,12 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
             compute_fraction = round(min(1.0, total / gpu.memory_bytes), 4)
             out_labels["compute_fraction_source"] = "memory share (conservative)"
         model = f"{model} MIG {profile or 'instance'}"
-    stale_all = not fresh
     try:
         index = int(labels.get("gpu", "0"))
     except ValueError:
         index = 0
     host = labels.get("Hostname") or "unknown"
-    problems = []
-    if stale_all:
-        problems.append(f"no fresh DCGM sample (newest {min(entry.ages.values()):.0f} s old)"
-                        if all(r.startswith("stale") for r in reasons)
-                        else "no usable DCGM sample (" + "; ".join(sorted(set(reasons))) + ")")
-    if uuid is None:
-        problems.append(f"dcgm-exporter gives no UUID label for GPU {labels.get('gpu', '?')} on {host}: "
-                        "it cannot be pinned (check the exporter's labels / relabelling)")
-        unknown.append("uuid: no UUID label")
+    problems = _health_problems(entry, fresh, reasons, uuid, host, unknown)
     if not total:
         unknown.append("memory_total_bytes: unknown (no fresh memory series, and not in the catalog)")
     base_id = uuid or f"{host}:{labels.get('gpu', '?')}"
@@ -302,3 +277,48 @@ def _device(entry: _Seen, catalog: Catalog, max_age: float) -> Device:
         labels=out_labels,
         unknown=unknown,
     )
+
+
+def _fresh_values(entry: _Seen, max_age: float) -> tuple[dict[str, float], list[str], list[str]]:
+    """(field -> fresh value, ``"field: why"`` of each unknown field, why each sampled field is unusable)."""
+    unknown: list[str] = []
+    fresh: dict[str, float] = {}
+    reasons: list[str] = []
+    for what in FIELDS.values():
+        value, why = entry.resolve(what, max_age)
+        if value is not None:
+            fresh[what] = value
+        elif what in entry.samples or what != "reserved_mib":  # older exporters do not export FB_RESERVED
+            unknown.append(f"{what}: {why}")
+            if what in entry.samples and why is not None:  # resolve gives a reason with every None value
+                reasons.append(why)
+    return fresh, unknown, reasons
+
+
+def _memory_bytes(fresh: dict[str, float], gpu: GPUModel | None, instance: str) -> tuple[int, int | None]:
+    """(total, used) bytes: from the fresh memory series, else the catalog's total for a whole GPU (0 if unknown)."""
+    memory_known = "used_mib" in fresh and "free_mib" in fresh
+    if memory_known:
+        total = int((fresh["used_mib"] + fresh["free_mib"] + fresh.get("reserved_mib", 0.0)) * MIB)
+        used: int | None = int(fresh["used_mib"] * MIB)
+    else:
+        total = gpu.memory_bytes if gpu and not instance else 0
+        used = None
+    return total, used
+
+
+def _health_problems(entry: _Seen, fresh: dict[str, float], reasons: list[str], uuid: str | None, host: str,
+                     unknown: list[str]) -> list[str]:
+    """Why the device is unhealthy (no fresh or usable sample, no UUID label); a missing UUID is added to ``unknown``."""
+    labels = entry.labels
+    stale_all = not fresh
+    problems = []
+    if stale_all:
+        problems.append(f"no fresh DCGM sample (newest {min(entry.ages.values()):.0f} s old)"
+                        if all(r.startswith("stale") for r in reasons)
+                        else "no usable DCGM sample (" + "; ".join(sorted(set(reasons))) + ")")
+    if uuid is None:
+        problems.append(f"dcgm-exporter gives no UUID label for GPU {labels.get('gpu', '?')} on {host}: "
+                        "it cannot be pinned (check the exporter's labels / relabelling)")
+        unknown.append("uuid: no UUID label")
+    return problems

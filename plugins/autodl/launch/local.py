@@ -24,7 +24,7 @@ from autodl.config import autodl_home
 from autodl.errors import LaunchError
 from autodl.launch import runner as _runner_module
 from autodl.launch.base import LaunchRequest, pinning_env, shell_line, training_command
-from autodl.launch.isolation import python_dirs, training_isolation
+from autodl.launch.isolation import Isolation, python_dirs, training_isolation
 from autodl.launch.options import LocalOptions
 from autodl.launch.packed import memory_cap
 from autodl.redact import is_secret_name, redact_env, redact_text
@@ -239,16 +239,9 @@ class LocalLauncher:
         with open(folder / "launch.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             handle_file = folder / "handle.json"
-            attempt = 1
-            if handle_file.exists():
-                previous = LaunchHandle.model_validate_json(handle_file.read_text())
-                if previous.run_key != request.run_key:
-                    raise LaunchError(f"run folder {folder} holds a handle of run {redact_text(previous.run_key)[:200]!r}, "
-                                      f"not {redact_text(request.run_key)[:200]!r}; refusing to reattach to another run's "
-                                      "training. Move that folder away.")
-                if self.poll(previous) is None:
-                    return previous.model_copy(update={"reattached": True})
-                attempt = previous_attempt(handle_file, previous.log_path) + 1
+            running, attempt = self._running_or_next_attempt(request, folder, handle_file)
+            if running is not None:
+                return running.model_copy(update={"reattached": True})
             log_path = folder / f"attempt-{attempt}.log"
             status = folder / STATUS_DIR
             status.mkdir(mode=0o700, exist_ok=True)
@@ -261,32 +254,9 @@ class LocalLauncher:
             added["AUTODL_STOP_GRACE_S"] = f"{self.stop_grace_s:g}"
             env = training_environment(os.environ, added)
             workdir = request.workdir or str(request.script_path.parent)
-            if env.get(OUTPUT_DIR_ENV) and Path(env[OUTPUT_DIR_ENV]).is_dir():
-                try:  # the run's checkpoints are its owner's only, like its folder
-                    os.chmod(env[OUTPUT_DIR_ENV], 0o700)
-                except OSError:
-                    pass
-            iso = training_isolation(
-                run_folder=folder, workdir=Path(workdir), python=request.python,
-                keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
-                writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [],
-                devices=request.devices, vendor=request.vendor, on_cpu=request.on_cpu,
-                read_only=[Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p], training_env=env,
-                read_only_after=[status])
+            iso = self._isolation(request, folder, workdir, env, status)
             wrapper = [request.python, _runner_module.__file__, str(exit_path), "--", *iso.prefix, *argv]
-            try:
-                with open(log_path, "ab") as log:
-                    for note in [iso.note, *memory_cap(request, self._user_env(request))[1]]:
-                        if note:
-                            log.write(f"autodl: {note}\n".encode())
-                            logger.info("%s", note)
-                    log.flush()
-                    proc = psutil.Popen(wrapper, cwd=workdir, env=env, stdout=log, stderr=log,
-                                        stdin=open(os.devnull), start_new_session=True)
-            except OSError as exc:
-                if exc.errno in DISK_FULL:
-                    raise
-                raise LaunchError(f"could not start {argv[0]}: {exc}; check the Python interpreter and workdir {workdir}.") from exc
+            proc = self._start_runner(request, wrapper, workdir, env, log_path, iso.note, argv)
             self._reaped.pop(proc.pid, None)  # a reused pid is a new process
             self._wait_for_exec(proc, str(exit_path))
             visible = added.get(request.vendor.visible_devices_env) if request.vendor else None
@@ -302,6 +272,54 @@ class LocalLauncher:
                 self.stop(handle)
                 raise
             return handle
+
+    def _running_or_next_attempt(self, request: LaunchRequest, folder: Path,
+                                 handle_file: Path) -> tuple[LaunchHandle | None, int]:
+        """(the run's attempt still running, else None; the number of the attempt to start), from ``handle.json``."""
+        attempt = 1
+        if handle_file.exists():
+            previous = LaunchHandle.model_validate_json(handle_file.read_text())
+            if previous.run_key != request.run_key:
+                raise LaunchError(f"run folder {folder} holds a handle of run {redact_text(previous.run_key)[:200]!r}, "
+                                  f"not {redact_text(request.run_key)[:200]!r}; refusing to reattach to another run's "
+                                  "training. Move that folder away.")
+            if self.poll(previous) is None:
+                return previous, attempt
+            attempt = previous_attempt(handle_file, previous.log_path) + 1
+        return None, attempt
+
+    def _isolation(self, request: LaunchRequest, folder: Path, workdir: str, env: dict[str, str],
+                   status: Path) -> Isolation:
+        """The training's isolation (what it may see and write), its output folder first made its owner's only."""
+        if env.get(OUTPUT_DIR_ENV) and Path(env[OUTPUT_DIR_ENV]).is_dir():
+            try:  # the run's checkpoints are its owner's only, like its folder
+                os.chmod(env[OUTPUT_DIR_ENV], 0o700)
+            except OSError:
+                pass
+        return training_isolation(
+            run_folder=folder, workdir=Path(workdir), python=request.python,
+            keep=[request.script_path.parent, Path(CHILD_PATH), *python_dirs(), Path(request.python).resolve().parent.parent],
+            writable=[Path(env[OUTPUT_DIR_ENV])] if env.get(OUTPUT_DIR_ENV) else [],
+            devices=request.devices, vendor=request.vendor, on_cpu=request.on_cpu,
+            read_only=[Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p], training_env=env,
+            read_only_after=[status])
+
+    def _start_runner(self, request: LaunchRequest, wrapper: list[str], workdir: str, env: dict[str, str],
+                      log_path: Path, isolation_note: str | None, argv: list[str]) -> psutil.Popen:
+        """Start the runner detached in a new session, its output appended to the attempt's log after autodl's notes."""
+        try:
+            with open(log_path, "ab") as log:
+                for note in [isolation_note, *memory_cap(request, self._user_env(request))[1]]:
+                    if note:
+                        log.write(f"autodl: {note}\n".encode())
+                        logger.info("%s", note)
+                log.flush()
+                return psutil.Popen(wrapper, cwd=workdir, env=env, stdout=log, stderr=log,
+                                    stdin=open(os.devnull), start_new_session=True)
+        except OSError as exc:
+            if exc.errno in DISK_FULL:
+                raise
+            raise LaunchError(f"could not start {argv[0]}: {exc}; check the Python interpreter and workdir {workdir}.") from exc
 
     def _wait_for_exec(self, proc: psutil.Popen, exit_path: str, limit_s: float = 10.0) -> None:
         """Return once the new process runs the runner (its command line names ``exit_path``) or has ended.

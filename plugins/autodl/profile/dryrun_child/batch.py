@@ -145,27 +145,44 @@ class Ctl:
             self.mark_done()
             return
         if self.plan is None:
-            plan = []
-            if self.reduce and lo < top:
-                # step time = update + batch x per-sample time; the lo steps still to come (two, and one or two
-                # handed out by the prefetch thread before this decision), then two steps at hi
-                per_t = max(1e-4, rec["fwd_bwd_seconds"]) / b
-                t_upd = rec["update_seconds"]
-                left = self.budget_s - elapsed - (4 if b < lo else 2) * (t_upd + lo * per_t)
-                per_m = max(1, rec["peak"] - rec["start_bytes"]) / b
-                by_time = int((left / 2 - t_upd) / per_t)
-                if by_time < top:
-                    by_time = int((left - t_upd) / per_t)
-                by_mem = int((self.mem_budget - rec["start_bytes"]) / per_m)
-                hi = min(top, by_time, by_mem)
-                if hi > lo:
-                    plan = [hi]
-            self.plan = plan
-            R["plan"] = {"m": m, "lo": lo, "then": plan, "native": self.native, "target": self.target,
-                         "decided_at": rec["index"], "budget_s": self.budget_s}
-            save()
+            self._decide_plan(rec, elapsed, b, top, m, lo)
         if self.plan is None:
             return
+        if self._sizes_measured(rec, elapsed, c, m, lo):
+            return
+        if len(c) < 2 and elapsed + rec["seconds"] > 1.5 * self.budget_s and not R["replay"]:
+            # the next step would end past the budget (a slow step, a big model): the slope from a short replay of
+            # the model at two small batches now, not a bound from one size (the script may be killed before)
+            self.replay()
+            save()
+        if elapsed > 1.5 * self.budget_s and c:
+            note(f"time budget of {self.budget_s:.0f} s (+50%) reached after measuring batch sizes {sorted(c)}")
+            self.mark_done()
+
+    def _decide_plan(self, rec, elapsed, b, top, m, lo):
+        """Decide the plan (``[hi]``, or none) from the first measured step's time and memory, and save it."""
+        plan = []
+        if self.reduce and lo < top:
+            # step time = update + batch x per-sample time; the lo steps still to come (two, and one or two
+            # handed out by the prefetch thread before this decision), then two steps at hi
+            per_t = max(1e-4, rec["fwd_bwd_seconds"]) / b
+            t_upd = rec["update_seconds"]
+            left = self.budget_s - elapsed - (4 if b < lo else 2) * (t_upd + lo * per_t)
+            per_m = max(1, rec["peak"] - rec["start_bytes"]) / b
+            by_time = int((left / 2 - t_upd) / per_t)
+            if by_time < top:
+                by_time = int((left - t_upd) / per_t)
+            by_mem = int((self.mem_budget - rec["start_bytes"]) / per_m)
+            hi = min(top, by_time, by_mem)
+            if hi > lo:
+                plan = [hi]
+        self.plan = plan
+        R["plan"] = {"m": m, "lo": lo, "then": plan, "native": self.native, "target": self.target,
+                     "decided_at": rec["index"], "budget_s": self.budget_s}
+        save()
+
+    def _sizes_measured(self, rec, elapsed, c, m, lo):
+        """Whether every size of the schedule is measured (training then ends, or goes on for a larger input)."""
         need = sorted({m, lo, *self.plan})
         steady = self.counts(steady=True)
         # each size measured in a steady step (after a step of the same size: what the script keeps of the
@@ -176,20 +193,13 @@ class Ctl:
             if self.reduce and self.shape_steps < MAX_SHAPE_STEPS and elapsed + rec["seconds"] <= 1.5 * self.budget_s \
                     and self.larger_input_pending():
                 self.shape_steps += 1
-                return
+                return True
             if self.shape_steps and self.larger_input_pending():
                 note(f"the largest training input seen was not measured at batch {self.hi()} within "
                      f"{self.shape_steps} more steps")
             self.mark_done()
-            return
-        if len(c) < 2 and elapsed + rec["seconds"] > 1.5 * self.budget_s and not R["replay"]:
-            # the next step would end past the budget (a slow step, a big model): the slope from a short replay of
-            # the model at two small batches now, not a bound from one size (the script may be killed before)
-            self.replay()
-            save()
-        if elapsed > 1.5 * self.budget_s and c:
-            note(f"time budget of {self.budget_s:.0f} s (+50%) reached after measuring batch sizes {sorted(c)}")
-            self.mark_done()
+            return True
+        return False
 
     def mark_done(self):
         if not R["train_done"]:
