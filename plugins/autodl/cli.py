@@ -67,9 +67,10 @@ def _print_json(data: Any) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from autodl.catalog import load_catalog
     from autodl.profile import profile_script
-    from autodl.spec import TaskSpec, load_spec
+    from autodl.spec import TaskSpec, check_spec_against_catalog, load_spec
 
     spec = load_spec(args.spec) if args.spec else TaskSpec()
+    check_spec_against_catalog(spec, load_catalog())  # a typo in a device name is refused here as in the DAG's step
     script = spec.script_path(args.script)
     from autodl.profile.cache import cached  # the same script, spec, environment and versions: the last profile
 

@@ -12,7 +12,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError, field_validator
 
@@ -32,6 +32,9 @@ from autodl.fields import (
 from autodl.inputs import clip, resolve_file, short
 from autodl.launch.options import DockerOptions, KubernetesOptions, LauncherOptions, LocalOptions
 from autodl.section import Section
+
+if TYPE_CHECKING:
+    from autodl.catalog import Catalog
 
 DEFAULT_MEMORY_THRESHOLD = 0.85
 """Plan at most 85% of a device's memory: leaves room for allocator fragmentation and the
@@ -526,3 +529,19 @@ def load_spec(path: str | Path) -> TaskSpec:
                         "relative to the DAG file's folder)")
                      + shipped_hint("specs", path) + ".")
     return parse_spec(data, Path(path))
+
+
+def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
+    """Device models and vendors the spec names must exist; a typo would otherwise be ignored silently.
+
+    :raises SpecError: naming the field, the unknown name and the known ones.
+    """
+    where = spec.source_path or "<spec>"
+    for i, name in enumerate(spec.resource_policy.preferred_devices):
+        if catalog.find(name) is None:
+            raise SpecError(f"{where}: resource_policy.preferred_devices[{i}]: {name!r} is not in the GPU catalog; "
+                            f"use one of: {', '.join(sorted(catalog.models))}.")
+    for i, vendor in enumerate(spec.resource_policy.allowed_vendors or []):
+        if vendor not in catalog.vendors:
+            raise SpecError(f"{where}: resource_policy.allowed_vendors[{i}]: unknown vendor {vendor!r}; "
+                            f"use one of: {', '.join(sorted(catalog.vendors))}.")

@@ -77,6 +77,23 @@ def test_bad_spec_exits_2_naming_field(autodl, tmp_path):
     assert "resource_policy.memory_threshold" in proc.stderr and str(spec) in proc.stderr
 
 
+def test_profile_refuses_a_device_name_not_in_the_catalog_as_plan_does(autodl, tmp_path):
+    """A fresh user's ``preferred_devices: [A100-40GB]`` (a typo of A100-SXM4-40GB): ``autodl plan`` refused it,
+    ``autodl profile --spec`` exited 0 saying nothing, though the docs call such a typo an error."""
+    spec = tmp_path / "pref.yaml"
+    spec.write_text(f"task:\n  script: {SCRIPT}\nresource_policy:\n  preferred_devices: [A100-40GB]\n")
+    proc = autodl("profile", "--spec", str(spec), "--no-probe", check=False)
+    assert proc.returncode == 2
+    assert "resource_policy.preferred_devices[0]: 'A100-40GB' is not in the GPU catalog" in proc.stderr
+    assert "A100-SXM4-40GB" in proc.stderr
+
+
+def test_profile_without_a_script_or_a_spec_says_to_give_the_script(autodl):
+    proc = autodl("profile", check=False)
+    assert proc.returncode == 2 and "no training script was given: `autodl profile SCRIPT" in proc.stderr
+    assert "<spec>" not in proc.stderr
+
+
 def test_missing_script_and_syntax_error(autodl, tmp_path):
     proc = autodl("profile", str(tmp_path / "none.py"), check=False)
     assert proc.returncode == 2 and "does not exist" in proc.stderr

@@ -244,6 +244,17 @@ def test_gang_drops_are_grouped_by_reason_not_listed_per_host(catalog):
     gang = [c for c in d.candidates if not c.kept and c.reasons[0].startswith("gang")]
     assert [c.reasons[0] for c in gang] == [
         "gang of 8: only 1-7 device(s) free now on each of 200 hosts",
-        "gang of 8 needs 8 fitting devices on one host; 50 hosts have 4",
+        "gang of 8 needs 8 fitting devices of this model on one host; 50 hosts have 4",
     ]
     assert all(c.host == "*" for c in gang) and len(gang[1].devices) == 200
+
+
+def test_a_gang_that_fits_no_host_is_advised_even_when_its_memory_fits(catalog):
+    """A fresh user's fleet script (2 devices assumed) on one host with an RTX-3090, a T4 and an A100: every device
+    was dropped for the gang and no suggestion was printed, since the profiler's advice speaks of memory only."""
+    pool = inv(dev(catalog, 0, "RTX-3090"), dev(catalog, 1, "T4"), dev(catalog, 2, "A100-SXM4-80GB"))
+    d = place(prof(0.5, num_gpus=2), pool, catalog=catalog, policy=ResourcePolicySection())
+    assert d.chosen is None
+    assert {c.reasons[0] for c in d.candidates if not c.kept} == {
+        "gang of 2 needs 2 fitting devices of this model on one host; h0 has 1"}
+    assert any("gang of 2 must fit on one host" in s and "num_gpus_estimate" in s for s in d.suggestions), d.suggestions

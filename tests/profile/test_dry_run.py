@@ -315,6 +315,23 @@ def test_paddles_own_error_on_the_users_code_is_the_error_finding():
 
 
 @pytest.mark.slow
+def test_a_shape_error_of_the_scripts_own_is_not_blamed_on_the_reduced_batch(tmp_path):
+    """A fresh user's 4-line script multiplies a [4, 12] tensor by Linear(10, 3): the first finding said the dry run's
+    reduced batch broke it ("autodl's change, not an error of the script") beside the script-error finding, and the
+    cold-start formula called the 12 features "seq_len(12)"."""
+    script = tmp_path / "raises.py"
+    script.write_text("import paddle\nnet = paddle.nn.Linear(10, 3)\nx = paddle.randn([4, 12])\ny = net(x)\n")
+    p = profile_script(script, probe=True)
+    (err,) = p.errors
+    assert err.code == "script-error" and err.line == 4, err
+    said = " ".join(f.message for f in p.findings)
+    assert "autodl's change" not in said
+    native = [f.message for f in p.findings if f.code == "dry-run-native"]
+    assert all("the error is the script's own" in m for m in native), native
+    assert "seq_len(12)" not in said
+
+
+@pytest.mark.slow
 def test_a_paddle_data_set_that_downloads_is_stood_in_for_and_measured(tmp_path):
     """MNIST cannot download in the sandbox: a file of its format with random samples stands in (issue 18), so the
     script's own loop is measured (was: the dry run failed and the model-only probe stood in)."""

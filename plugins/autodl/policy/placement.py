@@ -276,7 +276,7 @@ def gang_reason(n: int, never: bool, hosts: int, lo: int, hi: int, first_host: s
     span = f"{lo}" if lo == hi else f"{lo}-{hi}"
     if never:
         where = f"{first_host} has {lo}" if hosts == 1 else f"{hosts} hosts have {span}"
-        return f"gang of {n} needs {n} fitting devices on one host; {where}"
+        return f"gang of {n} needs {n} fitting devices of this model on one host; {where}"
     if hosts == 1:
         return f"gang of {n}: only {lo} device(s) free now on {first_host}"
     return f"gang of {n}: only {span} device(s) free now on each of {hosts} hosts"
@@ -425,6 +425,12 @@ def _choose_set(available: list[Device], n: int) -> tuple[list[Device], bool, st
     return sorted(available, key=key)[:n], False, why
 
 
+def _gang_advice(n: int) -> str:
+    """What to do when a gang of ``n`` devices fits no host."""
+    return (f"A gang of {n} must fit on one host, on devices of one model; lower task.num_gpus_estimate (this run "
+            f"plans {n}) if no host has {n} such devices.")
+
+
 def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> list[str]:
     """Advice for a run nothing in the pool can hold, on each distinct device kind's own figures
     (its own memory: a MIG slice, a declared card; :func:`autodl.inventory.effective.effective_model`)."""
@@ -440,7 +446,8 @@ def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> 
         from autodl.profile import advice  # provided by the profiler
 
         gpu_models = [m for m in models.values() if m is not None]
-        return list(advice(profile, gpu_models, threshold))
+        gang = [_gang_advice(n)] if n > 1 else []  # the profiler's advice is about memory: a gang that fits no host
+        return list(advice(profile, gpu_models, threshold)) + gang  # still needs saying
     except (ImportError, AttributeError):
         pass
     out = []
@@ -461,7 +468,7 @@ def _suggestions(profile, inventory, catalog, policy, threshold, allowed, n) -> 
     if not profile.recompute:
         out.append("Enable recompute (paddle.distributed.fleet.utils.recompute) to trade compute for activation memory.")
     if n > 1:
-        out.append(f"A gang of {n} must fit on one host; lower task.num_gpus_estimate if no host has {n} such devices.")
+        out.append(_gang_advice(n))
     bigger = sorted(
         (m for m in catalog.models.values() if m.vendor in allowed and profile.peak_memory_bytes <= threshold * m.memory_bytes),
         key=lambda m: m.memory_bytes,

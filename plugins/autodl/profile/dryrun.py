@@ -596,8 +596,11 @@ def _repeat_if_reduced_batch_broke(attempt: _Attempt, dr: DryRun) -> DryRun:
             or not attempt.early():
         return dr
     dr2 = attempt.native()
-    dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
-        f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch.")))
+    text = f"the dry run at a reduced batch failed ({dr.reason}); it was repeated at the script's own batch."
+    if dr2.outcome == "user-error":  # the same script failed at its own batch too: not the reduction's doing
+        text = ("the dry run at a reduced batch failed; repeated at the script's own batch, the script failed "
+                "there too, so the error is the script's own (the script-error finding), not the reduction's.")
+    dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=text))
     return dr2
 
 

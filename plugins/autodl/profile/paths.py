@@ -93,6 +93,7 @@ def _cold_start(inputs: RunInputs, est: Estimate) -> Finding:
     """``est`` as the conservative bound (nothing ran or measured the script): parameters unknown (None, never 0), the
     cold-start formula for the activations, and the warning saying what was assumed and how it is placed."""
     t = inputs.seq_len or (math.prod(inputs.input_shape) if inputs.input_shape else 512)
+    size = "seq_len" if inputs.seq_len else "input size" if inputs.input_shape else "assumed input size"
     est.method = "cold_start"
     est.act_per_sample = int(t * COLD_START_HIDDEN * 4 * COLD_START_FACTOR)
     # FLOPs from the parameter count; unknown (null) with it, never 0
@@ -100,7 +101,7 @@ def _cold_start(inputs: RunInputs, est: Estimate) -> Finding:
     return Finding(
         severity="warning", code="cold-start",
         message="the model's size could not be measured (no dry run or probe measured the script); activations use "
-                f"the cold-start formula batch x seq_len({t}) x hidden({COLD_START_HIDDEN}) x 4 B x {COLD_START_FACTOR}"
+                f"the cold-start formula batch x {size}({t}) x hidden({COLD_START_HIDDEN}) x 4 B x {COLD_START_FACTOR}"
                 + ("" if est.params else " and parameters are unknown, so this figure is no bound: placement sizes "
                    "the run as the largest allowed device (autodl.policy.need)")
                 + ". To size it, let the dry run measure the script (PaddlePaddle where autodl profiles: the "

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from autodl.catalog import Catalog, load_catalog
-from autodl.errors import NoFitError, ProfileError, SpecError
+from autodl.errors import NoFitError, ProfileError
 from autodl.inventory import read_inventory
 from autodl.ledger import Ledger
-from autodl.spec import TaskSpec
+from autodl.spec import TaskSpec, check_spec_against_catalog
 from autodl.steps.context import GiB, MiB, begin_attempt, state_dir
 from autodl.steps.inputs import OVERRIDES, apply_overrides, check_overrides, load_inputs
 from autodl.store import RunState
@@ -28,22 +28,6 @@ def _place_fn():
     from autodl.policy import place
 
     return place
-
-
-def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
-    """Device models and vendors the spec names must exist; a typo would otherwise be ignored silently.
-
-    :raises SpecError: naming the field, the unknown name and the known ones.
-    """
-    where = spec.source_path or "<spec>"
-    for i, name in enumerate(spec.resource_policy.preferred_devices):
-        if catalog.find(name) is None:
-            raise SpecError(f"{where}: resource_policy.preferred_devices[{i}]: {name!r} is not in the GPU catalog; "
-                            f"use one of: {', '.join(sorted(catalog.models))}.")
-    for i, vendor in enumerate(spec.resource_policy.allowed_vendors or []):
-        if vendor not in catalog.vendors:
-            raise SpecError(f"{where}: resource_policy.allowed_vendors[{i}]: unknown vendor {vendor!r}; "
-                            f"use one of: {', '.join(sorted(catalog.vendors))}.")
 
 
 def profile_run(script: str | Path | None, spec_path: str | Path | None, *, probe: bool | None = None,
