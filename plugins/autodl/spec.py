@@ -32,6 +32,7 @@ from autodl.fields import (
 from autodl.inputs import clip, resolve_file, short
 from autodl.launch.options import DockerOptions, KubernetesOptions, LauncherOptions, LocalOptions
 from autodl.section import Section
+from autodl.types import DryRunIn, Sharing
 
 if TYPE_CHECKING:
     from autodl.catalog import Catalog
@@ -55,7 +56,7 @@ def _configured_threshold() -> float:
     return DEFAULT_MEMORY_THRESHOLD if configured is None else configured
 
 
-def _configured_sharing() -> Literal["exclusive", "packed"]:
+def _configured_sharing() -> Sharing:
     """The default sharing mode: ``[autodl] sharing`` / ``AUTODL_SHARING`` (:func:`autodl.config.default_sharing`),
     ``exclusive`` when unset."""
     from autodl.config import default_sharing
@@ -83,7 +84,7 @@ class TaskSection(Section):
     num_gpus_estimate: DeviceCount | Literal["auto"] = "auto"
     probe: bool | None = Field(None, description="Measure the model in the sandboxed CPU probe; "
                                                  "default: when Paddle is importable. The CLI's --probe/--no-probe wins.")
-    dry_run_in: Literal["auto", "worker", "launcher"] | None = Field(
+    dry_run_in: DryRunIn | None = Field(
         None, description="Where the dry run runs the script: auto (this worker's sandbox, else the launcher's "
                           "image), worker or launcher; default: [autodl] dry_run_in, else auto.")
     output_dir: str | None = Field(
@@ -116,7 +117,7 @@ class ResourcePolicySection(Section):
         default_factory=dict, description="Extra score per catalog tag, e.g. {domestic: 1.0}."
     )
     allowed_vendors: list[str] | None = None
-    sharing: Literal["exclusive", "packed"] = Field(
+    sharing: Sharing = Field(
         default_factory=lambda: _configured_sharing(),
         description="exclusive: the run's devices are its own; packed: a 1-device run whose estimate is known may share "
                     "a >= 24 GB NVIDIA device with one other packed run when both estimates fit "

@@ -14,6 +14,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 Severity = Literal["info", "warning", "error"]
 
+Sharing = Literal["exclusive", "packed"]
+"""``exclusive``: the run's devices are its own (every lease before issue 24). ``packed``: a 1-device run may
+share its device with one other packed run when both estimates fit (:func:`autodl.policy.packing.fits_beside`)."""
+
+Venue = Literal["worker", "docker", "kubernetes"]
+"""Where the dry run ran the script: this worker's sandbox, a container or a pod of the launcher's image."""
+
+DryRunIn = Literal["auto", "worker", "launcher"]
+"""Where a spec asks the dry run to run the script (``task.dry_run_in``, ``[autodl] dry_run_in``)."""
+
+RunOutcome = Literal["succeeded", "failed", "not_started", "stopped"]
+"""How a run ended, as its record says."""
+
 
 def utcnow() -> datetime:
     """Current time, timezone-aware UTC."""
@@ -121,7 +134,7 @@ class ResourceProfile(_Frozen):
     method_reason: str | None = Field(None, description="Why this path was taken (and why the ones before it were not).")
     phases: list[PhasePeak] = Field(default_factory=list, description="Tensor peak per phase; the profile's is their maximum.")
     dry_run_seconds: float | None = None
-    dry_run_in: Literal["worker", "docker", "kubernetes"] | None = Field(
+    dry_run_in: Venue | None = Field(
         None, description="Where the dry run ran the script: this worker's sandbox, a container or a pod of the "
                           "launcher's image; None: it did not run (method_reason says why).")
     profile_key: str | None = Field(default=None, description=(
@@ -349,7 +362,7 @@ class QueueEntry(_Frozen):
                                                    "relative to the reference of expected_runtime_s.")
     runtime_source: str | None = Field(None, description="Where expected_runtime_s came from: 'records' (earlier "
                                        "runs of this DAG) or 'flops' (the profile's FLOPs / the device's TFLOPS).")
-    sharing: Literal["exclusive", "packed"] = Field(
+    sharing: Sharing = Field(
         default="exclusive", description="The spec's resource_policy.sharing: packed runs may share a device.")
 
     def stale(self, now: datetime | None = None) -> bool:
@@ -433,7 +446,7 @@ class RunRecord(_Frozen):
     run_id: str | None = None
     script: str
     spec_path: str | None = None
-    outcome: Literal["succeeded", "failed", "not_started", "stopped"] = Field(
+    outcome: RunOutcome = Field(
         description="``stopped``: stopped by hand (``autodl leases --release``) before it ended; see ``stopped``.")
     declared_pool: bool
     profile: dict[str, Any] | None = None
@@ -522,7 +535,7 @@ class ProfileResult(StepValue):
     pool_source: str | None = Field(
         None, description="The inventory source the profile was checked against ('file:<path>', 'nvml', ...); None: not checked.")
     declared_pool: bool = False
-    profiled_in: Literal["worker", "docker", "kubernetes", "not-run"] = Field(
+    profiled_in: Venue | Literal["not-run"] = Field(
         "not-run", description="Where the script ran for the estimate (the dry run's venue); 'not-run': the "
                                "estimate is the conservative bound (the profile's findings say why).")
     overrides: dict[str, str | list[str]] = Field(
@@ -572,7 +585,7 @@ class CollectEvent(StepValue):
     says why. ``metrics`` is what was measured up to then, in every case.
     """
 
-    status: Literal["ended", "lease_lost", "timed_out", "unschedulable", "stopped"] = Field(
+    status: Literal["ended"] | StopStatus = Field(
         description="'ended', or why it was stopped (:data:`StopStatus`).")
     exit_code: int | None = Field(None, description="The training's exit status; None unless ``ended``.")
     message: str = ""

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autodl.profile.memory import CUDA_CONTEXT_BYTES, MIB
 from autodl.types import Device
-
-Sharing = Literal["exclusive", "packed"]
-"""``exclusive``: the run's devices are its own (every lease before issue 24). ``packed``: a 1-device run may
-share its device with one other packed run when both estimates fit (:func:`fits_beside`)."""
 
 SHARING_MODES: tuple[str, ...] = ("exclusive", "packed")
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from autodl.errors import ConfigError
-
-DryRunIn = Literal["auto", "worker", "launcher"]
-Venue = Literal["worker", "docker", "kubernetes"]
+from autodl.types import DryRunIn, Venue
 
 SETTING_ENV = "AUTODL_DRY_RUN_IN"
 CHOICES = ("auto", "worker", "launcher")

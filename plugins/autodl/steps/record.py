@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,7 +16,7 @@ from autodl.steps.collect import distinct_failures
 from autodl.steps.context import RunContext, note_failure, read_failures, state_dir
 from autodl.steps.training import exit_status, stop_training
 from autodl.store import RunState
-from autodl.types import LaunchHandle, Lease, ProfileResult, RunRecord, Selection, StopMark
+from autodl.types import LaunchHandle, Lease, ProfileResult, RunOutcome, RunRecord, Selection, StopMark
 from autodl.untrusted import read_json_object
 
 
@@ -32,7 +32,6 @@ def _read_json_object(path: Path, what: str, log: Callable[[str], None]) -> dict
     return data
 
 
-RunOutcome = Literal["succeeded", "failed", "not_started", "stopped"]
 """A run record's outcome (:attr:`autodl.types.RunRecord.outcome`)."""
 
 
