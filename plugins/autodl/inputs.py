@@ -321,9 +321,7 @@ def _counting_composer():
             self._weight[id(node)] = 1
             node.autodl_path = _join(self._path)
             self._count(1, node.start_mark)
-            if node.tag not in allowed:
-                raise YAMLRefused(f"the tag {short(node.tag.replace(tag, '!!'))} is not allowed; autodl files use plain "
-                                  "YAML values (strings, numbers, true/false, null, lists, mappings)", node=node)
+            self._check_tag(node)
             return node
 
         compose_sequence_node, compose_mapping_node = _collection_builders()
@@ -341,16 +339,21 @@ def _collection_builders():
     import yaml
     from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-    def compose_sequence_node(self, anchor):
+    def opened(self, anchor, node_class):
+        """A list or mapping node begun: counted, its path kept, its tag checked, its anchor registered."""
         start = self.peek_event()
         self._count(1, start.start_mark)
-        node = SequenceNode(start.tag or self.resolve(SequenceNode, None, start.implicit), [], start.start_mark,
-                            None, flow_style=start.flow_style)
+        node = node_class(start.tag or self.resolve(node_class, None, start.implicit), [], start.start_mark,
+                          None, flow_style=start.flow_style)
         node.autodl_path = _join(self._path)
         self._check_tag(node)
         self.get_event()
         if anchor is not None:
             self.anchors[anchor] = node
+        return node
+
+    def compose_sequence_node(self, anchor):
+        node = opened(self, anchor, SequenceNode)
         weight = 1
         index = 0
         while not self.check_event(yaml.SequenceEndEvent):
@@ -367,15 +370,7 @@ def _collection_builders():
         return node
 
     def compose_mapping_node(self, anchor):
-        start = self.peek_event()
-        self._count(1, start.start_mark)
-        node = MappingNode(start.tag or self.resolve(MappingNode, None, start.implicit), [], start.start_mark,
-                           None, flow_style=start.flow_style)
-        node.autodl_path = _join(self._path)
-        self._check_tag(node)
-        self.get_event()
-        if anchor is not None:
-            self.anchors[anchor] = node
+        node = opened(self, anchor, MappingNode)
         weight = 1
         while not self.check_event(yaml.MappingEndEvent):
             key = self.compose_node(node, None)
