@@ -535,7 +535,7 @@ class ProfileResult(StepValue):
     pool_source: str | None = Field(
         None, description="The inventory source the profile was checked against ('file:<path>', 'nvml', ...); None: not checked.")
     declared_pool: bool = False
-    profiled_in: Venue | Literal["not-run"] = Field(
+    profiled_in: Literal[Venue, "not-run"] = Field(
         "not-run", description="Where the script ran for the estimate (the dry run's venue); 'not-run': the "
                                "estimate is the conservative bound (the profile's findings say why).")
     overrides: dict[str, str | list[str]] = Field(
@@ -585,7 +585,7 @@ class CollectEvent(StepValue):
     says why. ``metrics`` is what was measured up to then, in every case.
     """
 
-    status: Literal["ended"] | StopStatus = Field(
+    status: Literal["ended", StopStatus] = Field(
         description="'ended', or why it was stopped (:data:`StopStatus`).")
     exit_code: int | None = Field(None, description="The training's exit status; None unless ``ended``.")
     message: str = ""

@@ -217,19 +217,7 @@ class AutoDLTrainOperator(TaskGroup):
         collect_kwargs: _TrainingStepKwargs = {"task_id": STEP_IDS["collect"], "sample_interval_s": sample_interval_s,
                                                "deferrable": deferrable and not routed,
                                                "execution_timeout": execution_timeout, **common, **deferred}
-        self.launch: AutoDLLaunchOperator | MappedOperator
-        self.collect: AutoDLCollectOperator | MappedOperator
-        if routed:
-            # several GPU hosts on Celery: launch and collect are created once the booking is known, so
-            # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
-            self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self, **airflow_pool)
-            self.select >> self.booked_host
-            hosts = XComArg(self.booked_host)
-            self.launch = AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts)
-            self.collect = AutoDLCollectOperator.partial(**collect_kwargs).expand(booked_host=hosts)
-        else:
-            self.launch = AutoDLLaunchOperator(**launch_kwargs)
-            self.collect = AutoDLCollectOperator(**collect_kwargs)
+        self.launch, self.collect = self._training_steps(routed, launch_kwargs, collect_kwargs, airflow_pool)
         self.release = AutoDLReleaseOperator(task_id=STEP_IDS["release"], **common, **retry)
         self.profile >> self.wait >> self.select >> self.launch >> self.collect >> self.release
         # release also runs when anything before launch failed (it waits for every upstream to be done). It is the
@@ -237,6 +225,20 @@ class AutoDLTrainOperator(TaskGroup):
         # (after recording), so the DAG run fails and downstream does not run. A DAG run marked failed skips it:
         # the listeners (autodl/listeners.py) free that run's lease.
         [self.profile, self.wait, self.select, self.launch] >> self.release
+
+    def _training_steps(self, routed: bool, launch_kwargs: _TrainingStepKwargs, collect_kwargs: _TrainingStepKwargs,
+                        airflow_pool: _AirflowPool
+                        ) -> tuple[AutoDLLaunchOperator | MappedOperator, AutoDLCollectOperator | MappedOperator]:
+        """The launch and collect steps: plain, or (routed) mapped over the booked host, after a step that reads it."""
+        if not routed:
+            return AutoDLLaunchOperator(**launch_kwargs), AutoDLCollectOperator(**collect_kwargs)
+        # several GPU hosts on Celery: launch and collect are created once the booking is known, so
+        # that autodl's cluster policy can put them on the booked host's queue (autodl/policies.py)
+        self.booked_host = AutoDLBookedHostOperator(task_id=BOOKED_HOST_ID, task_group=self, **airflow_pool)
+        self.select >> self.booked_host
+        hosts = XComArg(self.booked_host)
+        return (AutoDLLaunchOperator.partial(**launch_kwargs).expand(booked_host=hosts),
+                AutoDLCollectOperator.partial(**collect_kwargs).expand(booked_host=hosts))
 
     @property
     def result(self) -> XComArg:
