@@ -203,3 +203,20 @@ def test_cli_no_cache_profiles_again(script, capsys):
     assert any(f["code"] == "profile-cache" for f in json.loads(capsys.readouterr().out)["findings"])
     assert main(["profile", str(script), "--no-probe", "--json", "--no-cache"]) == 0
     assert not any(f["code"] == "profile-cache" for f in json.loads(capsys.readouterr().out)["findings"])
+
+
+def test_the_estimator_code_in_the_key_covers_the_dry_run_childs_package():
+    """The dry-run child became the package autodl/profile/dryrun_child/ (issue 20): the key hashed only
+    autodl/profile/*.py, so a fixed child would have served the old child's cached figures."""
+    names = {p.relative_to(Path(C.__file__).parent).as_posix() for p in C.estimator_files()}
+    assert {"dryrun.py", "dryrun_child/batch.py", "dryrun_child/__main__.py"} <= names
+
+
+def test_a_reused_profile_names_the_estimator_code_it_rests_on(script, store_url):
+    """A fresh user upgraded autodl and saw it profile again, while the note said only "autodl (0.1.0) unchanged"."""
+    fn = Counting()
+    _profile(fn, script, url=store_url)
+    second = _profile(fn, script, url=store_url)
+    (note,) = [f for f in second.findings if f.code == "profile-cache"]
+    code = C._estimator_code()[:12]
+    assert f"estimator code {code}" in note.message

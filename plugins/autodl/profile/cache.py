@@ -109,10 +109,16 @@ def _paddle_version() -> str:
     return "not installed"
 
 
+def estimator_files() -> list[Path]:
+    """autodl's estimator code: every module of ``autodl/profile/`` and its packages (the dry-run child's too)."""
+    return sorted(Path(__file__).resolve().parent.rglob("*.py"))
+
+
 def _estimator_code() -> str:
-    """SHA-256 of autodl's estimator code (``autodl/profile/*.py``): a fixed estimator never serves old figures."""
+    """SHA-256 of :func:`estimator_files` (path below ``autodl/profile/`` and content of each): a fixed estimator,
+    the dry-run child included, never serves old figures."""
     here = Path(__file__).resolve().parent
-    return _sha(b"".join(p.name.encode() + p.read_bytes() for p in sorted(here.glob("*.py"))))
+    return _sha(b"".join(p.relative_to(here).as_posix().encode() + p.read_bytes() for p in estimator_files()))
 
 
 def profile_key(script: Path, spec: Any, *, probe: bool | None, dry_run: bool | None = None,
@@ -239,6 +245,13 @@ def cached(profile_fn: Callable[..., ResourceProfile], *, url: str | None = None
     return run
 
 
+def _autodl_part(key: ProfileKey) -> str:
+    """The key's autodl part as said: its version and its estimator code's hash (an upgrade that changes the
+    estimator profiles again though the version may be the same)."""
+    version, _, code = key.parts["autodl"].partition(" ")
+    return f"{version}, estimator code {code[:12]}" if code else version
+
+
 def _reused(hit: tuple[ResourceProfile, datetime, str | None], key: ProfileKey, spec: Any, catalog: Any,
             threshold: float | None) -> ResourceProfile:
     from autodl.catalog import load_catalog
@@ -253,10 +266,10 @@ def _reused(hit: tuple[ResourceProfile, datetime, str | None], key: ProfileKey, 
     note = Finding(severity="info", code="profile-cache", message=(
         f"this profile was made at {made:%Y-%m-%d %H:%M} UTC" + (f" on {host}" if host else "") + " and is reused: "
         f"the script, the files beside it, the spec, the dry run's environment, Paddle ({key.parts['paddle']}) and "
-        f"autodl ({key.parts['autodl'].split()[0]}) are unchanged (key {key.key[:12]}); a change to any of them "
+        f"autodl ({_autodl_part(key)}) are unchanged (key {key.key[:12]}); a change to any of them "
         "profiles again (`autodl profile --no-cache` forces it)."))
     return prof.model_copy(update={"findings": [*prof.findings, note], "max_batch_size_by_device": by_device,
                                    "profile_key": key.key})
 
 
-__all__ = ["ProfileCache", "ProfileKey", "cached", "cacheable", "folder_fingerprint", "profile_key"]
+__all__ = ["ProfileCache", "ProfileKey", "cached", "cacheable", "estimator_files", "folder_fingerprint", "profile_key"]
