@@ -253,8 +253,8 @@ def test_an_empty_section_is_that_sections_defaults(tmp_path):
                                "mapping of that launcher's options"),
     ({"launcher": {"type": 3}}, "field 'launcher.type': a launcher's name: one of local, docker, kubernetes (got 3)"),
     ({"resource_policy": [1]}, "field 'resource_policy': should be a mapping: its keys as indented 'key: value' lines"),
-    ({"launcher": {"env": ["A=1"]}}, "field 'launcher.env': should be a mapping"),
-], ids=["launcher-list", "launcher-type-number", "section-list", "env-list"])
+    ({"launcher": {"env": "A=1"}}, "field 'launcher.env': should be a mapping"),
+], ids=["launcher-list", "launcher-type-number", "section-list", "env-string"])
 def test_a_section_that_is_no_mapping_says_what_it_may_be_not_a_class_name(data, said):
     """A fresh user's ``launcher: [docker]`` read "a valid dictionary or instance of LocalOptions", and
     ``launcher: {type: 3}`` read "Input should be 'local'", as if local were the only launcher."""
@@ -262,6 +262,19 @@ def test_a_section_that_is_no_mapping_says_what_it_may_be_not_a_class_name(data,
         parse_spec(data, "spec.yaml")
     assert said in str(exc.value)
     assert "Options" not in str(exc.value) and "Section" not in str(exc.value)
+
+
+def test_env_in_docker_composes_list_form_is_the_mapping_it_means():
+    """``env: [A=1, B=x=y]`` (docker-compose's list form, which compose users write) was refused as "should be a
+    mapping"; it means ``{A: '1', B: 'x=y'}``. An item without ``=`` (compose: take it from the host) and a name given
+    twice are refused by name."""
+    spec = parse_spec({"launcher": {"type": "docker", "env": ["A=1", "B=x=y", "EMPTY="]}})
+    assert spec.launcher.env == {"A": "1", "B": "x=y", "EMPTY": ""}
+    for items, said in ((["A=1", "HOME"], "'HOME' is not NAME=value"), (["A=1", "A=2"], "'A' is given twice"),
+                        (["=1"], "'=1' is not NAME=value"), ([3], "3 is not NAME=value")):
+        with pytest.raises(SpecError) as exc:
+            parse_spec({"launcher": {"env": items}}, "spec.yaml")
+        assert f"field 'launcher.env': {said}" in str(exc.value)
 
 
 def test_no_script_and_no_spec_says_to_give_the_script_not_a_spec_field():

@@ -68,6 +68,24 @@ class LauncherOptions(Section):
             raise ValueError(f"a launcher's name: one of {', '.join(LAUNCHERS)}")
         return check_choice(value, LAUNCHERS, "launcher")
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_list(cls, value: Any) -> Any:
+        """docker-compose's list form (``- NAME=value``, ``environment:`` being a synonym of ``env``) as the mapping
+        it means. An item without ``=`` (compose's "take it from the host") and a name given twice are refused."""
+        if not isinstance(value, list):
+            return value
+        pairs: dict[str, Any] = {}
+        for item in value:
+            name, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
+            if not sep or not name:
+                raise ValueError(f"{short(item, 40)} is not NAME=value; the list form gives each variable its value "
+                                 "(autodl passes nothing from the host's environment), or write env as a mapping")
+            if name in pairs:
+                raise ValueError(f"{short(name, 40)} is given twice")
+            pairs[name] = val
+        return pairs
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
