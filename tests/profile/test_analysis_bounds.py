@@ -33,21 +33,16 @@ def codes(p) -> dict[str, str]:
     return {f.code: f.message for f in p.findings}
 
 
-def test_s_nested_loop_is_stopped_by_the_step_budget():
-    """Seen: a 10k x 10k loop in the model's __init__ hung the CLI (each loop was under the per-loop cap)."""
-    p = analyse(CASES / "s_nested_loop.py")
-    found = codes(p)
-    assert "analysis-bounded" in found and f"more than {MAX_STEPS:,} evaluation steps" in found["analysis-bounded"]
-    assert p.method == "cold_start" and "cold-start" in found
-    assert not p.errors
-
-
-def test_s_exprec_exponential_recursion_is_stopped_by_the_step_budget():
-    """Seen: ``f(n) = f(n-1) + f(n-1)`` with n = 40 in __init__ hung the CLI (2**40 calls)."""
-    p = analyse(CASES / "s_exprec.py")
-    found = codes(p)
-    assert "evaluation steps" in found["analysis-bounded"]
-    assert p.method == "cold_start" and not p.errors
+@pytest.mark.parametrize("case", ["s_nested_loop.py", "s_exprec.py"])
+def test_a_model_init_that_would_hang_is_not_followed_and_is_bounded_where_evaluated(case):
+    """Seen: a 10k x 10k loop (``s_nested_loop``) and ``f(n) = f(n-1) + f(n-1)`` with n = 40 (``s_exprec``) in the
+    model's __init__ hung the CLI. The static reading no longer follows the model's construction (Paddle builds it
+    in the probe, under the probe's timeout): the profile ends in the cold-start fallback with no error; where the
+    evaluator does run such code (the functions a call site sits in), the step budget stops it."""
+    p = analyse(CASES / case)
+    assert p.method == "cold_start" and "cold-start" in codes(p) and not p.errors
+    _, result = run((CASES / case).read_text())
+    assert isinstance(result, AnalysisBound) and f"more than {MAX_STEPS:,} evaluation steps" in str(result)
 
 
 def test_s_bigpow_is_not_computed():
@@ -142,11 +137,6 @@ def test_deep_recursion_is_cut_at_the_call_depth():
     interp, result = run(net("def f(n):\n    return f(n - 1) + 1 if n > 0 else 0\nself.k = f(10**6)"))
     assert "nested more than" in str(result) and str(MAX_CALL_DEPTH) in str(result)
     assert interp.budget.depth == 0
-
-
-def test_a_huge_layer_count_is_unsupported():
-    interp, result = run(net("self.rnn = nn.LSTM(8, 8, num_layers=10**12)"))
-    assert "num_layers" in str(result)
 
 
 def test_memory_growth_stops_the_analysis():

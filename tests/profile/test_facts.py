@@ -244,18 +244,58 @@ def test_a_dataset_yielding_dicts_gives_its_input_ids():
     assert f.input_shape == [192] and f.input_dtype == "int64" and f.sequence_length == 192
 
 
-def test_a_create_parameter_call_without_a_shape_is_a_build_error_that_names_the_call():
-    """``self.create_parameter(attr=...)`` with no shape (Paddle requires one): the static reading cannot size the
-    parameter, so the model is not built and the build error says which call it could not follow (it used to be a
-    bare "'NoneType' object is not iterable")."""
+def test_the_model_is_named_by_the_class_a_builder_function_returns():
+    """``model = build()`` where ``build`` returns ``Net(...)``: the profile's model is ``Net`` (its pair type and
+    records), read from the construction's syntax, not from following ``__init__``."""
     import ast
 
     from autodl.profile.facts import scan
 
-    src = ("import paddle\nclass Net(paddle.nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
-           "        self.w = self.create_parameter(attr=None)\n"
-           "model = Net()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
+    src = ("import paddle\nclass Net(paddle.nn.Layer):\n    def __init__(self, width):\n        super().__init__()\n"
+           "        self.fc = paddle.nn.Linear(width, 2)\n"
+           "def build(width=8):\n    if width < 0:\n        return None\n    return Net(width)\n"
+           "model = build()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
     f = scan(ast.parse(src), src)
-    assert f.model is None
-    assert f.build_error is not None and "create_parameter() without a shape" in f.build_error
-    assert "line 6" in f.build_error
+    assert f.model_site is not None and f.model_site.kind == "builder"
+    assert f.model_name == "Net"
+
+
+def test_a_layer_paddle_names_is_found_at_the_line_that_set_it():
+    """The probe's shape error names a sub-layer by Paddle's dotted path; the finding's line is the script's
+    ``self.<name> = ...`` (a list index is skipped), or ``add_sublayer('<name>', ...)``."""
+    import ast
+
+    from autodl.profile.probe import layer_line
+
+    src = ("import paddle.nn as nn\nclass Block(nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.proj = nn.Linear(4, 4)\n"
+           "class Net(nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.blocks = nn.LayerList([Block() for _ in range(3)])\n"
+           "        self.add_sublayer('head', nn.Linear(4, 2))\n")
+    tree = ast.parse(src)
+    assert layer_line(tree, "blocks.2.proj") == 5
+    assert layer_line(tree, "blocks.1") == 9
+    assert layer_line(tree, "head") == 10
+    assert layer_line(tree, "missing") is None and layer_line(tree, None) is None
+
+
+def test_a_model_built_from_a_local_of_main_is_not_probed_and_the_reason_names_it():
+    """``model = mlp(cfg)`` inside ``main()``, ``cfg`` read from a file there: the probe runs the script's imports,
+    definitions and constants only, so it would fail on ``cfg`` with a ``NameError`` that is not the script's. It is
+    not run, and the reason names ``cfg``, ``main()`` and the line (benchmarks/models/cfg_dataclass_mlp.py)."""
+    import ast
+
+    from autodl.profile.facts import scan
+    from autodl.profile.probe import probe_program
+
+    path = ROOT / "benchmarks" / "models" / "cfg_dataclass_mlp.py"
+    src = path.read_text()
+    f = scan(ast.parse(src), src)
+    with pytest.raises(ValueError, match=r"construction at line 55 uses cfg, set by main\(\) or a statement the probe "
+                                         r"does not run"):
+        probe_program(f.interp.tree, f)
+    src = ("import paddle\nWIDTH = 8\nclass Net(paddle.nn.Layer):\n    def __init__(self, w, act=None):\n"
+           "        super().__init__()\n        self.fc = paddle.nn.Linear(w, 2)\n"
+           "model = Net(WIDTH, act=lambda x: max(x, 0))\n")
+    f = scan(ast.parse(src), src)
+    assert probe_program(f.interp.tree, f)[1] == "Net(8, act=lambda x: max(x, 0))"  # constants, builtins, lambdas

@@ -135,3 +135,51 @@ def test_a_probe_without_its_report_says_why_from_how_the_child_ended():
     assert _no_report_reason(ended(1, "MemoryError"), 4 << 30) == \
         "ran out of its 4 GiB address-space limit (AUTODL_PROBE_MEMORY_BYTES)"
     assert "address-space" in _no_report_reason(ended(-9, "", oom_kills=1), 8 << 30)
+
+
+def test_the_built_model_says_its_input_where_the_script_does_not(tmp_path):
+    """No input shape in the spec or the script, and a model whose widths the static reading cannot follow (a
+    ``while`` loop): the probe asks the model Paddle built for its first layer (``Linear(in_features=24)``) and
+    measures, where the static guess of the input used to give up ("probe not run: input shape unknown")."""
+    s = tmp_path / "widths.py"
+    s.write_text(
+        "import paddle\nimport paddle.nn as nn\n\n"
+        "def width(n):\n    w = 3\n    while w < n:\n        w *= 2\n    return w\n\n"
+        "class Net(nn.Layer):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body = nn.Linear(width(20), 64)\n"
+        "        self.head = nn.Linear(64, 10)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.head(paddle.nn.functional.relu(self.body(x)))\n\n"
+        "model = Net()\nopt = paddle.optimizer.SGD(parameters=model.parameters())\n")
+    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 8}}), probe=True, dry_run=False)
+    assert p.method == "probe", [f.message for f in p.findings]
+    assert p.params == 24 * 64 + 64 + 64 * 10 + 10
+    assert p.model_name == "Net"
+    assert p.probe_batch_sizes  # a Linear's input width is exact: nothing assumed, nothing warned
+    assert "probe-input-assumed" not in [f.code for f in p.findings]
+
+
+def test_a_token_model_without_a_declared_input_is_fed_ids_below_its_vocabulary(tmp_path):
+    """An ``Embedding(5000, 32)`` model and no input declared: the probe feeds int64 ids below 5,000 (an id at or
+    above the vocabulary would fail in Paddle's lookup) of an assumed length 128, and says it assumed the length."""
+    s = tmp_path / "tokens.py"
+    s.write_text(
+        "import paddle\nimport paddle.nn as nn\n\n"
+        "class Net(nn.Layer):\n"
+        "    def __init__(self, vocab=5000):\n"
+        "        super().__init__()\n"
+        "        self.emb = nn.Embedding(vocab, 32)\n"
+        "        self.rnn = nn.GRU(32, 32)\n"
+        "        self.head = nn.Linear(32, 2)\n\n"
+        "    def forward(self, ids):\n"
+        "        out, _ = self.rnn(self.emb(ids))\n"
+        "        return self.head(out[:, -1])\n\n"
+        "model = Net()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
+    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 4}}), probe=True, dry_run=False)
+    assert p.method == "probe", [f.message for f in p.findings]
+    assert p.params == 5000 * 32 + (2 * 3 * 32 * 32 + 2 * 3 * 32) + (32 * 2 + 2)  # Embedding, GRU, Linear
+    (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]  # the length it assumed is said
+    assert f.severity == "warning" and "int64[b, 128]" in f.message and "sequences of 128 token ids" in f.message
+    assert "task.sequence_length" in f.message

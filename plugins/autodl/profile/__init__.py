@@ -206,7 +206,6 @@ def _read_facts(path: Path, source: str, tree: ast.Module | None) -> ScriptFacts
         from autodl.profile.interp import Interp
 
         facts = ScriptFacts(interp=Interp(ast.Module(body=[], type_ignores=[])))
-        facts.build_error = "the script nests expressions deeper than the static analysis follows"
         facts.findings.append(Finding(severity="warning", code="analysis-too-deep",
                                       message="the script nests expressions deeper than the static analysis follows; "
                                               "nothing was read from it (model, batch size). Set task.input_shape and "

@@ -91,6 +91,78 @@ def _make_input(paddle, d, b):
     return paddle.randn(shape).astype(dt if "float" in dt else "float32")
 
 
+def _vocabulary(paddle, model):
+    """Rows of the model's first ``Embedding`` (its token ids are below it), or None without one."""
+    for sub in model.sublayers(include_self=True):
+        if isinstance(sub, paddle.nn.Embedding):
+            return int(sub.weight.shape[0])
+    return None
+
+
+NO_INPUT_LAYER = ("the model's input shape is unknown (no Conv1D/2D, Linear, recurrent or attention layer comes "
+                  "before its other Paddle layers with weights)")
+
+
+def _first_layer_input(paddle, model, seq_len):
+    """What the built model's first input layer takes: (per-sample float32 shape, what of it was assumed or None), or
+    None.
+
+    Read off Paddle's own layers in registration order (``sublayers``, containers before what they hold): the first
+    that is a ``Conv2D`` takes ``[in_channels, 224, 224]`` (224: ``paddle.vision.models``' documented input size), a
+    ``Conv1D`` ``[in_channels, length]``, a ``Linear`` ``[in_features]``, a recurrent layer ``[length, input_size]``,
+    attention ``[length, embed_dim]``; a length not given (``seq_len``) is 128. A first Paddle layer with weights of
+    another kind (``Conv3D``, a norm) says nothing: None, rather than a later layer's guess.
+    """
+    nn, t = paddle.nn, seq_len or 128
+    for sub in model.sublayers(include_self=True):
+        name = type(sub).__name__
+        length = None if seq_len else f"a length of 128, its first {name} giving no length"
+        if isinstance(sub, nn.Conv2D):
+            return [int(sub._in_channels), 224, 224], "224 x 224 images, its first Conv2D giving no image size"
+        if isinstance(sub, nn.Conv1D):
+            return [int(sub._in_channels), t], length
+        if isinstance(sub, nn.Linear):
+            return [int(sub.weight.shape[0])], None
+        if isinstance(sub, (nn.LSTM, nn.GRU, nn.SimpleRNN)):
+            return [t, int(sub.input_size)], length
+        if isinstance(sub, nn.MultiHeadAttention):
+            return [t, int(sub.embed_dim)], length
+        if isinstance(sub, nn.TransformerEncoderLayer):
+            return [t, int(sub.self_attn.embed_dim)], length
+        if type(sub).__module__.startswith("paddle.") and sub.parameters(include_sublayers=False):
+            return None  # a Paddle layer with weights that takes another input first (a script's own layer's
+            # parameters, such as a position embedding, take no input)
+    return None
+
+
+def _input_candidates(cfg, paddle, model):
+    """The candidate input lists to try, in order, and why there is none when the list is empty.
+
+    ``cfg["input_candidates"]`` come first (the dry run's inputs, the script's Dataset sample), then
+    ``cfg["input"]`` (the spec's or the script's declared input; integer ids below the model's vocabulary). Without
+    one, ``cfg["guess_input"]`` asks the model's own layers: token ids when it has an ``Embedding``, else its first
+    input layer's shape (that input's ``assumed`` says what size was assumed, if any).
+    """
+    cands = list(cfg.get("input_candidates") or [])
+    vocab = _vocabulary(paddle, model)
+    if cfg.get("input") is not None:
+        cands.append([{**cfg["input"], "min": 0, "max": (vocab or 2) - 1}])
+        return cands, None
+    guess = cfg.get("guess_input")
+    if guess is None:
+        return cands, "no input was given"
+    seq_len = guess.get("seq_len")
+    if vocab is not None:
+        assumed = None if seq_len else "sequences of 128 token ids, its first Embedding giving no length"
+        cands.append([{"shape": [seq_len or 128], "dtype": "int64", "min": 0, "max": vocab - 1, "assumed": assumed}])
+        return cands, None
+    first = _first_layer_input(paddle, model, seq_len)
+    if first is None:
+        return cands, NO_INPUT_LAYER
+    cands.append([{"shape": first[0], "dtype": "float32", "min": 0, "max": 1, "assumed": first[1]}])
+    return cands, None
+
+
 class _TrainingStep:
     """One training step of the model on made-up inputs: forward, a loss, backward, the optimizer's step."""
 
@@ -187,8 +259,10 @@ def main():
     stack = []
     _track_layers(model, paddle, stack)
     opt = _optimizer(cfg, paddle, model)
-    cands = cfg.get("input_candidates") or [[{"shape": cfg["input_shape"], "dtype": cfg["input_dtype"], "min": 0,
-                                              "max": int(cfg.get("vocab") or 2) - 1}]]
+    cands, unknown = _input_candidates(cfg, paddle, model)
+    if not cands:
+        emit({"ok": False, "stage": "input", "error": unknown, "params": params, "trainable": trainable})
+        return
     fl = _load_flops()
     fl.install(paddle)
     fl.attach(model)
@@ -203,7 +277,8 @@ def main():
               "input_desc": _describe(cands[-1])})
         return
     emit({"ok": True, "params": params, "trainable": trainable, "peaks": peaks, "seconds": time.time() - t0,
-          "fwd_flops_per_sample": flops or None, "input_index": chosen, "input_desc": _describe(cands[chosen])})
+          "fwd_flops_per_sample": flops or None, "input_index": chosen, "input_desc": _describe(cands[chosen]),
+          "input_assumed": cands[chosen][0].get("assumed")})
 
 
 if __name__ == "__main__":

@@ -20,10 +20,8 @@ from autodl.profile.interp import (
     ClassInfo,
     FuncRef,
     Interp,
-    LayerObj,
     Mod,
     Opaque,
-    UserObj,
 )
 from autodl.types import Finding
 
@@ -63,9 +61,7 @@ class ScriptFacts:
 
     interp: Interp
     findings: list[Finding] = field(default_factory=list)
-    model: Any = None
     model_name: str | None = None
-    model_line: int | None = None
     model_site: ModelSite | None = None
     batch_size: int | None = None
     input_shape: list[int] | None = None
@@ -81,7 +77,6 @@ class ScriptFacts:
     loader_depth: int = 0
     uses_cross_entropy: bool = False
     has_conv: bool = False
-    build_error: str | None = None
 
 
 def _dotted(node: ast.AST, interp: Interp, env: dict | None = None) -> str | None:
@@ -584,7 +579,7 @@ class _CallSites:
                                             (len(path.split(".")) >= 3 and path.split(".")[-2] == "vision")):
             if last == "Sequential" or L.is_zoo(path):
                 self.model_sites.append(ModelSite(node, call.func, var, "zoo" if last != "Sequential" else "sequential"))
-        elif path.startswith("paddle") and last in L.LAYERS and var:
+        elif path.startswith("paddle") and last in L.LAYER_NAMES and var:
             self.layer_sites.append(ModelSite(node, call.func, var, "layer"))
         elif isinstance(self.interp.globals.get(path), FuncRef) and path in self.interp.globals:
             # a builder function (def build_model(): return Net()) assigned to a variable
@@ -712,22 +707,17 @@ def _declared_input(facts: ScriptFacts, sites: _CallSites) -> None:
                 facts.sequence_length = facts.sequence_length or sample[0][0]
 
 
-def _build_model(facts: ScriptFacts, sites: _CallSites, site: ModelSite) -> None:
-    """Evaluate the trained model's construction into :attr:`ScriptFacts.model` (sub-layers named by attribute
-    path), or say in :attr:`ScriptFacts.build_error` why it could not be followed."""
-    try:
-        env = sites.env_for(site.node, site.func)
-        obj = sites.interp.eval(site.node, env)
-        if isinstance(obj, (LayerObj, UserObj)):
-            facts.model = obj
-            facts.model_line = site.node.lineno
-            facts.model_name = obj.cls.name if isinstance(obj, UserObj) else obj.type.replace("zoo:", "")
-            name_tree(obj, "")
-        else:
-            facts.build_error = f"the model construction at line {site.node.lineno} could not be evaluated"
-    except (L.Unsupported, RecursionError, TypeError, ValueError, KeyError, IndexError, AttributeError,
-            ZeroDivisionError) as exc:
-        facts.build_error = f"the model construction at line {site.node.lineno} could not be followed ({exc})"
+def _model_name(interp: Interp, site: ModelSite) -> str | None:
+    """The trained model's name as its construction says it: the script class, zoo constructor or layer it calls (for
+    a builder function, the call the builder returns)."""
+    call = site.node
+    if site.kind == "builder":
+        builder = interp.globals.get(_dotted(call.func, interp) or "")
+        returns = [n.value for n in ast.walk(builder.node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)] \
+            if isinstance(builder, FuncRef) else []
+        call = max(returns, key=lambda c: c.lineno) if returns else call
+    path = _dotted(call.func, interp)
+    return path.split(".")[-1] if path else None
 
 
 def _whole_script_findings(facts: ScriptFacts, interp: Interp, side_effects: list[tuple[int, str]]) -> None:
@@ -764,48 +754,6 @@ def scan(tree: ast.Module, source: str) -> ScriptFacts:
     _input_from_tensors(facts, sites)
     _declared_input(facts, sites)
     if site is not None:
-        _build_model(facts, sites, site)
+        facts.model_name = _model_name(interp, site)
     _whole_script_findings(facts, interp, sites.side_effects)
     return facts
-
-
-def name_tree(obj: Any, prefix: str, seen: set | None = None) -> None:
-    """Give every sub-layer its dotted attribute path (e.g. ``encoder.layers.0.linear1``)."""
-    seen = seen if seen is not None else set()
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, UserObj):
-        for k, v in obj.attrs.items():
-            if isinstance(v, (LayerObj, UserObj)):
-                v.name = f"{prefix}{k}"
-                name_tree(v, f"{prefix}{k}.", seen)
-    elif isinstance(obj, LayerObj):
-        for k, v in obj.children:
-            if isinstance(v, (LayerObj, UserObj)):
-                if v.name is None or v.name.isidentifier() and "." not in v.name:
-                    v.name = f"{prefix}{k}"
-                name_tree(v, f"{prefix}{k}.", seen)
-
-
-def contains(obj: Any, types: tuple[str, ...], seen: set | None = None) -> LayerObj | None:
-    """The first built-in layer of one of ``types`` in definition order, or None."""
-    seen = seen if seen is not None else set()
-    if id(obj) in seen:
-        return None
-    seen.add(id(obj))
-    if isinstance(obj, LayerObj):
-        if obj.type in types:
-            return obj
-        for _, v in obj.children:
-            r = contains(v, types, seen)
-            if r is not None:
-                return r
-        if obj.type in ("TransformerEncoder",) and "TransformerEncoderLayer" in types:
-            return obj.children[0][1] if obj.children else None
-    if isinstance(obj, UserObj):
-        for v in obj.attrs.values():
-            r = contains(v, types, seen)
-            if r is not None:
-                return r
-    return None

@@ -1,9 +1,9 @@
-"""A small evaluator over a training script's syntax tree: the values at its call sites and the model's construction.
+"""A small evaluator over a training script's syntax tree: the values its call sites pass (batch sizes, worker counts,
+shapes, the model's constructor arguments).
 
 Nothing of the script is imported or executed. The evaluator understands constants, ``argparse`` defaults, helper
-functions and ``paddle.nn.Layer`` subclasses' ``__init__`` (loops over ``range``/lists, ``LayerList``/``Sequential``,
-the ``paddle.nn`` layers of :mod:`autodl.profile.layers`); it never runs ``forward()``. What it cannot follow
-becomes :class:`Opaque`.
+functions and script classes' ``__init__``; a ``paddle`` call (a layer, a tensor) is :class:`Opaque`: what the model
+is, Paddle itself says in the sandboxed probe and dry run. What it cannot follow becomes :class:`Opaque`.
 """
 
 from __future__ import annotations
@@ -41,25 +41,6 @@ class Mod:
 
 
 @dataclass(eq=False)
-class ParamObj:
-    shape: tuple[int, ...]
-    trainable: bool = True
-    line: int | None = None
-
-
-@dataclass(eq=False)
-class LayerObj:
-    """An instance of a built-in ``paddle.nn`` layer (or a model-zoo constructor)."""
-
-    type: str
-    args: dict[str, Any]
-    line: int | None = None
-    name: str | None = None
-    children: list[tuple[str, Any]] = field(default_factory=list)
-    training: bool = True
-
-
-@dataclass(eq=False)
 class ClassInfo:
     name: str
     node: ast.ClassDef
@@ -87,10 +68,10 @@ class ClassInfo:
 
 @dataclass(eq=False)
 class UserObj:
+    """An instance of a script class: the attributes its ``__init__`` set."""
+
     cls: ClassInfo
     attrs: dict[str, Any] = field(default_factory=dict)
-    line: int | None = None
-    name: str | None = None
 
 
 @dataclass(eq=False)
@@ -280,21 +261,14 @@ class Interp:
             key = self.eval(target.slice, env)
             if isinstance(obj, (list, dict)):
                 obj[key] = value
-            elif isinstance(obj, LayerObj):
-                obj.children.append((str(key), value))
         elif isinstance(target, ast.Starred):
             self.assign(target.value, value, env)
 
     def setattr(self, obj: Any, attr: str, value: Any) -> None:
         if isinstance(obj, UserObj):
-            if isinstance(value, (LayerObj, UserObj)) and value.name is None:
-                value.name = attr
             obj.attrs[attr] = value
         elif isinstance(obj, ArgsNS):
             obj.values[attr] = value
-        elif isinstance(obj, LayerObj):
-            if attr == "training":
-                obj.training = bool(value)
 
     def getattr(self, obj: Any, attr: str) -> Any:
         if attr in ("parse_args", "parse_known_args") and not isinstance(obj, (UserObj, ClassInfo)):
@@ -305,16 +279,10 @@ class Interp:
             return obj.values.get(attr, Opaque(f"args.{attr}"))
         if isinstance(obj, UserObj):
             return self._user_attr(obj, attr)
-        if isinstance(obj, LayerObj):
-            return self._layer_attr(obj, attr)
         if isinstance(obj, ClassInfo):
             found = obj.find(attr)
             return FuncRef(found[1]) if found else Opaque(attr)
         if isinstance(obj, (list, dict, str)):
-            return Bound(obj, attr)
-        if isinstance(obj, ParamObj):
-            if attr == "shape":
-                return list(obj.shape)
             return Bound(obj, attr)
         return Opaque(f".{attr}")
 
@@ -327,16 +295,6 @@ class Interp:
             return Bound(obj, FuncRef(found[1]), found[0])
         if attr == "training":
             return True
-        return Bound(obj, attr)
-
-    @staticmethod
-    def _layer_attr(obj: LayerObj, attr: str) -> Any:
-        """An attribute of a built-in layer: a constructor argument, else a sub-layer by name, else bound."""
-        if attr in obj.args:
-            return obj.args[attr]
-        for k, v in obj.children:
-            if k == attr:
-                return v
         return Bound(obj, attr)
 
     # ------------------------------------------------------------------------------ expressions
@@ -410,7 +368,7 @@ class Interp:
         v = self.eval(n.operand, env)
         if isinstance(n.op, ast.Not):
             return not self.truth(v)
-        if isinstance(v, (Opaque, ParamObj)):
+        if isinstance(v, Opaque):
             return v
         return -v if isinstance(n.op, ast.USub) else (+v if isinstance(n.op, ast.UAdd) else ~v)
 
@@ -419,7 +377,7 @@ class Interp:
         return self.binop(n.op, a, b)
 
     def binop(self, op, a, b):
-        if isinstance(a, (Opaque, ParamObj)) or isinstance(b, (Opaque, ParamObj)):
+        if isinstance(a, Opaque) or isinstance(b, Opaque):
             return Opaque("arith")
         f = _BINOPS.get(type(op))
         if f is None:
@@ -435,7 +393,7 @@ class Interp:
         left = self.eval(n.left, env)
         for op, right_node in zip(n.ops, n.comparators):
             right = self.eval(right_node, env)
-            if isinstance(left, (Opaque, ParamObj)) or isinstance(right, (Opaque, ParamObj)):
+            if isinstance(left, Opaque) or isinstance(right, Opaque):
                 if isinstance(op, (ast.Is, ast.IsNot)) and right is None:
                     r = (left is None) == isinstance(op, ast.Is)
                     if not r:
@@ -454,13 +412,6 @@ class Interp:
     def _e_Subscript(self, n, env):
         obj = self.eval(n.value, env)
         key = self.eval(n.slice, env)
-        if isinstance(obj, LayerObj):
-            kids = [v for _, v in obj.children]
-            if isinstance(key, str):
-                return dict(obj.children).get(key, Opaque("layer key"))
-            if isinstance(key, slice):
-                return LayerObj("Sequential", {}, obj.line, obj.name, [(str(i), v) for i, v in enumerate(kids[key])])
-            return kids[key]
         if isinstance(obj, Opaque) or isinstance(key, Opaque):
             return Opaque("subscript")
         try:
@@ -502,9 +453,7 @@ class Interp:
         return kind(out)
 
     def iterate(self, it):
-        if isinstance(it, LayerObj):
-            return [v for _, v in it.children]
-        if isinstance(it, (Opaque, ParamObj)):
+        if isinstance(it, Opaque):
             raise L.Unsupported("iteration over an unknown value")
         if too_big(it):
             raise L.Unsupported(f"iteration over more than {MAX_ELEMENTS:,} items")
@@ -531,20 +480,19 @@ class Interp:
                     kwargs.update(v)
             else:
                 kwargs[kw.arg] = self.eval(kw.value, env)
-        return self.call(func, args, kwargs, n)
+        return self.call(func, args, kwargs)
 
     # ------------------------------------------------------------------------------------ calls
-    def call(self, func, args, kwargs, node=None):
-        line = getattr(node, "lineno", None)
+    def call(self, func, args, kwargs):
         if isinstance(func, Mod):
-            return self.call_lib(func.path, args, kwargs, line)
+            return self.call_lib(func.path, args, kwargs)
         if isinstance(func, ClassInfo):
-            return self.instantiate(func, args, kwargs, line)
+            return self.instantiate(func, args, kwargs)
         if isinstance(func, FuncRef):
             return self.call_func(func, args, kwargs)
         if isinstance(func, Bound):
-            return self.call_method(func, args, kwargs, line)
-        if isinstance(func, (LayerObj, UserObj)):
+            return self.call_method(func, args, kwargs)
+        if isinstance(func, UserObj):
             return Opaque("forward")  # the forward pass is what the dry run measures, never followed here
         if callable(func) and getattr(func, "_autodl_builtin", False):
             return func(self, *args, **kwargs)
@@ -591,28 +539,24 @@ class Interp:
             return r.value
         return None
 
-    def instantiate(self, cls: ClassInfo, args, kwargs, line):
-        obj = UserObj(cls, line=line)
+    def instantiate(self, cls: ClassInfo, args, kwargs):
+        obj = UserObj(cls)
         init = cls.find("__init__")
         if init:
             self.call_func(FuncRef(init[1]), args, dict(kwargs), self_obj=obj)
         return obj
 
-    def call_method(self, b: Bound, args, kwargs, line):
+    def call_method(self, b: Bound, args, kwargs):
         obj, f = b.obj, b.func
         if isinstance(f, FuncRef):
             return self.call_func(f, args, dict(kwargs), self_obj=obj)
         name = f
-        if isinstance(obj, ParamObj):
-            return Opaque(str(name))
         if isinstance(obj, list):
             return self._list_method(obj, name, args)
         if isinstance(obj, dict):
             return self._dict_method(obj, name, args)
         if isinstance(obj, UserObj):
-            return self._user_method(obj, name, args, kwargs, line)
-        if isinstance(obj, LayerObj):
-            return self._layer_method(obj, name, args)
+            return self._user_method(obj, name, args, kwargs)
         if isinstance(obj, str):
             return Opaque("str method")
         return Opaque(str(name))
@@ -637,15 +581,13 @@ class Interp:
             return list(getattr(obj, name)())
         return Opaque("dict method")
 
-    def _user_method(self, obj: UserObj, name: str, args: list, kwargs: dict, line: int | None) -> Any:
+    def _user_method(self, obj: UserObj, name: str, args: list, kwargs: dict) -> Any:
         """The ``paddle.nn.Layer`` methods a script-defined layer inherits and ``__init__`` calls."""
         if name == "add_sublayer":
             sub = args[1] if len(args) > 1 else kwargs.get("sublayer")
             self.setattr(obj, str(args[0]), sub)
             return sub
-        if name == "create_parameter":
-            return ParamObj(_parameter_shape(args, kwargs), line=line)
-        if name in ("register_buffer",):
+        if name in ("create_parameter", "register_buffer"):
             return None
         if name in ("train", "eval"):
             return obj
@@ -653,26 +595,9 @@ class Interp:
             return None
         return Opaque(name)
 
-    def _layer_method(self, obj: LayerObj, name: str, args: list) -> Any:
-        """``append``/``add_sublayer``/``extend`` of a built-in container layer (``LayerList``, ``Sequential``)."""
-        if name in ("append", "add_sublayer"):
-            item = args[-1]
-            key = str(args[0]) if name == "add_sublayer" else str(len(obj.children))
-            obj.children.append((key, item))
-            return item
-        if name == "extend":
-            for v in self.iterate(args[0]):
-                obj.children.append((str(len(obj.children)), v))
-            return None
-        return Opaque(name)
-
-    def call_lib(self, path: str, args, kwargs, line):
+    def call_lib(self, path: str, args, kwargs):
         parts = path.split(".")
         last = parts[-1]
-        if last in L.LAYERS and (path.startswith("paddle") or len(parts) == 1):
-            return self.make_layer(last, args, kwargs, line)
-        if L.is_zoo(path):
-            return LayerObj(f"zoo:{last}", {"args": args, **kwargs}, line)
         if last == "super":
             return Opaque("super")
         if last == "ArgumentParser":
@@ -681,12 +606,10 @@ class Interp:
             return ArgsNS(dict(self.argparse))
         if last == "parse_known_args":
             return (ArgsNS(dict(self.argparse)), [])
-        if last == "create_parameter":
-            return ParamObj(_parameter_shape(args, kwargs), line=line)
         if last in ("getenv", "get") and parts[0] == "os":
             return args[1] if len(args) > 1 else Opaque("env")
         if parts[0] == "paddle" or parts[0] == "F":
-            return Opaque(path)  # a tensor: its value is the dry run's to see
+            return Opaque(path)  # a layer or a tensor: Paddle's to say (the probe, the dry run)
         if parts[0] == "math" and hasattr(math, last):
             if any(too_big(a) for a in args) or (last in ("factorial", "comb", "perm") and
                                                  any(isinstance(a, int) and a > 10_000 for a in args)):
@@ -696,63 +619,6 @@ class Interp:
             except Exception:
                 return Opaque("math")
         return Opaque(path)
-
-    def make_layer(self, type_: str, args, kwargs, line):
-        if type_ in ("Sequential", "LayerList", "LayerDict"):
-            return LayerObj(type_, {}, line, children=self._container_children(type_, args, kwargs))
-        bound = self._bind_layer_args(type_, args, kwargs)
-        obj = LayerObj(type_, bound, line)
-        if type_ in ("TransformerEncoder", "TransformerDecoder"):
-            inner = bound["encoder_layer" if type_ == "TransformerEncoder" else "decoder_layer"]
-            n = int(bound["num_layers"])
-            obj.children = [("layers." + str(i), inner) for i in range(n)]
-            if isinstance(bound.get("norm"), (LayerObj, UserObj)):
-                obj.children.append(("norm", bound["norm"]))
-        return obj
-
-    def _container_children(self, type_: str, args, kwargs) -> list[tuple[str, Any]]:
-        """The (name, sub-layer) pairs of ``Sequential(*layers)`` (or of ``(name, layer)`` pairs), ``LayerList``
-        and ``LayerDict``."""
-        if type_ == "Sequential":
-            kids = []
-            for i, a in enumerate(args):
-                if isinstance(a, (tuple, list)) and len(a) == 2 and isinstance(a[0], str):
-                    kids.append((a[0], a[1]))
-                else:
-                    kids.append((str(i), a))
-            return kids
-        src = args[0] if args else kwargs.get("sublayers")
-        if isinstance(src, dict):
-            return [(str(k), v) for k, v in src.items()]
-        if src is not None:
-            return [(str(i), v) for i, v in enumerate(self.iterate(src))]
-        return []
-
-    @staticmethod
-    def _bind_layer_args(type_: str, args, kwargs) -> dict[str, Any]:
-        """A built-in layer's arguments by the names of its signature in :mod:`autodl.profile.layers`, defaults
-        filled in.
-
-        :raises autodl.profile.layers.Unsupported: a required argument is missing, an argument could not be evaluated,
-            or ``num_layers`` is over :data:`MAX_LOOP`.
-        """
-        d = L.LAYERS[type_]
-        bound: dict[str, Any] = {}
-        for (pname, _default), value in zip(d.signature, args):
-            bound[pname] = value
-        bound.update(kwargs)
-        for pname, default in d.signature:
-            if pname not in bound:
-                if default is L.REQUIRED:
-                    raise L.Unsupported(f"{type_}: missing argument {pname}")
-                bound[pname] = default
-        for k, v in bound.items():
-            if isinstance(v, Opaque) and k not in ("weight_attr", "bias_attr", "name"):
-                raise L.Unsupported(f"{type_}({k}=...) could not be evaluated")
-        n = bound.get("num_layers")
-        if isinstance(n, int) and n > MAX_LOOP:  # the trace would follow every layer
-            raise L.Unsupported(f"{type_}(num_layers={str(n)[:20]}) has more than {MAX_LOOP} layers")
-        return bound
 
     # -------------------------------------------------------------------------------- statements
     def exec_block(self, body, env):
@@ -833,17 +699,6 @@ class Interp:
     _x_ImportFrom = _x_Import
 
 
-def _parameter_shape(args: list, kwargs: dict) -> tuple[int, ...]:
-    """The ``shape`` of a ``create_parameter(shape, ...)`` call (first positional or keyword).
-
-    :raises autodl.profile.layers.Unsupported: the call gives no shape (Paddle requires one).
-    """
-    shape = args[0] if args else kwargs.get("shape")
-    if shape is None:
-        raise L.Unsupported("create_parameter() without a shape")
-    return tuple(int(s) for s in shape)
-
-
 def _builtin(f):
     f._autodl_builtin = True
     return f
@@ -858,8 +713,6 @@ def _range(interp, *a):
 
 @_builtin
 def _len(interp, x):
-    if isinstance(x, LayerObj):
-        return len(x.children)
     if isinstance(x, Opaque):
         return Opaque("len")
     try:
@@ -871,7 +724,7 @@ def _len(interp, x):
 def _pure(fn):
     @_builtin
     def f(interp, *a, **k):
-        if any(isinstance(v, (Opaque, ParamObj)) or too_big(v) for v in a):
+        if any(isinstance(v, Opaque) or too_big(v) for v in a):
             return Opaque(fn.__name__)
         try:
             return fn(*a, **k)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from autodl.profile import memory as E
-from autodl.profile.facts import ScriptFacts, contains
+from autodl.profile.facts import ScriptFacts
 from autodl.profile.layers import Unsupported
 from autodl.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, run_sandboxed
 from autodl.types import Finding
@@ -63,7 +63,8 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
     Kept: imports (module-level and inside functions), class and function definitions, and module
     constants whose value calls nothing. Dropped: every other top-level statement.
 
-    :raises ValueError: when no model construction was found.
+    :raises ValueError: when no model construction was found, or when the construction uses a name the kept
+        statements do not define (a local of the function it sits in, a module-level value a call made).
     """
     site = facts.model_site
     if site is None:
@@ -107,7 +108,33 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
         text = repr(v) if _literal(v) else ast.unparse(kw.value)
         parts.append(f"**{text}" if kw.arg is None else f"{kw.arg}={text}")
     expr = f"{ast.unparse(call.func)}({', '.join(parts)})"
+    _check_names(expr, module, site)
     return source, expr
+
+
+def _check_names(expr: str, module: ast.Module, site: Any) -> None:
+    """Refuse, naming them, the names ``expr`` reads that neither ``module`` (the kept statements) nor Python's
+    builtins define: the probe would only fail on them with a ``NameError`` that is not the script's."""
+    import builtins
+
+    defined = set(dir(builtins))
+    for stmt in module.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(stmt.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    nodes = list(ast.walk(ast.parse(expr, mode="eval")))
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)} | \
+        {a.arg for n in nodes if isinstance(n, ast.Lambda) for a in n.args.args}
+    missing = sorted({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - defined - bound)
+    if missing:
+        where = f"{site.func.name}() or a statement" if site.func is not None else "a statement"
+        raise ValueError(f"the model's construction at line {site.node.lineno} uses {', '.join(missing[:4])}, set by "
+                         f"{where} the probe does not run (it runs only the script's imports, definitions and "
+                         "constants); the estimate is the conservative bound")
 
 
 PROBE_STEP_FLOPS = 5e10
@@ -198,7 +225,7 @@ def probe_report(text: str, batches: tuple[int, int]) -> dict[str, Any]:
     """
     data = report_object(text)
     out: dict[str, Any] = {"ok": data.get("ok") is True}
-    for key in ("error", "stage", "input_desc"):
+    for key in ("error", "stage", "input_desc", "input_assumed"):
         out[key] = report_text(data.get(key))
     fwd = data.get("fwd_flops_per_sample")
     if fwd is not None:
@@ -288,15 +315,12 @@ def run_probe(
         source, expr = probe_program(facts.interp.tree, facts)
     except ValueError as exc:
         return fail("probe-skipped", f"probe not run: {exc}.", "info")
-    try:
-        shape, dtype, vocab, cands = _probe_inputs(facts, input_shape, seq_len, inputs)
-    except Unsupported as exc:
-        return fail("probe-skipped", f"probe not run: {exc}.", "info")
+    given = declared_input(facts, input_shape, seq_len)
     b1, b2 = probe_batches(batch, act_bytes_per_sample_hint, flops_per_sample_hint)
     argp = {k: v for k, v in facts.interp.argparse.items() if _literal(v)}
     cfg = {"script": str(script), "source": source, "model_expr": expr, "argparse": argp,
-           "optimizer": facts.optimizer, "input_shape": shape, "input_dtype": dtype, "vocab": vocab,
-           "input_candidates": cands,
+           "optimizer": facts.optimizer, "input_candidates": [c for c in (inputs or []) if c], "input": given,
+           "guess_input": {"seq_len": seq_len} if given is None else None,
            "cross_entropy": facts.uses_cross_entropy, "batches": [b1, b2]}
     try:
         result = _run_probe_child(script, cfg, timeout, limit)
@@ -318,24 +342,18 @@ def run_probe(
     return res
 
 
-def _probe_inputs(facts: ScriptFacts, input_shape: list[int] | None, seq_len: int | None,
-                  inputs: list[list[dict]] | None) -> tuple[list[int] | None, str, int, list[list[dict]]]:
-    """The input the probe feeds: (per-sample shape or None, dtype, vocabulary size, candidate input lists in order).
+def declared_input(facts: ScriptFacts, input_shape: list[int] | None, seq_len: int | None) -> dict | None:
+    """The input the spec or the script declares, as the probe feeds it (per-sample ``shape``, ``dtype``), or None
+    when only the built model can say (the probe child then reads its first layer).
 
-    :raises autodl.profile.layers.Unsupported: when the static reading says no input and no candidate was given.
+    Token ids (the script's input is ``int64``) are ``[sequence length]``: the spec's ``sequence_length``, else the
+    input shape's first dimension, else 128 (an assumption the finding's input description shows).
     """
-    shape, dtype = None, "float32"
-    try:
-        shape, dtype, _ = model_input(facts, facts.model, input_shape, seq_len)
-    except Unsupported:
-        if not inputs:
-            raise
-    emb = contains(facts.model, ("Embedding",)) if facts.model is not None else None
-    vocab = int(emb.args["num_embeddings"]) if emb is not None else 2
-    cands = [c for c in (inputs or []) if c]
-    if shape is not None:
-        cands.append([{"shape": list(shape), "dtype": dtype, "min": 0, "max": vocab - 1}])
-    return shape, dtype, vocab, cands
+    if facts.input_dtype == "int64":
+        return {"shape": [seq_len or (input_shape[0] if input_shape else None) or 128], "dtype": "int64"}
+    if input_shape:
+        return {"shape": list(input_shape), "dtype": "float32"}
+    return None
 
 
 def _run_probe_child(script: Path, cfg: dict, timeout: float, limit: int) -> SandboxResult:
@@ -374,9 +392,12 @@ def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: S
                     site_line)
     if data.get("ok"):
         return data, None
+    if data.get("stage") == "input":  # the model was built; nothing said what it takes
+        return data, ("probe-skipped", f"probe not run: {data.get('error')}; set task.input_shape in the spec.",
+                      "info", site_line)
     layer = data.get("layer")
     if data.get("stage") == "step" and layer:
-        line = layer_line(facts.model, layer.get("layer")) if facts.model is not None else None
+        line = layer_line(facts.interp.tree, layer.get("layer"))
         shapes = layer.get("input_shapes")
         msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}), "
                f"stopped at layer '{layer['layer']}' ({layer['type']}): input shape {shapes[0] if shapes else '?'}, "
@@ -405,71 +426,30 @@ def _measured_probe(res: ProbeResult, data: dict, facts: ScriptFacts, batch: int
     res.forward_flops_per_sample = data.get("fwd_flops_per_sample")
     if data.get("input_index") is not None and data["input_index"] < len([c for c in (inputs or []) if c]):
         res.inputs_from = data.get("input_desc")
+    if data.get("input_assumed"):
+        line = facts.model_site.node.lineno if facts.model_site else None
+        res.findings.append(Finding(severity="warning", code="probe-input-assumed", line=line, message=(
+            f"neither the script nor the spec gives the model's input size: the probe fed it {data.get('input_desc')} "
+            f"({data['input_assumed']}), and the figure holds for that size only; set task.input_shape (or "
+            "task.sequence_length) in the spec to what the script trains on.")))
 
 
-def model_input(facts: ScriptFacts, model, input_shape: list[int] | None, seq_len: int | None) -> tuple[list[int], str, str | None]:
-    """Per-sample input shape and dtype the probe feeds the model when the dry run saw none: (shape, dtype,
-    assumption-or-None), from the spec or the script, else guessed from the model's first layer.
-
-    :raises autodl.profile.layers.Unsupported: when the first layer does not say what it takes.
-    """
-    from autodl.profile import layers as L
-    from autodl.profile.interp import LayerObj
-
-    emb = contains(model, ("Embedding",))
-    if facts.input_dtype == "int64" or (emb is not None and not input_shape):
-        t = seq_len or (input_shape[0] if input_shape else None)
-        if t is None:
-            return [128], "int64", "sequence length unknown; assumed 128 (set task.sequence_length)"
-        return [t], "int64", None
-    if input_shape:
-        return list(input_shape), "float32", None
-    first = contains(model, ("Conv2D", "Conv1D", "Linear", "LSTM", "GRU", "SimpleRNN", "MultiHeadAttention",
-                             "TransformerEncoderLayer"))
-    if isinstance(model, LayerObj) and model.type.startswith("zoo:"):
-        return [3, 224, 224], "float32", "input shape unknown; assumed [3, 224, 224] (set task.input_shape)"
-    if first is None:
-        raise L.Unsupported("the model's input shape is unknown; set task.input_shape in the spec")
-    a = first.args
-    if first.type == "Conv2D":
-        return [int(a["in_channels"]), 224, 224], "float32", \
-            f"input shape unknown; assumed [{a['in_channels']}, 224, 224] from the first Conv2D (set task.input_shape)"
-    if first.type == "Conv1D":
-        return [int(a["in_channels"]), seq_len or 128], "float32", "input length unknown; assumed 128"
-    if first.type == "Linear":
-        return [int(a["in_features"])], "float32", None
-    if first.type in ("LSTM", "GRU", "SimpleRNN"):
-        t = seq_len or 128
-        return [t, int(a["input_size"])], "float32", None if seq_len else "sequence length unknown; assumed 128"
-    e = a.get("embed_dim") or a.get("d_model")
-    if type(e) is not int:
-        raise L.Unsupported("the model's first layer does not give its input width; set task.input_shape in the spec")
-    t = seq_len or 128
-    return [t, e], "float32", None if seq_len else "sequence length unknown; assumed 128"
-
-
-def layer_line(model, name: str | None) -> int | None:
-    """Construction line of the sub-layer called ``name`` (dotted path), if known."""
-    from autodl.profile.interp import LayerObj, UserObj
-
-    if not name:
-        return None
-    seen: set[int] = set()
-
-    def rec(obj):
-        if id(obj) in seen:
-            return None
-        seen.add(id(obj))
-        if isinstance(obj, (LayerObj, UserObj)) and obj.name == name:
-            return obj.line
-        kids = obj.attrs.values() if isinstance(obj, UserObj) else ([v for _, v in obj.children] if isinstance(obj, LayerObj) else [])
-        for v in kids:
-            r = rec(v)
-            if r:
-                return r
-        return None
-
-    return rec(model)
+def layer_line(tree: ast.Module, name: str | None) -> int | None:
+    """Line of the script's ``self.<attribute> = ...`` (or ``add_sublayer('<attribute>', ...)``) that made the
+    sub-layer Paddle names ``name`` (dotted path, e.g. ``encoder.layers.0.linear1``: its last part that is not an
+    index), the first such line when several classes set one; None when the script sets none."""
+    attr = next((part for part in reversed((name or "").split(".")) if part and not part.isdigit()), None)
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                   and t.value.id == "self" for t in targets):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_sublayer" \
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == attr:
+            lines.append(node.lineno)
+    return min(lines) if attr and lines else None
 
 
 __all__ = ["run_probe", "ProbeResult", "probe_program", "probe_batches", "probe_report"]
