@@ -365,7 +365,8 @@ def calibrate_profile(profile, *, url: str | None = None, threshold: float | Non
     return raised_to(profile, found.floor_bytes, note, threshold, fixed=found.scaling == "fixed", extra_notes=notes)
 
 
-def raised_to(profile, floor: int, note, threshold: float | None, *, fixed: bool = False, extra_notes=()):
+def raised_to(profile, floor: int, note, threshold: float | None, *, fixed: bool = False, extra_notes=(),
+              measured: int | None = None):
     """``profile`` with its peak raised to ``floor``, so the largest batch per device and the advice (AMP, recompute,
     a smaller batch) are worked out from the raised figure, not from the estimate that failed.
 
@@ -373,6 +374,7 @@ def raised_to(profile, floor: int, note, threshold: float | None, *, fixed: bool
         counted as workspace, so no smaller batch is worked out to fit; otherwise as activations (the part that
         scales with the batch, as :func:`autodl.oom.floor_at_batch` assumes).
     :param extra_notes: findings added before ``note`` (host-memory failures that raised nothing).
+    :param measured: the part of ``floor`` that was measured (bytes), kept as ``floor_bytes``; default all of it.
     """
     from autodl.catalog import load_catalog
 
@@ -384,7 +386,8 @@ def raised_to(profile, floor: int, note, threshold: float | None, *, fixed: bool
         activations = profile.breakdown.activations_bytes + extra
         update = {"breakdown": profile.breakdown.model_copy(update={"activations_bytes": activations}),
                   "activation_bytes_per_sample": activations // max(1, profile.batch_size)}
-    raised = profile.model_copy(update={"peak_memory_bytes": floor, **update,
+    known = max(profile.floor_bytes or 0, floor if measured is None else measured)
+    raised = profile.model_copy(update={"peak_memory_bytes": floor, "floor_bytes": known, **update,
                                         "findings": [*profile.findings, *extra_notes, note]})
     try:
         models = load_catalog().models

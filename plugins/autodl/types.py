@@ -149,6 +149,10 @@ class ResourceProfile(_Frozen):
     estimates_bytes: dict[str, int] = Field(
         default_factory=dict, description="Tensor peak by method ('dry_run', 'static', 'probe', 'cold_start') at batch_size.")
     probe_batch_sizes: list[int] | None = Field(None, description="Batch sizes the probe ran to extrapolate from.")
+    floor_bytes: int | None = Field(None, ge=0, description=(
+        "Least per-device memory the run is known to need, bytes: one allocation the dry run saw fail, or an earlier "
+        "run's out-of-memory floor (autodl.records.raised_to). Measured, unlike the cold-start figure, so it holds "
+        "when the model's size is unknown (autodl.policy.need)."))
 
     @property
     def errors(self) -> list[Finding]:

@@ -226,6 +226,33 @@ def test_a_model_of_unknown_size_is_placed_only_on_the_largest_device(catalog):
     assert known.needed_bytes == int(0.6 * GIB) and len([c for c in known.candidates if c.kept]) == 3
 
 
+def test_a_model_of_unknown_size_whose_formula_exceeds_every_device_is_placed_not_refused(catalog):
+    """A fresh user's 2.3M-parameter MobileNet at 128 x 128 whose dry run could not run: the cold-start formula
+    (batch 96 x 3 x 224 x 224 x an assumed hidden width of 768) said 63.3 GiB, and plan refused it on every card
+    ("never fits") while the cold-start warning said the run is sized as the largest allowed device. The formula is
+    no bound: the run is sized as the largest allowed device, as the warning says, and placed there."""
+    p = prof(63.3).model_copy(update={"flops_per_step": None, "params": None, "method": "cold_start"})
+    pool = inv(dev(catalog, 0, "A100-SXM4-40GB"), dev(catalog, 1, "V100-PCIE-32GB"))
+    d = place(p, pool, catalog=catalog, policy=ResourcePolicySection())
+    assert d.fits and d.needed_bytes == int(0.85 * catalog.get("A100-SXM4-40GB").memory_bytes)
+    assert d.chosen is not None and d.chosen.model == "A100-SXM4-40GB"
+    known = place(prof(63.3), pool, catalog=catalog, policy=ResourcePolicySection())  # a measured figure still refuses
+    assert not known.fits and known.chosen is None
+
+
+@pytest.mark.parametrize("update", [
+    {"floor_bytes": 100 * GIB},  # an allocation the dry run saw fail, or an earlier run's out-of-memory floor
+    {"batch_size": 5_000_000, "input_shape": [3, 32, 32]},  # the input batch alone: 57 GiB of float32
+], ids=["measured-floor", "input-batch"])
+def test_a_model_of_unknown_size_is_refused_by_what_was_measured(catalog, update):
+    """The size unknown, a floor that was measured still refuses the run where it exceeds every allowed device
+    (``tests/cases/bad-input/s_huge_linear.py``: the 3.6 TiB weight the dry run saw requested)."""
+    p = prof(0.6).model_copy(update={"flops_per_step": None, "params": None, "method": "cold_start", **update})
+    pool = inv(dev(catalog, 0, "A100-SXM4-40GB"), dev(catalog, 1, "V100-PCIE-32GB"))
+    d = place(p, pool, catalog=catalog, policy=ResourcePolicySection())
+    assert not d.fits and d.chosen is None and d.needed_bytes > 0.85 * 40 * GIB
+
+
 def test_gang_drops_are_grouped_by_reason_not_listed_per_host(catalog):
     """A gang of 8 on 200 hosts that each have 1-7 free devices, and on 50 hosts of 4 devices: two dropped
     entries (one per reason), not 250; every device is still listed."""

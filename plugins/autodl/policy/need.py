@@ -8,6 +8,7 @@ the largest allowed device of the pool, under the memory threshold, and says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from autodl.types import Device, ResourceProfile
@@ -18,20 +19,37 @@ def size_unknown(profile: ResourceProfile) -> bool:
     return profile.params is None
 
 
+INPUT_FLOOR_BYTES_PER_ELEMENT = 4
+"""Bytes per element of an input batch taken as certain: float32, what ``paddle.vision.transforms.ToTensor`` and
+Paddle's ``DataLoader`` hand a model for float data."""
+
+
+def input_floor_bytes(profile: ResourceProfile) -> int:
+    """Bytes of one batch of the run's input (batch x input size x :data:`INPUT_FLOOR_BYTES_PER_ELEMENT`): memory
+    every training step holds however the model is made, where the profile knows the input size; else 0."""
+    size = profile.sequence_length or (math.prod(profile.input_shape) if profile.input_shape else 0)
+    return profile.batch_size * size * INPUT_FLOOR_BYTES_PER_ELEMENT
+
+
 def needed_bytes(profile: ResourceProfile, devices: Iterable[Device], allowed: set[str], threshold: float) -> int:
     """Per-device bytes the run is placed by.
 
     :param devices: the pool's devices (healthy or not: the size a device could ever give).
     :param allowed: the vendors the run may use.
     :param threshold: ``resource_policy.memory_threshold`` (0-1) the need must stay under.
-    :returns: ``profile.peak_memory_bytes`` when the model's size is known; else the larger of that and
-        ``threshold`` x the largest allowed device's memory (so only the largest devices qualify).
+    :returns: ``profile.peak_memory_bytes`` when the model's size is known; else ``threshold`` x the largest allowed
+        device's memory (so only the largest devices qualify), or a measured floor where that is more (the input
+        batch alone, :func:`input_floor_bytes`; ``profile.floor_bytes``, an allocation the dry run saw fail or an
+        earlier run's out-of-memory floor): a run that cannot fit is refused. The cold-start formula's figure counts
+        neither way: it is no bound (its hidden width of 768 is assumed), and it refused a fresh user's
+        2.3M-parameter MobileNet at 128 x 128 on every card ("never fits: needs 63.3 GiB"). With no allowed device
+        in the pool, the figure stands.
     """
     need = profile.peak_memory_bytes
     if not size_unknown(profile):
         return need
     largest = max((d.memory_total_bytes for d in devices if d.vendor in allowed), default=0)
-    return max(need, int(threshold * largest))
+    return max(int(threshold * largest), input_floor_bytes(profile), profile.floor_bytes or 0) if largest else need
 
 
 def unknown_size_reason(need: int) -> str:

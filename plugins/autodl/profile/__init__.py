@@ -424,7 +424,8 @@ def with_failed_allocation(prof: ResourceProfile, failed, threshold: float | Non
         f"run's whole memory limit ({failed.limit_bytes / gib:.0f} GiB): that is the script's own need, not the dry "
         f"run's limit ({how}). The estimate is raised from {prof.peak_memory_bytes / gib:.2f} to "
         f"{(prof.peak_memory_bytes + need) / gib:.2f} GiB per device."))
-    return raised_to(prof, prof.peak_memory_bytes + need, note, threshold, fixed=failed.scaling == "fixed")
+    return raised_to(prof, prof.peak_memory_bytes + need, note, threshold, fixed=failed.scaling == "fixed",
+                     measured=min(request, need))  # one batch seen: it may or may not scale; the smaller is certain
 
 
 def _where(path: Path, spec: TaskSpec | None, probe: bool | None, dry_run: bool | None, findings: list[Finding],
