@@ -183,3 +183,73 @@ def test_a_token_model_without_a_declared_input_is_fed_ids_below_its_vocabulary(
     (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]  # the length it assumed is said
     assert f.severity == "warning" and "int64[b, 128]" in f.message and "sequences of 128 token ids" in f.message
     assert "task.sequence_length" in f.message
+
+
+FUSION = (
+    "import paddle\nimport paddle.nn as nn\nfrom paddle.static import InputSpec\n\n"
+    "class Fusion(nn.Layer):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.meta = nn.Linear(12, 16)\n"
+    "        self.cnn = nn.Sequential(nn.Conv2D(3, 8, 3, stride=4), nn.AdaptiveAvgPool2D(1), nn.Flatten())\n"
+    "        self.head = nn.Linear(8 + 16, 7)\n\n"
+    "    def forward(self, img, meta):\n"
+    "        return self.head(paddle.concat([self.cnn(img), self.meta(meta)], axis=1))\n\n"
+    "{declared}"
+    "def main():\n"
+    "    loader = paddle.io.DataLoader(paddle.io.TensorDataset([paddle.load('/data/x.pd')]), batch_size=16)\n"
+    "    model = Fusion()\n"
+    "    opt = paddle.optimizer.Adam(parameters=model.parameters())\n")
+
+
+@pytest.mark.parametrize("declared, measured", [
+    ("specs = [InputSpec([None, 3, 64, 64], 'float32', 'img'), InputSpec([None, 12], 'float32', 'meta')]\n", True),
+    ("", False),
+], ids=["two-input-specs", "undeclared"])
+def test_a_model_of_two_inputs_is_fed_both_or_told_it_takes_more(tmp_path, declared, measured):
+    """A fresh user's image + metadata model (``forward(self, img, meta)``): two ``InputSpec`` declarations are fed
+    together (only the first was); without them the probe says the forward takes more inputs than it fed, not
+    "check the layer's size" under a shape-mismatch code."""
+    s = tmp_path / "fusion.py"
+    s.write_text(FUSION.format(declared=declared))
+    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 8}}), probe=True, dry_run=False)
+    if measured:
+        assert p.method == "probe", [f.message for f in p.findings]
+        assert p.params == 12 * 16 + 16 + 3 * 8 * 9 + 8 + 24 * 7 + 7
+    else:
+        (f,) = [f for f in p.findings if f.code == "probe-failed"]
+        assert "forward takes more inputs than the probe fed it" in f.message and "'meta'" in f.message
+        assert "InputSpec" in f.message and not [f for f in p.findings if f.code == "probe-shape-mismatch"]
+
+
+def test_a_config_object_the_construction_reads_is_built_and_a_position_embedding_bounds_the_length(tmp_path):
+    """A fresh user's transformer built as ``TextTransformer(cfg)`` with ``cfg = ModelConfig()`` in ``main()`` was
+    not probed ("uses cfg, set by main()"); the config object is rebuilt (a script class that is not a layer, with
+    arguments that call nothing). Its position embedding has 100 rows, so the assumed length is 100, not 128 (ids
+    past the rows fail in Paddle's lookup). A package only the Dataset imports (missing here) is skipped."""
+    s = tmp_path / "tt.py"
+    s.write_text(
+        "import paddle\nimport paddle.nn as nn\nfrom dataclasses import dataclass\n\n"
+        "@dataclass\nclass ModelConfig:\n    vocab: int = 3000\n    dim: int = 32\n    max_len: int = 100\n\n"
+        "class TextTransformer(nn.Layer):\n"
+        "    def __init__(self, cfg):\n"
+        "        super().__init__()\n"
+        "        self.tok = nn.Embedding(cfg.vocab, cfg.dim)\n"
+        "        self.pos = nn.Embedding(cfg.max_len, cfg.dim)\n"
+        "        self.head = nn.Linear(cfg.dim, 2)\n\n"
+        "    def forward(self, ids):\n"
+        "        x = self.tok(ids) + self.pos(paddle.arange(ids.shape[1]))\n"
+        "        return self.head(x.mean(axis=1))\n\n"
+        "class Reviews(paddle.io.Dataset):\n"
+        "    def __getitem__(self, i):\n"
+        "        import not_installed_tokenizer\n"
+        "        return not_installed_tokenizer.encode(i)\n\n"
+        "def main():\n"
+        "    cfg = ModelConfig(dim=32)\n"
+        "    model = TextTransformer(cfg)\n"
+        "    opt = paddle.optimizer.AdamW(parameters=model.parameters())\n")
+    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 4}}), probe=True, dry_run=False)
+    assert p.method == "probe", [f.message for f in p.findings]
+    assert p.params == 3000 * 32 + 100 * 32 + 32 * 2 + 2
+    (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]
+    assert "int64[b, 100]" in f.message and "sequences of 100 token ids" in f.message

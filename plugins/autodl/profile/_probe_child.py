@@ -35,6 +35,7 @@ def _build_model(cfg, paddle):
     """The model the filtered script's expression builds, or None after emitting why it could not be built."""
     ns = {"__name__": "__autodl_probe__", "__file__": cfg["script"]}
     ns["__autodl_args__"] = _Args(cfg.get("argparse") or {})
+    ns["__autodl_missing__"] = missing = []  # imports that failed here (the program skips them)
     try:
         code = compile(cfg["source"], cfg["script"], "exec")
         exec(code, ns)
@@ -44,7 +45,8 @@ def _build_model(cfg, paddle):
     try:
         model = eval(compile(cfg["model_expr"], cfg["script"] + ":model", "eval"), ns)
     except Exception as exc:
-        emit({"ok": False, "stage": "model", "error": f"{type(exc).__name__}: {exc}",
+        failed = f" (imports that failed in the probe: {'; '.join(missing)})" if missing else ""
+        emit({"ok": False, "stage": "model", "error": f"{type(exc).__name__}: {exc}{failed}",
               "trace": traceback.format_exc()[-1500:]})
         return None
     if isinstance(model, (tuple, list)):
@@ -139,22 +141,25 @@ def _input_candidates(cfg, paddle, model):
     """The candidate input lists to try, in order, and why there is none when the list is empty.
 
     ``cfg["input_candidates"]`` come first (the dry run's inputs, the script's Dataset sample), then
-    ``cfg["input"]`` (the spec's or the script's declared input; integer ids below the model's vocabulary). Without
+    ``cfg["input"]`` (the spec's or the script's declared inputs; integer ids below the model's vocabulary). Without
     one, ``cfg["guess_input"]`` asks the model's own layers: token ids when it has an ``Embedding``, else its first
     input layer's shape (that input's ``assumed`` says what size was assumed, if any).
     """
     cands = list(cfg.get("input_candidates") or [])
     vocab = _vocabulary(paddle, model)
     if cfg.get("input") is not None:
-        cands.append([{**cfg["input"], "min": 0, "max": (vocab or 2) - 1}])
+        cands += [[{**d, "min": 0, "max": (vocab or 2) - 1} for d in c] for c in cfg["input"]]
         return cands, None
     guess = cfg.get("guess_input")
     if guess is None:
         return cands, "no input was given"
     seq_len = guess.get("seq_len")
     if vocab is not None:
-        assumed = None if seq_len else "sequences of 128 token ids, its first Embedding giving no length"
-        cands.append([{"shape": [seq_len or 128], "dtype": "int64", "min": 0, "max": vocab - 1, "assumed": assumed}])
+        # no Embedding is indexed past its rows: a position embedding's rows bound the length it can take
+        length = seq_len or min(128, *(int(sub.weight.shape[0]) for sub in model.sublayers(include_self=True)
+                                       if isinstance(sub, paddle.nn.Embedding)))
+        assumed = None if seq_len else f"sequences of {length} token ids, its first Embedding giving no length"
+        cands.append([{"shape": [length], "dtype": "int64", "min": 0, "max": vocab - 1, "assumed": assumed}])
         return cands, None
     first = _first_layer_input(paddle, model, seq_len)
     if first is None:

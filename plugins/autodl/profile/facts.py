@@ -66,6 +66,7 @@ class ScriptFacts:
     batch_size: int | None = None
     input_shape: list[int] | None = None
     input_dtype: str = "float32"
+    input_specs: list[tuple[list[int], str]] = field(default_factory=list)  # every InputSpec: (shape, dtype)
     sequence_length: int | None = None
     optimizer: str | None = None
     optimizer_line: int | None = None
@@ -699,6 +700,7 @@ def _declared_input(facts: ScriptFacts, sites: _CallSites) -> None:
     shape so far, the script's own Dataset's sample (esttest F5) is taken over a library dataset's default."""
     if sites.input_specs:
         facts.input_shape, facts.input_dtype = sites.input_specs[0]
+        facts.input_specs = list(sites.input_specs)
     elif facts.input_shape is None:
         sample = _dataset_sample(sites.interp, lambda e: sites.value(e, None, e))
         if sample is not None:

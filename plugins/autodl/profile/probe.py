@@ -60,24 +60,51 @@ def _literal(v: Any) -> bool:
 def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
     """The filtered module source and the model construction expression.
 
-    Kept: imports (module-level and inside functions), class and function definitions, and module
-    constants whose value calls nothing. Dropped: every other top-level statement.
+    Kept: imports (module-level and inside functions; one that fails in the probe is skipped and named if the model
+    cannot be built), class and function definitions, module constants whose value calls nothing, and the config
+    objects the construction reads (``cfg = Config(...)``, a script class that is not a layer, with arguments that
+    call nothing). Dropped: every other top-level statement.
 
     :raises ValueError: when no model construction was found, or when the construction uses a name the kept
-        statements do not define (a local of the function it sits in, a module-level value a call made).
+        statements do not define (a value a function computes, a module-level value a call made).
     """
     site = facts.model_site
     if site is None:
         raise ValueError("no model construction (a paddle.nn.Layer subclass, nn.Sequential or "
                          "paddle.vision.models call) was found")
+    keep = _kept_statements(tree, facts)
+    expr = _construction_expr(facts)
+    missing = _undefined_names(expr, keep)
+    keep += [stmt for name in missing if (stmt := _config_object(name, tree, facts, keep)) is not None]
+    missing = _undefined_names(expr, keep)
+    if missing:
+        raise ValueError(f"the model's construction at line {site.node.lineno} uses {', '.join(missing[:4])}, "
+                         f"{_where_set(missing[0], tree, site)}, which the probe does not run (it runs only the "
+                         "script's imports, definitions, constants and config objects); the estimate is the "
+                         "conservative bound")
+    module = ast.Module(body=keep, type_ignores=[])
+    return ast.unparse(ast.fix_missing_locations(module)), expr
+
+
+_GUARDED_IMPORT = ast.parse("try:\n    pass\nexcept ImportError as __autodl_exc:\n"
+                            "    __autodl_missing__.append(str(__autodl_exc))\n").body[0]
+"""The shape each kept import takes: a package missing where the probe runs (one only a Dataset needs) is skipped
+and recorded in ``__autodl_missing__``, which the child names if the model cannot be built."""
+
+
+def _kept_statements(tree: ast.Module, facts: ScriptFacts) -> list[ast.stmt]:
+    """Every import of the script (once, each guarded), ``args`` (the argparse defaults), definitions and constants."""
+    import copy
+
     keep: list[ast.stmt] = []
     seen_imports: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            key = ast.unparse(node)
-            if key not in seen_imports:
-                seen_imports.add(key)
-                keep.append(node)
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and ast.unparse(node) not in seen_imports:
+            seen_imports.add(ast.unparse(node))
+            guarded = copy.deepcopy(_GUARDED_IMPORT)
+            assert isinstance(guarded, ast.Try)
+            guarded.body = [node]
+            keep.append(guarded)
     keep.append(ast.parse("args = __autodl_args__").body[0])
     for stmt in tree.body:
         if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -85,13 +112,16 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and \
                 facts.interp.only_safe(stmt.value) and "parse_args" not in ast.unparse(stmt.value):
             keep.append(stmt)
-    module = ast.Module(body=keep, type_ignores=[])
-    source = ast.unparse(ast.fix_missing_locations(module))
-    # the construction call, with arguments the static pass could evaluate written as literals
+    return keep
+
+
+def _construction_expr(facts: ScriptFacts) -> str:
+    """The model's construction call, with the arguments the call-site evaluator knows written as literals."""
     from autodl.profile.facts import function_env
 
+    site = facts.model_site
+    assert site is not None
     env = function_env(facts.interp, site.func, site.node.lineno, {})
-    call = site.node
 
     def value(node: ast.expr) -> Any:
         try:
@@ -100,25 +130,61 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
             return Unsupported
 
     parts = []
-    for a in call.args:
+    for a in site.node.args:
         v = value(a)
         parts.append(repr(v) if _literal(v) else ast.unparse(a))
-    for kw in call.keywords:
+    for kw in site.node.keywords:
         v = value(kw.value)
         text = repr(v) if _literal(v) else ast.unparse(kw.value)
         parts.append(f"**{text}" if kw.arg is None else f"{kw.arg}={text}")
-    expr = f"{ast.unparse(call.func)}({', '.join(parts)})"
-    _check_names(expr, module, site)
-    return source, expr
+    return f"{ast.unparse(site.node.func)}({', '.join(parts)})"
 
 
-def _check_names(expr: str, module: ast.Module, site: Any) -> None:
-    """Refuse, naming them, the names ``expr`` reads that neither ``module`` (the kept statements) nor Python's
-    builtins define: the probe would only fail on them with a ``NameError`` that is not the script's."""
+def _assignments(name: str, tree: ast.Module, facts: ScriptFacts) -> list[ast.Assign]:
+    """The ``name = ...`` statements at the module level and, before the construction, in the function it sits in."""
+    site = facts.model_site
+    assert site is not None
+    stmts: list[ast.stmt] = list(tree.body)
+    if site.func is not None:
+        stmts += [s for s in ast.walk(site.func) if isinstance(s, ast.stmt) and s.lineno < site.node.lineno]
+    return [s for s in stmts if isinstance(s, ast.Assign) and len(s.targets) == 1
+            and isinstance(s.targets[0], ast.Name) and s.targets[0].id == name]
+
+
+def _config_object(name: str, tree: ast.Module, facts: ScriptFacts, keep: list[ast.stmt]) -> ast.stmt | None:
+    """``name = Config(...)`` when ``name`` is assigned once (at the module level or in the construction's function)
+    from a script class that is not a layer, with arguments that call nothing and read only what ``keep`` defines:
+    a config object the probe may build."""
+    from autodl.profile.interp import ClassInfo
+
+    found = _assignments(name, tree, facts)
+    if len(found) != 1 or not isinstance(call := found[0].value, ast.Call) or not isinstance(call.func, ast.Name):
+        return None
+    cls = facts.interp.globals.get(call.func.id)
+    args = [*call.args, *(k.value for k in call.keywords)]
+    if not isinstance(cls, ClassInfo) or cls.is_layer() or not all(facts.interp.only_safe(a) for a in args):
+        return None
+    return found[0] if not _undefined_names(ast.unparse(call), keep) else None
+
+
+def _where_set(name: str, tree: ast.Module, site: Any) -> str:
+    """Where ``name`` gets its value, in words, for the message that the probe cannot rebuild it."""
+    for s in tree.body:
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, ast.AnnAssign) else []
+        if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+            return f"set by the module-level statement at line {s.lineno}"
+    return f"a value {site.func.name}() computes" if site.func is not None else "a name the script does not define"
+
+
+def _undefined_names(expr: str, keep: list[ast.stmt]) -> list[str]:
+    """The names ``expr`` reads that neither the kept statements nor Python's builtins define, sorted: the probe would
+    only fail on them with a ``NameError`` that is not the script's."""
     import builtins
 
     defined = set(dir(builtins))
-    for stmt in module.body:
+    for stmt in keep:
+        if isinstance(stmt, ast.Try):  # a guarded import
+            stmt = stmt.body[0]
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             defined.update((a.asname or a.name).split(".")[0] for a in stmt.names)
         elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -129,12 +195,7 @@ def _check_names(expr: str, module: ast.Module, site: Any) -> None:
     nodes = list(ast.walk(ast.parse(expr, mode="eval")))
     bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)} | \
         {a.arg for n in nodes if isinstance(n, ast.Lambda) for a in n.args.args}
-    missing = sorted({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - defined - bound)
-    if missing:
-        where = f"{site.func.name}() or a statement" if site.func is not None else "a statement"
-        raise ValueError(f"the model's construction at line {site.node.lineno} uses {', '.join(missing[:4])}, set by "
-                         f"{where} the probe does not run (it runs only the script's imports, definitions and "
-                         "constants); the estimate is the conservative bound")
+    return sorted({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - defined - bound)
 
 
 PROBE_STEP_FLOPS = 5e10
@@ -327,11 +388,14 @@ def run_probe(
     except SandboxUnavailable as exc:  # user code never runs unisolated: the estimate stays static
         return fail("probe-unavailable", f"{script}: the probe was not run: {exc} The estimate is the conservative bound.")
     if result.timed_out:
+        guessed = given is None and not cfg["input_candidates"]
+        fed = ("an input it read off the model's first layer (an image taken as 224 x 224, a sequence as 128 long: "
+               "set task.input_shape to what the script trains on)" if guessed else "the script's input")
         return fail("probe-timeout",
-                    f"{script}: the probe (building the model at line {site_line} and running CPU steps at "
-                    f"batch {b1} and {b2}) did not finish within {timeout:.0f} s and was killed; the estimate is "
-                    "static. Check the model's __init__/forward for loops or downloads, or raise "
-                    "AUTODL_PROBE_TIMEOUT_S.", line=site_line)
+                    f"{script}: the probe (building the model at line {site_line} and running CPU training steps "
+                    f"at batch {b1} and {b2} on {fed}) did not finish within {timeout:.0f} s and was killed; the "
+                    "estimate is the conservative bound. The steps may be long on this CPU (AUTODL_PROBE_TIMEOUT_S "
+                    "raises the limit), or the model's __init__ or forward loops or downloads.", line=site_line)
     for note in result.notes:
         res.findings.append(Finding(severity="info", code="probe-isolation", message=f"probe sandbox: {note}"))
     data, failure = _read_probe_report(script, result, limit, facts, site_line, (b1, b2))
@@ -342,17 +406,22 @@ def run_probe(
     return res
 
 
-def declared_input(facts: ScriptFacts, input_shape: list[int] | None, seq_len: int | None) -> dict | None:
-    """The input the spec or the script declares, as the probe feeds it (per-sample ``shape``, ``dtype``), or None
-    when only the built model can say (the probe child then reads its first layer).
+def declared_input(facts: ScriptFacts, input_shape: list[int] | None, seq_len: int | None) -> list[list[dict]] | None:
+    """The inputs the spec or the script declares, as the probe feeds them: candidate lists (tried in order) of
+    per-sample ``shape`` and ``dtype``, one dict per argument of the model's forward; None when only the built model
+    can say (the probe child then reads its first layer).
 
     Token ids (the script's input is ``int64``) are ``[sequence length]``: the spec's ``sequence_length``, else the
-    input shape's first dimension, else 128 (an assumption the finding's input description shows).
+    input shape's first dimension, else 128. Several ``InputSpec`` declarations are tried as the first alone (a
+    ``paddle.Model``'s ``labels`` are InputSpecs too), then all together, unless the spec's ``task.input_shape``
+    replaced the first.
     """
+    specs = [{"shape": list(shape), "dtype": dtype} for shape, dtype in facts.input_specs]
+    several = [specs] if len(specs) >= 2 and (input_shape is None or list(input_shape) == specs[0]["shape"]) else []
     if facts.input_dtype == "int64":
-        return {"shape": [seq_len or (input_shape[0] if input_shape else None) or 128], "dtype": "int64"}
+        return [[{"shape": [seq_len or (input_shape[0] if input_shape else None) or 128], "dtype": "int64"}], *several]
     if input_shape:
-        return {"shape": list(input_shape), "dtype": "float32"}
+        return [[{"shape": list(input_shape), "dtype": "float32"}], *several]
     return None
 
 
@@ -395,6 +464,11 @@ def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: S
     if data.get("stage") == "input":  # the model was built; nothing said what it takes
         return data, ("probe-skipped", f"probe not run: {data.get('error')}; set task.input_shape in the spec.",
                       "info", site_line)
+    if data.get("stage") == "step" and "required positional argument" in (data.get("error") or ""):
+        return data, ("probe-failed", f"{script}: the model's forward takes more inputs than the probe fed it "
+                                      f"({data.get('input_desc')}; Paddle said: {data['error']}); declare each with "
+                                      "paddle.static.InputSpec in the script (task.input_shape gives one input). The "
+                                      "estimate is the conservative bound.", "warning", site_line)
     layer = data.get("layer")
     if data.get("stage") == "step" and layer:
         line = layer_line(facts.interp.tree, layer.get("layer"))
