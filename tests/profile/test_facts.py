@@ -331,3 +331,38 @@ def test_the_probe_program_builds_config_objects_and_skips_imports_that_fail():
     exec(compile(source, "probe", "exec"), ns)
     assert ns["__autodl_missing__"] == ["No module named 'not_installed_audio_lib'"]
     assert eval(expr, ns).width == 4
+
+
+@pytest.mark.parametrize("transform, shape", [
+    ("T.RandomResizedCrop(128)", [3, 128, 128]),
+    ("T.Resize((64, 96))", [3, 64, 96]),
+], ids=["crop-before-dataset", "resize-tuple"])
+def test_a_transforms_size_wins_over_the_datasets_default_wherever_written(transform, shape):
+    """A fresh user's fine-tuning script built its transform (``RandomResizedCrop(128)``) before the
+    ``DatasetFolder`` that uses it: the folder's documented default, 3 x 224 x 224, replaced the 128 x 128 the
+    transform makes (and a ``Resize((64, 64))`` of a tuple was not read at all)."""
+    import ast
+
+    from autodl.profile.facts import scan
+
+    src = ("import paddle\nimport paddle.vision.transforms as T\nfrom paddle.vision.datasets import DatasetFolder\n"
+           f"def main():\n    tf = T.Compose([{transform}, T.ToTensor()])\n"
+           "    train = DatasetFolder('/data/train', transform=tf)\n"
+           "    loader = paddle.io.DataLoader(train, batch_size=8)\n")
+    f = scan(ast.parse(src), src)
+    assert f.input_shape == shape
+
+
+def test_the_probe_builds_a_zoo_model_without_its_pretrained_weights():
+    """``mobilenet_v2(pretrained=True)``: the probe has no network, and the weights' values change no memory, so it
+    builds the model with ``pretrained=False`` (a fresh user's probe failed on the download)."""
+    import ast
+
+    from autodl.profile.facts import scan
+    from autodl.profile.probe import probe_program
+
+    src = ("import paddle\nfrom paddle.vision.models import mobilenet_v2\n"
+           "model = mobilenet_v2(pretrained=True, num_classes=5)\n"
+           "opt = paddle.optimizer.Adam(parameters=model.parameters())\n")
+    f = scan(ast.parse(src), src)
+    assert probe_program(f.interp.tree, f)[1] == "mobilenet_v2(pretrained=False, num_classes=5)"

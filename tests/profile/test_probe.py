@@ -253,3 +253,29 @@ def test_a_config_object_the_construction_reads_is_built_and_a_position_embeddin
     assert p.params == 3000 * 32 + 100 * 32 + 32 * 2 + 2
     (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]
     assert "int64[b, 100]" in f.message and "sequences of 100 token ids" in f.message
+
+
+def test_a_stem_registered_after_the_blocks_is_found_in_the_order_the_forward_calls(tmp_path):
+    """A fresh user's residual MLP registers its blocks (``Linear(256, 512)`` first) before its input stem
+    (``Linear(20, 256)``, applied first): the input read off the first registered layer (``[256]``) failed; the
+    first layer the failing forward called says ``[20]``, and the probe measures with it."""
+    s = tmp_path / "resmlp.py"
+    s.write_text(
+        "import paddle\nimport paddle.nn as nn\n\n"
+        "class ResMLP(nn.Layer):\n"
+        "    def __init__(self, in_dim=20, d=256):\n"
+        "        super().__init__()\n"
+        "        self.blocks = nn.LayerList([nn.Linear(d, d) for _ in range(2)])\n"
+        "        self.out = nn.Linear(d, 3)\n"
+        "        self.stem = nn.Linear(in_dim, d)\n\n"
+        "    def forward(self, x):\n"
+        "        h = self.stem(x)\n"
+        "        for blk in self.blocks:\n"
+        "            h = h + blk(h)\n"
+        "        return self.out(h)\n\n"
+        "model = ResMLP()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
+    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 16}}), probe=True, dry_run=False)
+    assert p.method == "probe", [f.message for f in p.findings]
+    assert p.params == 2 * (256 * 256 + 256) + 256 * 3 + 3 + 20 * 256 + 256
+    (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]
+    assert "float32[b, 20]" in f.message and "the first layer its forward called" in f.message

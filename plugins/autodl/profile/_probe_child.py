@@ -57,14 +57,21 @@ def _build_model(cfg, paddle):
     return model
 
 
-def _track_layers(model, paddle, stack):
-    """Name each sublayer; a pre-hook keeps in ``stack`` the layers being run, for shape errors."""
+CALLS_KEPT = 10_000
+"""Layer calls the child remembers in order (the first attempts' forward passes; a deeper model's are cut)."""
+
+
+def _track_layers(model, paddle, stack, calls):
+    """Name each sublayer; a pre-hook keeps in ``stack`` the layers being run, for shape errors, and in ``calls`` the
+    order the forward calls them in."""
     names = {}
     for n, sub in model.named_sublayers(include_self=True):
         names[id(sub)] = n or type(model).__name__
         def pre(layer, inputs):
             shapes = [list(t.shape) for t in inputs if isinstance(t, paddle.Tensor)]
             stack.append((names.get(id(layer)), type(layer).__name__, shapes, layer))
+            if len(calls) < CALLS_KEPT:
+                calls.append(layer)
         def post(layer, inputs, output):
             if stack:
                 stack.pop()
@@ -105,18 +112,19 @@ NO_INPUT_LAYER = ("the model's input shape is unknown (no Conv1D/2D, Linear, rec
                   "before its other Paddle layers with weights)")
 
 
-def _first_layer_input(paddle, model, seq_len):
+def _first_layer_input(paddle, layers, seq_len):
     """What the built model's first input layer takes: (per-sample float32 shape, what of it was assumed or None), or
     None.
 
-    Read off Paddle's own layers in registration order (``sublayers``, containers before what they hold): the first
+    Read off Paddle's own layers in ``layers``' order (registration order, containers before what they hold; or the
+    order a forward called them in): the first
     that is a ``Conv2D`` takes ``[in_channels, 224, 224]`` (224: ``paddle.vision.models``' documented input size), a
     ``Conv1D`` ``[in_channels, length]``, a ``Linear`` ``[in_features]``, a recurrent layer ``[length, input_size]``,
     attention ``[length, embed_dim]``; a length not given (``seq_len``) is 128. A first Paddle layer with weights of
     another kind (``Conv3D``, a norm) says nothing: None, rather than a later layer's guess.
     """
     nn, t = paddle.nn, seq_len or 128
-    for sub in model.sublayers(include_self=True):
+    for sub in layers:
         name = type(sub).__name__
         length = None if seq_len else f"a length of 128, its first {name} giving no length"
         if isinstance(sub, nn.Conv2D):
@@ -161,11 +169,27 @@ def _input_candidates(cfg, paddle, model):
         assumed = None if seq_len else f"sequences of {length} token ids, its first Embedding giving no length"
         cands.append([{"shape": [length], "dtype": "int64", "min": 0, "max": vocab - 1, "assumed": assumed}])
         return cands, None
-    first = _first_layer_input(paddle, model, seq_len)
+    first = _first_layer_input(paddle, model.sublayers(include_self=True), seq_len)
     if first is None:
         return cands, NO_INPUT_LAYER
-    cands.append([{"shape": first[0], "dtype": "float32", "min": 0, "max": 1, "assumed": first[1]}])
+    cands.append([{"shape": first[0], "dtype": "float32", "min": 0, "max": 1, "assumed": first[1], "read": "layers"}])
     return cands, None
+
+
+def _retry_in_call_order(step, paddle, cands, calls, batch, stack, seq_len):
+    """When the input read off the first *registered* layer failed (a script may register its stem after its head),
+    the first layer the failing forward *called* says what the model takes: one more candidate, tried at ``batch``.
+
+    :returns: (the index of the candidate that worked or None, the last exception).
+    """
+    first = _first_layer_input(paddle, calls, seq_len)
+    guessed = cands[-1][0]
+    if first is None or guessed.get("read") != "layers" or first[0] == guessed["shape"]:
+        return None, None
+    assumed = first[1] or "the width of the first layer its forward called"
+    cands.append([{"shape": first[0], "dtype": "float32", "min": 0, "max": 1, "assumed": assumed, "read": "calls"}])
+    index, exc = _first_working_input(step, cands[-1:], batch, stack)
+    return (len(cands) - 1 if index is not None else None), exc
 
 
 class _TrainingStep:
@@ -202,12 +226,17 @@ def _describe(inputs):
     return ", ".join(f"{d['dtype']}[b, {', '.join(str(x) for x in d['shape'])}]" for d in inputs)
 
 
+_CALLS: list = []
+"""The layers the current attempt's forward called, in order (``_track_layers``' pre-hooks)."""
+
+
 def _first_working_input(step, cands, batch, stack):
     """Index of the first candidate input list a step at ``batch`` runs with, and the last candidate's exception."""
     exc_last = None
     for i, inputs in enumerate(cands):
         try:
             stack.clear()
+            del _CALLS[:]
             step(batch, inputs)
             return i, None
         except Exception as exc:  # noqa: BLE001 - try the next candidate input
@@ -240,8 +269,9 @@ def _step_failure(exc, stack):
     info = None
     if stack:
         name, typ, shapes, layer = stack[-1]
-        wshape = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:1]
-        info = {"layer": name, "type": typ, "input_shapes": shapes, "weight_shape": wshape[0] if wshape else None}
+        own = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:4]  # a model's own may be several
+        info = {"layer": name, "type": typ, "input_shapes": shapes,
+                "weight_shape": (own[0] if len(own) == 1 else own) or None}
     return {"ok": False, "stage": "step", "error": f"{type(exc).__name__}: {short[:400]}", "layer": info}
 
 
@@ -262,7 +292,7 @@ def main():
     trainable = sum(int(p.numel()) for p in model.parameters() if not p.stop_gradient)
     model.train()
     stack = []
-    _track_layers(model, paddle, stack)
+    _track_layers(model, paddle, stack, _CALLS)
     opt = _optimizer(cfg, paddle, model)
     cands, unknown = _input_candidates(cfg, paddle, model)
     if not cands:
@@ -273,6 +303,11 @@ def main():
     fl.attach(model)
     step = _TrainingStep(paddle, F, model, opt, bool(cfg.get("cross_entropy")))
     chosen, exc_last = _first_working_input(step, cands, cfg["batches"][0], stack)
+    if chosen is None:
+        seq_len = (cfg.get("guess_input") or {}).get("seq_len")
+        calls = list(_CALLS)
+        retried, exc_retry = _retry_in_call_order(step, paddle, cands, calls, cfg["batches"][0], stack, seq_len)
+        chosen, exc_last = (retried, exc_last) if retried is not None else (None, exc_retry or exc_last)
     try:
         if chosen is None:
             raise exc_last

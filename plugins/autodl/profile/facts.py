@@ -527,6 +527,8 @@ class _CallSites:
         s = self.arg(call, "size", 0)
         if isinstance(s, int):
             self.shape_candidates.append(([-1, s, s], "float32", 0))
+        elif isinstance(s, (tuple, list)) and len(s) == 2 and all(isinstance(d, int) for d in s):  # (height, width)
+            self.shape_candidates.append(([-1, s[0], s[1]], "float32", 0))
         return True
 
     def _input_spec(self, call: _Call) -> bool:
@@ -679,8 +681,8 @@ def _input_from_tensors(facts: ScriptFacts, sites: _CallSites) -> None:
             if dt == "int64" and len(shp) == 2:
                 facts.sequence_length = facts.sequence_length or shp[1]
             break
-    else:
-        for shp, dt, line in sites.shape_candidates:
+    else:  # a library dataset's default sample first, then a resize (its transform) over it, wherever written
+        for shp, dt, line in sorted(sites.shape_candidates, key=lambda c: c[0][0] == -1):
             if not line:
                 if shp[0] == -1 and facts.input_shape:
                     facts.input_shape = [facts.input_shape[0], shp[1], shp[2]]

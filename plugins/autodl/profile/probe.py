@@ -116,7 +116,8 @@ def _kept_statements(tree: ast.Module, facts: ScriptFacts) -> list[ast.stmt]:
 
 
 def _construction_expr(facts: ScriptFacts) -> str:
-    """The model's construction call, with the arguments the call-site evaluator knows written as literals."""
+    """The model's construction call, with the arguments the call-site evaluator knows written as literals (a zoo
+    model's ``pretrained`` is False: its weights' values change no memory, and the probe has no network)."""
     from autodl.profile.facts import function_env
 
     site = facts.model_site
@@ -134,6 +135,9 @@ def _construction_expr(facts: ScriptFacts) -> str:
         v = value(a)
         parts.append(repr(v) if _literal(v) else ast.unparse(a))
     for kw in site.node.keywords:
+        if site.kind == "zoo" and kw.arg == "pretrained":  # the weights' values change no memory; no download
+            parts.append("pretrained=False")
+            continue
         v = value(kw.value)
         text = repr(v) if _literal(v) else ast.unparse(kw.value)
         parts.append(f"**{text}" if kw.arg is None else f"{kw.arg}={text}")
