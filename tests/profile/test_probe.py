@@ -137,12 +137,17 @@ def test_a_probe_without_its_report_says_why_from_how_the_child_ended():
     assert "address-space" in _no_report_reason(ended(-9, "", oom_kills=1), 8 << 30)
 
 
+def probe_only(path: Path, script: str, batch: int):
+    """``script`` written to ``path`` and profiled by the model-only probe alone (no dry run) at ``batch``."""
+    path.write_text(script)
+    return profile_script(path, parse_spec({"task": {"batch_size_per_gpu": batch}}), probe=True, dry_run=False)
+
+
 def test_the_built_model_says_its_input_where_the_script_does_not(tmp_path):
     """No input shape in the spec or the script, and a model whose widths the static reading cannot follow (a
     ``while`` loop): the probe asks the model Paddle built for its first layer (``Linear(in_features=24)``) and
     measures, where the static guess of the input used to give up ("probe not run: input shape unknown")."""
-    s = tmp_path / "widths.py"
-    s.write_text(
+    p = probe_only(tmp_path / "widths.py", (
         "import paddle\nimport paddle.nn as nn\n\n"
         "def width(n):\n    w = 3\n    while w < n:\n        w *= 2\n    return w\n\n"
         "class Net(nn.Layer):\n"
@@ -152,8 +157,7 @@ def test_the_built_model_says_its_input_where_the_script_does_not(tmp_path):
         "        self.head = nn.Linear(64, 10)\n\n"
         "    def forward(self, x):\n"
         "        return self.head(paddle.nn.functional.relu(self.body(x)))\n\n"
-        "model = Net()\nopt = paddle.optimizer.SGD(parameters=model.parameters())\n")
-    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 8}}), probe=True, dry_run=False)
+        "model = Net()\nopt = paddle.optimizer.SGD(parameters=model.parameters())\n"), 8)
     assert p.method == "probe", [f.message for f in p.findings]
     assert p.params == 24 * 64 + 64 + 64 * 10 + 10
     assert p.model_name == "Net"
@@ -164,8 +168,7 @@ def test_the_built_model_says_its_input_where_the_script_does_not(tmp_path):
 def test_a_token_model_without_a_declared_input_is_fed_ids_below_its_vocabulary(tmp_path):
     """An ``Embedding(5000, 32)`` model and no input declared: the probe feeds int64 ids below 5,000 (an id at or
     above the vocabulary would fail in Paddle's lookup) of an assumed length 128, and says it assumed the length."""
-    s = tmp_path / "tokens.py"
-    s.write_text(
+    p = probe_only(tmp_path / "tokens.py", (
         "import paddle\nimport paddle.nn as nn\n\n"
         "class Net(nn.Layer):\n"
         "    def __init__(self, vocab=5000):\n"
@@ -176,8 +179,7 @@ def test_a_token_model_without_a_declared_input_is_fed_ids_below_its_vocabulary(
         "    def forward(self, ids):\n"
         "        out, _ = self.rnn(self.emb(ids))\n"
         "        return self.head(out[:, -1])\n\n"
-        "model = Net()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
-    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 4}}), probe=True, dry_run=False)
+        "model = Net()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n"), 4)
     assert p.method == "probe", [f.message for f in p.findings]
     assert p.params == 5000 * 32 + (2 * 3 * 32 * 32 + 2 * 3 * 32) + (32 * 2 + 2)  # Embedding, GRU, Linear
     (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]  # the length it assumed is said
@@ -210,9 +212,7 @@ def test_a_model_of_two_inputs_is_fed_both_or_told_it_takes_more(tmp_path, decla
     """A fresh user's image + metadata model (``forward(self, img, meta)``): two ``InputSpec`` declarations are fed
     together (only the first was); without them the probe says the forward takes more inputs than it fed, not
     "check the layer's size" under a shape-mismatch code."""
-    s = tmp_path / "fusion.py"
-    s.write_text(FUSION.format(declared=declared))
-    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 8}}), probe=True, dry_run=False)
+    p = probe_only(tmp_path / "fusion.py", FUSION.format(declared=declared), 8)
     if measured:
         assert p.method == "probe", [f.message for f in p.findings]
         assert p.params == 12 * 16 + 16 + 3 * 8 * 9 + 8 + 24 * 7 + 7
@@ -227,8 +227,7 @@ def test_a_config_object_the_construction_reads_is_built_and_a_position_embeddin
     not probed ("uses cfg, set by main()"); the config object is rebuilt (a script class that is not a layer, with
     arguments that call nothing). Its position embedding has 100 rows, so the assumed length is 100, not 128 (ids
     past the rows fail in Paddle's lookup). A package only the Dataset imports (missing here) is skipped."""
-    s = tmp_path / "tt.py"
-    s.write_text(
+    p = probe_only(tmp_path / "tt.py", (
         "import paddle\nimport paddle.nn as nn\nfrom dataclasses import dataclass\n\n"
         "@dataclass\nclass ModelConfig:\n    vocab: int = 3000\n    dim: int = 32\n    max_len: int = 100\n\n"
         "class TextTransformer(nn.Layer):\n"
@@ -247,8 +246,7 @@ def test_a_config_object_the_construction_reads_is_built_and_a_position_embeddin
         "def main():\n"
         "    cfg = ModelConfig(dim=32)\n"
         "    model = TextTransformer(cfg)\n"
-        "    opt = paddle.optimizer.AdamW(parameters=model.parameters())\n")
-    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 4}}), probe=True, dry_run=False)
+        "    opt = paddle.optimizer.AdamW(parameters=model.parameters())\n"), 4)
     assert p.method == "probe", [f.message for f in p.findings]
     assert p.params == 3000 * 32 + 100 * 32 + 32 * 2 + 2
     (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]
@@ -259,8 +257,7 @@ def test_a_stem_registered_after_the_blocks_is_found_in_the_order_the_forward_ca
     """A fresh user's residual MLP registers its blocks (``Linear(256, 512)`` first) before its input stem
     (``Linear(20, 256)``, applied first): the input read off the first registered layer (``[256]``) failed; the
     first layer the failing forward called says ``[20]``, and the probe measures with it."""
-    s = tmp_path / "resmlp.py"
-    s.write_text(
+    p = probe_only(tmp_path / "resmlp.py", (
         "import paddle\nimport paddle.nn as nn\n\n"
         "class ResMLP(nn.Layer):\n"
         "    def __init__(self, in_dim=20, d=256):\n"
@@ -273,8 +270,7 @@ def test_a_stem_registered_after_the_blocks_is_found_in_the_order_the_forward_ca
         "        for blk in self.blocks:\n"
         "            h = h + blk(h)\n"
         "        return self.out(h)\n\n"
-        "model = ResMLP()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n")
-    p = profile_script(s, parse_spec({"task": {"batch_size_per_gpu": 16}}), probe=True, dry_run=False)
+        "model = ResMLP()\nopt = paddle.optimizer.Adam(parameters=model.parameters())\n"), 16)
     assert p.method == "probe", [f.message for f in p.findings]
     assert p.params == 2 * (256 * 256 + 256) + 256 * 3 + 3 + 20 * 256 + 256
     (f,) = [f for f in p.findings if f.code == "probe-input-assumed"]
