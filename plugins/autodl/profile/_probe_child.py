@@ -269,7 +269,8 @@ def _step_failure(exc, stack):
     info = None
     if stack:
         name, typ, shapes, layer = stack[-1]
-        own = [list(p.shape) for p in layer.parameters(include_sublayers=False)][:4]  # a model's own may be several
+        own = [list(p.shape) for p in layer.parameters(include_sublayers=False)]
+        own = [sh for sh in own if len(sh) >= 2][:4] or own[:1]  # weights, not biases; a model's own may be several
         info = {"layer": name, "type": typ, "input_shapes": shapes,
                 "weight_shape": (own[0] if len(own) == 1 else own) or None}
     return {"ok": False, "stage": "step", "error": f"{type(exc).__name__}: {short[:400]}", "layer": info}
