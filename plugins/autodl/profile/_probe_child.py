@@ -188,7 +188,7 @@ def _retry_in_call_order(step, paddle, cands, calls, batch, stack, seq_len):
         return None, None
     assumed = first[1] or "the width of the first layer its forward called"
     cands.append([{"shape": first[0], "dtype": "float32", "min": 0, "max": 1, "assumed": assumed, "read": "calls"}])
-    index, exc = _first_working_input(step, cands[-1:], batch, stack)
+    index, exc = _first_working_input(step, cands[-1:], batch, stack, calls)
     return (len(cands) - 1 if index is not None else None), exc
 
 
@@ -226,17 +226,13 @@ def _describe(inputs):
     return ", ".join(f"{d['dtype']}[b, {', '.join(str(x) for x in d['shape'])}]" for d in inputs)
 
 
-_CALLS: list = []
-"""The layers the current attempt's forward called, in order (``_track_layers``' pre-hooks)."""
-
-
-def _first_working_input(step, cands, batch, stack):
+def _first_working_input(step, cands, batch, stack, calls):
     """Index of the first candidate input list a step at ``batch`` runs with, and the last candidate's exception."""
     exc_last = None
     for i, inputs in enumerate(cands):
         try:
             stack.clear()
-            del _CALLS[:]
+            calls.clear()
             step(batch, inputs)
             return i, None
         except Exception as exc:  # noqa: BLE001 - try the next candidate input
@@ -292,8 +288,8 @@ def main():
     params = sum(int(p.numel()) for p in model.parameters())
     trainable = sum(int(p.numel()) for p in model.parameters() if not p.stop_gradient)
     model.train()
-    stack = []
-    _track_layers(model, paddle, stack, _CALLS)
+    stack, calls = [], []  # the layers being run; those the current attempt's forward called, in order
+    _track_layers(model, paddle, stack, calls)
     opt = _optimizer(cfg, paddle, model)
     cands, unknown = _input_candidates(cfg, paddle, model)
     if not cands:
@@ -303,10 +299,9 @@ def main():
     fl.install(paddle)
     fl.attach(model)
     step = _TrainingStep(paddle, F, model, opt, bool(cfg.get("cross_entropy")))
-    chosen, exc_last = _first_working_input(step, cands, cfg["batches"][0], stack)
+    chosen, exc_last = _first_working_input(step, cands, cfg["batches"][0], stack, calls)
     if chosen is None:
         seq_len = (cfg.get("guess_input") or {}).get("seq_len")
-        calls = list(_CALLS)
         retried, exc_retry = _retry_in_call_order(step, paddle, cands, calls, cfg["batches"][0], stack, seq_len)
         chosen, exc_last = (retried, exc_last) if retried is not None else (None, exc_retry or exc_last)
     try:
