@@ -158,10 +158,7 @@ def _input_candidates(cfg, paddle, model):
     if cfg.get("input") is not None:
         cands += [[{**d, "min": 0, "max": (vocab or 2) - 1} for d in c] for c in cfg["input"]]
         return cands, None
-    guess = cfg.get("guess_input")
-    if guess is None:
-        return cands, "no input was given"
-    seq_len = guess.get("seq_len")
+    seq_len = (cfg.get("guess_input") or {}).get("seq_len")  # the parent asks for a guess whenever it declares none
     if vocab is not None:
         # no Embedding is indexed past its rows: a position embedding's rows bound the length it can take
         length = seq_len or min(128, *(int(sub.weight.shape[0]) for sub in model.sublayers(include_self=True)
