@@ -13,6 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Airflow reads its configuration once, at first import: give the whole session an embedded Airflow
 # home (SQLite metadata) with this repository's dags/ and plugins/, before any test imports airflow.
+# Each pytest-xdist worker (.ci/run's `-n`) gets its own: the workers inherit the controller's environment, and
+# two workers migrating or writing one SQLite metadata file at once would lock each other out.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"autodl-airflow-home-{os.environ['PYTEST_XDIST_WORKER']}-")
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="autodl-airflow-home-"))
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
@@ -57,10 +61,13 @@ def needs_services(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs a daemon ``services``, so .ci/run's fast job (``-m "not (services or slow)"``)
     runs before any daemon starts and the second job (``-m "services or slow"``) runs the rest: every test in
-    exactly one job."""
+    exactly one job. In parallel (``-n``, ``--dist loadfile --no-loadscope-reorder``), modules marked ``minutes``
+    come first, so one worker starts each while the others run the rest."""
     for item in items:
         if needs_services(item) and not item.get_closest_marker("services"):
             item.add_marker(pytest.mark.services)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: every worker sorts alike, so collections still match
+        items.sort(key=lambda item: item.get_closest_marker("minutes") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from autodl.queue import AdmissionQueue
 from autodl.records import RecordStore
 from tests.integration.real_airflow import REPO, RealAirflow
 
-pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.minutes]
 
 TTL_S = 30
 """The lease TTL these tests run Airflow with (AUTODL_LEASE_TTL): short, so a crash is reclaimed quickly."""

@@ -26,7 +26,7 @@ import pytest
 from tests.integration.browser import AirflowServer, Chromium, find_chromium, http_json, wait_until
 from tests.integration.conftest import require_service
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 
 REPO = Path(__file__).resolve().parents[2]
 PORTS = (28100, 28101, 28102, 28103)  # api-server; log/health ports set but not served

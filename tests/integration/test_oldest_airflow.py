@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.test_wheel_install import _tracked_copy
 
-pytestmark = [pytest.mark.integration, pytest.mark.registry]
+pytestmark = [pytest.mark.integration, pytest.mark.registry, pytest.mark.minutes]
 
 REPO = Path(__file__).resolve().parents[2]
 FLOORED = ("apache-airflow", "apache-airflow-task-sdk", "apache-airflow-providers-docker",

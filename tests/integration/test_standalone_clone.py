@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.test_wheel_install import _tracked_copy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_TESTS = ["tests/simulate", "tests/profile/test_runtime.py", "tests/policy/test_place.py",
