@@ -159,6 +159,27 @@ def test_stop_kills_the_whole_process_group(tmp_path):
     launcher.stop(handle)  # idempotent
 
 
+def test_a_training_that_heeds_sigterm_only_after_the_stop_began_gets_it_and_is_not_killed(tmp_path):
+    """Seen under load (tests/core/test_reaper.py, exit 137): a stop right after the launch found the sandbox's
+    shim (which ignores SIGTERM) and no training yet; the training started, ignoring it until its own shim restored
+    it, nobody signalled it again, and it was SIGKILLed at the end of the grace period. Here the training ignores
+    SIGTERM for its first half second: the stop still ends it by SIGTERM (143), long before a 60 s grace."""
+    ready = tmp_path / "ignoring"
+    script = tmp_path / "late.py"
+    script.write_text("import pathlib, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                      "pathlib.Path(sys.argv[1]).touch()\ntime.sleep(0.5)\n"
+                      "signal.signal(signal.SIGTERM, signal.SIG_DFL)\ntime.sleep(600)\n")
+    launcher = LocalLauncher(stop_grace_s=60)
+    handle = launcher.launch(LaunchRequest(run_key="late", script=str(script), args=[str(ready)], on_cpu=True,
+                                           vendor=load_catalog().vendor("nvidia")))
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert time.monotonic() < deadline, launcher.read_logs(handle)[0]
+        time.sleep(0.02)
+    launcher.stop(handle)
+    assert launcher.poll(handle) == 143
+
+
 def test_missing_script_is_launch_error(tmp_path):
     req = LaunchRequest(run_key="x", script=str(tmp_path / "none.py"))
     with pytest.raises(LaunchError, match="does not exist"):

@@ -37,6 +37,9 @@ STOP_GRACE_S = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping (Kubernetes' default grace period is 30 s;
 a training that checkpoints on SIGTERM should finish within this)."""
 
+STOP_POLL_S = 0.2
+"""Seconds between looks for processes of a stopping attempt that have not had SIGTERM yet."""
+
 CHILD_PATH = str(Path(__file__).resolve().parent / "child_path")
 """Folder put first on the training's ``PYTHONPATH``: its ``sitecustomize`` reports Paddle's memory peaks."""
 
@@ -153,6 +156,18 @@ def previous_attempt(handle_file: Path, log_path: str | None) -> int:
                           "(attempt-N.log), so the next attempt's number is unknown; the handle was not written by "
                           "autodl's local launcher: move the run folder away.")
     return int(match.group(1))
+
+
+def _ignores(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` ignores ``sig`` now (the ``SigIgn`` mask of ``/proc/PID/status``, proc(5)); False
+    when that cannot be read (the process is gone, or not Linux)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 class LocalLauncher:
@@ -460,6 +475,31 @@ class LocalLauncher:
             except (ProcessLookupError, PermissionError):
                 continue
 
+    def _terminate(self, handle: LaunchHandle, procs: list[psutil.Process]) -> dict[int, psutil.Process]:
+        """SIGTERM to ``procs`` and their process groups, then, until they are gone or ``stop_grace_s`` has passed,
+        to each process of the attempt that did not get it yet and does not ignore it: the training inside
+        bubblewrap starts after the sandbox (whose shim ignores SIGTERM, :data:`autodl.launch.isolation.IGNORE_STOP`)
+        and ignores it until its own shim restores it, so a stop right after the launch reached no one (seen under
+        load: the training ran the whole grace period and was SIGKILLed, exit 137).
+
+        :returns: the attempt's processes still alive when the grace period ended (pid -> process).
+        """
+        delivered = {p.pid for p in procs if not _ignores(p.pid, signal.SIGTERM)}
+        self._signal(procs, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        while True:
+            alive = self.processes(handle)
+            if not alive or time.monotonic() >= deadline:
+                return {p.pid: p for p in alive}
+            for proc in alive:
+                if proc.pid not in delivered and not _ignores(proc.pid, signal.SIGTERM):
+                    try:
+                        proc.send_signal(signal.SIGTERM)
+                        delivered.add(proc.pid)
+                    except psutil.Error:
+                        continue
+            psutil.wait_procs(alive, timeout=STOP_POLL_S)
+
     def stop(self, handle: LaunchHandle) -> None:
         """End every process of the attempt: SIGTERM to each (and to each process group among them:
         ``paddle.distributed.launch`` starts every rank in its own session, so the wrapper's group alone
@@ -469,11 +509,7 @@ class LocalLauncher:
         if not procs:
             return
         code = 128 + signal.SIGTERM
-        self._signal(procs, signal.SIGTERM)
-        _gone, alive = psutil.wait_procs(procs, timeout=self.stop_grace_s)
-        left = {p.pid: p for p in alive}
-        for proc in self.processes(handle):  # started during the grace period
-            left.setdefault(proc.pid, proc)
+        left = self._terminate(handle, procs)
         while left:
             code = 128 + signal.SIGKILL
             self._signal(list(left.values()), signal.SIGKILL)
