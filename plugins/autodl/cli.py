@@ -29,7 +29,8 @@ def _console():
     from rich.console import Console
 
     # tables are wide: do not squeeze them to 80 columns when piped to a file or a log
-    return Console(width=None if sys.stdout.isatty() else 220)
+    # markup off: messages quote shapes such as "float32[b, 1, 128]", which rich would take for a style tag and drop
+    return Console(width=None if sys.stdout.isatty() else 220, markup=False)
 
 
 def _gib(n: int | float | None) -> str:

@@ -190,3 +190,15 @@ def test_the_command_as_a_process_prints_what_main_prints_in_process(autodl, arg
     assert real.returncode == 0, real.stderr
     # the documents name their home's folders (the run's outputs): the same, but for that
     assert json.loads(real.stdout.replace(str(home), str(autodl_home))) == json.loads(autodl(*args).stdout)
+
+
+def test_a_findings_text_in_square_brackets_is_printed_as_written(capsys):
+    """Seen: the probe's "feeding inputs it made up (float32[b, 1, 128]; ...)" was printed "(float32; ...)": rich read
+    "[b, 1, 128]" as a style tag and dropped it. Every table the CLI prints shows data, never markup."""
+    from autodl import cli
+    from autodl.types import Finding
+
+    message = "feeding inputs it made up (float32[b, 1, 128]; int64[b, 64]) to [bold]layer[/bold] 'head'"
+    cli._print_findings(cli._console(), [Finding(severity="warning", code="probe-shape-mismatch", message=message)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "float32[b, 1, 128]; int64[b, 64]" in out and "[bold]layer[/bold]" in out, out

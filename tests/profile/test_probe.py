@@ -143,6 +143,25 @@ def probe_only(path: Path, script: str, batch: int):
     return profile_script(path, parse_spec({"task": {"batch_size_per_gpu": batch}}), probe=True, dry_run=False)
 
 
+def test_a_shape_error_at_an_assumed_input_says_what_was_assumed(tmp_path):
+    """Seen (a keyword-spotting model: strided Conv1Ds, then a Linear that fixes the length to 8,000 samples): the
+    shape error at the probe's assumed length said "inputs it made up (float32)", not that a length of 128 was the
+    probe's own guess."""
+    p = probe_only(tmp_path / "kws.py", (
+        "import paddle\nimport paddle.nn as nn\n\n"
+        "class KWS(nn.Layer):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body = nn.Sequential(nn.Conv1D(1, 32, 80, stride=16), nn.ReLU(), nn.Conv1D(32, 64, 3, stride=2))\n"
+        "        self.head = nn.Linear(64 * 247, 12)\n\n"
+        "    def forward(self, wav):\n"
+        "        return self.head(paddle.flatten(self.body(wav), 1))\n\n"
+        "model = KWS()\nopt = paddle.optimizer.SGD(parameters=model.parameters())\n"), 4)
+    (err,) = [f for f in p.findings if f.code == "probe-shape-mismatch"]
+    assert "float32[b, 1, 128]; it assumed a length of 128" in err.message, err.message
+    assert "task.input_shape" in err.message
+
+
 def test_the_built_model_says_its_input_where_the_script_does_not(tmp_path):
     """No input shape in the spec or the script, and a model whose widths the static reading cannot follow (a
     ``while`` loop): the probe asks the model Paddle built for its first layer (``Linear(in_features=24)``) and

@@ -307,7 +307,7 @@ def main():
         peaks, flops = _measure(step, fl, core, cfg["batches"], cands[chosen])
     except Exception as exc:
         emit({**_step_failure(exc, stack), "params": params, "trainable": trainable,
-              "input_desc": _describe(cands[-1])})
+              "input_desc": _describe(cands[-1]), "input_assumed": cands[-1][0].get("assumed")})
         return
     emit({"ok": True, "params": params, "trainable": trainable, "peaks": peaks, "seconds": time.time() - t0,
           "fwd_flops_per_sample": flops or None, "input_index": chosen, "input_desc": _describe(cands[chosen]),

@@ -477,7 +477,9 @@ def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: S
     if data.get("stage") == "step" and layer:
         line = layer_line(facts.interp.tree, layer.get("layer"))
         shapes = layer.get("input_shapes")
-        msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}), "
+        assumed = f"; it assumed {data['input_assumed']}" if data.get("input_assumed") else ""
+        msg = (f"the model-only probe, feeding inputs it made up ({data.get('input_desc') or 'from the static reading'}"
+               f"{assumed}), "
                f"stopped at layer '{layer['layer']}' ({layer['type']}): input shape {shapes[0] if shapes else '?'}, "
                f"weight shape {layer.get('weight_shape')}; Paddle said: {data['error']}. This may be the probe's "
                "guess of the input, not the script: check the layer's size, or set task.input_shape. The estimate "
