@@ -750,3 +750,46 @@ def test_a_gan_step_is_both_optimizers_windows_not_the_larger_one():
     # wide_deep_two_optimizers.py: both optimizers update after one backward; every window is a whole step
     shared = [{**w, "fwd_flops": g, "inputs": images} for w in windows]
     assert step_flops_per_sample(shared, optimizers=2) == 3 * g / 16
+
+
+MANY_STEPS = '''
+import os
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle.io import DataLoader, TensorDataset
+
+BATCH = int(os.environ.get("AUTODL_BATCH_SIZE_PER_GPU", "32"))
+rows = TensorDataset([paddle.to_tensor(np.random.rand(BATCH * 200, 16).astype("float32")),
+                      paddle.to_tensor(np.zeros([BATCH * 200], dtype="int64"))])
+model = paddle.nn.Linear(16, 4)
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+for x, y in DataLoader(rows, batch_size=BATCH):
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_a_dry_run_at_the_scripts_own_batch_ends_after_its_steps_are_measured(tmp_path):
+    """The repeat at the script's own batch (after the reduced batches ran out or broke the script) waited for a
+    size of the reduced schedule its steps never had, and so measured every step until the script ended or 60 s
+    had passed: a fresh user's Transformer (cases/estimator/attention) took 46 s there for 27 steps of one size,
+    where two measured steps give the same figure. 200 batches are on offer here; two or three are measured."""
+    import time
+
+    from autodl.profile import dryrun as D
+
+    script = tmp_path / "many_steps.py"
+    script.write_text(MANY_STEPS)
+    cfg = D.DryRunConfig(script=str(script), user_dirs=[str(tmp_path)], target_batch=32, native_batches=[32],
+                         reduce=False)
+    attempt = D._Attempt(script=script, cfg=cfg, timeout=120.0, t0=time.monotonic(), target=32, batch_from_spec=True,
+                         memory=D.DRY_RUN_ADDRESS_SPACE_BYTES, env=None, venue=None)
+    dr = attempt.run(120.0)
+    measured = [s for s in dr.raw["steps"] if s.get("measured")]
+    assert dr.ok and dr.batch_sizes == [32], dr.reason
+    assert 2 <= len(measured) <= 3, len(measured)

@@ -182,8 +182,12 @@ class Ctl:
         save()
 
     def _sizes_measured(self, rec, elapsed, c, m, lo):
-        """Whether every size of the schedule is measured (training then ends, or goes on for a larger input)."""
-        need = sorted({m, lo, *self.plan})
+        """Whether every size of the schedule is measured (training then ends, or goes on for a larger input). Not
+        reducing, the schedule is the script's own batches: the sizes its steps had, in two measured steps at least
+        (so that an input whose shape changes between steps shows), are the ones to measure."""
+        if not self.reduce and sum(c.values()) < 2:
+            return False
+        need = sorted({m, lo, *self.plan}) if self.reduce else sorted(c)
         steady = self.counts(steady=True)
         # each size measured in a steady step (after a step of the same size: what the script keeps of the
         # previous step is then of this size); a first step at a size is enough when time is short
