@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
-from autodl.errors import AutoDLError
+from autodl.errors import AutoDLError, SpecError
 from autodl.fields import MAX_RUN_KEY_CHARS  # the store's run-key column width
 
 GiB = 1 << 30
@@ -65,14 +65,34 @@ def _print_json(data: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------ commands
+SPEC_SUFFIXES = (".yaml", ".yml")
+"""What a task spec's file name ends with (the README's and include/specs/'s)."""
+
+
+def _profile_inputs(script: str | None, spec: str | None) -> tuple[str | None, str | None]:
+    """(spec, script) of ``autodl profile``: a YAML file given where the script goes is the spec, as ``autodl plan
+    SPEC`` takes it (read as Python, a spec was a syntax error at its line 1 that told the user to fix the script).
+
+    :raises SpecError: a YAML file in the script's place beside ``--spec``.
+    """
+    if script is None or not str(script).lower().endswith(SPEC_SUFFIXES):
+        return spec, script
+    if spec is not None:
+        raise SpecError(f"{script} is a task spec, not a training script, and --spec {spec} is given too: give the "
+                        "script (`autodl profile SCRIPT --spec SPEC`) or the spec alone (`autodl profile SPEC`, "
+                        "its task.script the script).")
+    return script, None
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     from autodl.catalog import load_catalog
     from autodl.profile import profile_script
     from autodl.spec import TaskSpec, check_spec_against_catalog, load_spec
 
-    spec = load_spec(args.spec) if args.spec else TaskSpec()
+    spec_path, script_arg = _profile_inputs(args.script, args.spec)
+    spec = load_spec(spec_path) if spec_path else TaskSpec()
     check_spec_against_catalog(spec, load_catalog())  # a typo in a device name is refused here as in the DAG's step
-    script = spec.script_path(args.script)
+    script = spec.script_path(script_arg)
     from autodl.profile.cache import cached  # the same script, spec, environment and versions: the last profile
 
     profile = cached(profile_script)(script, spec, catalog=load_catalog(), probe=args.probe,
@@ -732,7 +752,7 @@ def _add_profile_commands(sub) -> None:
     """The commands that profile a training script and plan its placement: ``profile``, ``plan``."""
     sp = sub.add_parser("profile", help="estimate peak memory and FLOPs of a training script")
     sp.add_argument("script", nargs="?", type=path_arg("training script", check_length=False),
-                    help="training script (default: the spec's task.script)")
+                    help="training script (default: the spec's task.script), or the task spec YAML itself")
     sp.add_argument("--spec", type=path_arg("spec file", check_length=False), help="task spec YAML whose values override the script's")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--no-cache", dest="use_cache", action="store_false",

@@ -96,6 +96,18 @@ def test_profile_without_a_script_or_a_spec_says_to_give_the_script(autodl):
     assert "<spec>" not in proc.stderr
 
 
+def test_a_spec_given_where_the_script_goes_is_read_as_the_spec(autodl, tmp_path):
+    """``autodl plan SPEC`` takes the spec as its argument; ``autodl profile SPEC`` read the YAML as Python and said
+    "syntax error near 'task:'; fix the script". The spec's task.script is the script, as for plan."""
+    spec = tmp_path / "att.yaml"
+    spec.write_text(f"task:\n  script: {SCRIPT}\n  batch_size_per_gpu: 48\n")
+    out = json.loads(autodl("profile", str(spec), "--json", "--no-probe").stdout)
+    assert out["batch_size"] == 48 and out["script"] == str(SCRIPT)
+    proc = autodl("profile", str(spec), "--spec", str(SPEC), "--no-probe", check=False)
+    assert proc.returncode == 2 and "is a task spec, not a training script" in proc.stderr
+    assert "syntax error" not in proc.stderr
+
+
 def test_missing_script_and_syntax_error(autodl, tmp_path):
     proc = autodl("profile", str(tmp_path / "none.py"), check=False)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
