@@ -6,9 +6,11 @@ Details: docs/reference/task-spec.md#autodlspec.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 import re
+import shlex
 import types
 import typing
 from pathlib import Path
@@ -457,7 +459,33 @@ def _yaml_hint(msg: str, got: Any) -> str:
     if msg.startswith(("Input should be a valid integer", "Input should be a valid number")) and isinstance(got, str) \
             and got.strip().lstrip("-").replace(".", "", 1).isdigit():
         return f"; write it without quotes: {got.strip()}"
+    return _percent_hint(msg, got) or _list_hint(msg, got)
+
+
+def _percent_hint(msg: str, got: Any) -> str:
+    """A fraction written as a percentage (``85%``, ``85``): the fraction it means."""
+    text = got.strip().removesuffix("%") if isinstance(got, str) and got.strip().endswith("%") else got
+    if isinstance(text, str):
+        try:
+            text = float(text)
+        except ValueError:
+            return ""
+    wanted = msg.startswith(("Input should be less than or equal to 1", "Input should be a valid number"))
+    if wanted and isinstance(text, (int, float)) and not isinstance(text, bool) and 1 < text <= 100:
+        return f"; it is a fraction: {text / 100:g} for {text:g}%"
     return ""
+
+
+def _list_hint(msg: str, got: Any) -> str:
+    """A list written as one string (``args: --bs 128``): the YAML list of its words."""
+    if not (msg.startswith("Input should be a valid list") and isinstance(got, str) and got.strip()):
+        return ""
+    try:
+        words = shlex.split(got)
+    except ValueError:
+        return ""
+    return "; write it as a YAML list, one item each: [" + ", ".join(json.dumps(w) for w in words[:8]) \
+        + (", ..." if len(words) > 8 else "") + "]"
 
 
 def _mapping_wanted(loc: str, msg: str) -> str:
@@ -522,14 +550,34 @@ def load_spec(path: str | Path) -> TaskSpec:
 
     :param path: the spec file.
     :returns: the validated :class:`TaskSpec` with ``source_path`` set.
-    :raises SpecError: when the file is missing, is not YAML, or fails validation.
+    :raises SpecError: when the file is missing, is not YAML, or fails validation; a Python file (the training
+        script given where the spec goes) is named as such, not as YAML that does not parse.
     """
+    if str(path).endswith(".py") and _readable_file(path):
+        raise SpecError(f"{path} is a Python file, not a task spec: give the task spec YAML, whose task.script names "
+                        "the training script (`autodl plan SPEC`, or `autodl plan SPEC --script SCRIPT`); "
+                        "`autodl profile SCRIPT` profiles a script without a spec.")
     data = read_yaml(path, SpecError, "spec file not found; pass the path of a task spec YAML"
                      + ("" if Path(path).is_absolute() else f" (a relative path is read from {os.getcwd()}, the "
                         "current folder of this process: in a DAG, the worker's; give an absolute path, e.g. "
                         "relative to the DAG file's folder)")
                      + shipped_hint("specs", path) + ".")
     return parse_spec(data, Path(path))
+
+
+def _closest(name: str, known: list[str]) -> str:
+    """" (did you mean ...?)" naming the known names that begin with ``name`` or are spelt like it, else ""."""
+    key = name.lower().replace(" ", "-")
+    near = [k for k in known if k.lower().startswith(key)] or difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(near[:3])}?)" if near else ""
+
+
+def _readable_file(path: str | Path) -> bool:
+    """Whether ``path`` is a file here (a missing one or a symlink loop is for the reader to name)."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
 
 
 def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
@@ -540,8 +588,8 @@ def check_spec_against_catalog(spec: TaskSpec, catalog: Catalog) -> None:
     where = spec.source_path or "<spec>"
     for i, name in enumerate(spec.resource_policy.preferred_devices):
         if catalog.find(name) is None:
-            raise SpecError(f"{where}: resource_policy.preferred_devices[{i}]: {name!r} is not in the GPU catalog; "
-                            f"use one of: {', '.join(sorted(catalog.models))}.")
+            raise SpecError(f"{where}: resource_policy.preferred_devices[{i}]: {name!r} is not in the GPU catalog"
+                            f"{_closest(name, sorted(catalog.models))}; use one of: {', '.join(sorted(catalog.models))}.")
     for i, vendor in enumerate(spec.resource_policy.allowed_vendors or []):
         if vendor not in catalog.vendors:
             raise SpecError(f"{where}: resource_policy.allowed_vendors[{i}]: unknown vendor {vendor!r}; "

@@ -189,8 +189,13 @@ def test_script_that_is_a_folder(tmp_path):
      "unknown key 'launcher.volumes' (did you mean 'mounts'?)"),
     ({"resource_policy": {"sharing": True}},
      "field 'resource_policy.sharing': expected one of 'exclusive', 'packed', not true/false"),
+    # a fresh user (2026-12-07): these named the field but not how to write it
+    ({"resource_policy": {"memory_threshold": "85%"}}, "(got '85%'); it is a fraction: 0.85 for 85%."),
+    ({"resource_policy": {"memory_threshold": 85}}, "(got 85); it is a fraction: 0.85 for 85%."),
+    ({"task": {"args": "--bs 128 --name 'my run'"}},
+     'write it as a YAML list, one item each: ["--bs", "128", "--name", "my run"].'),
 ], ids=["bool-for-batch", "bool-for-name", "quoted-batch", "number-in-env", "docker-style-mount", "volumes-key",
-        "bool-for-sharing"])
+        "bool-for-sharing", "percent-threshold", "threshold-as-percent", "args-as-one-string"])
 def test_a_value_of_the_wrong_type_says_how_to_write_it(data, said):
     """A fresh user: `true` for the batch said "a number or a string", then "64" was refused; a number in
     launcher.env said only "a valid string"."""
@@ -283,3 +288,26 @@ def test_no_script_and_no_spec_says_to_give_the_script_not_a_spec_field():
 
     with pytest.raises(SpecError, match=r"^no training script was given: `autodl profile SCRIPT"):
         TaskSpec().script_path()
+
+
+def test_a_device_name_short_of_the_catalogs_says_which_it_may_mean():
+    """A fresh user's ``preferred_devices: [A100]``: the whole catalog was listed, not the two A100s."""
+    from autodl.catalog import load_catalog
+    from autodl.errors import SpecError
+    from autodl.spec import check_spec_against_catalog, parse_spec
+
+    spec = parse_spec({"resource_policy": {"preferred_devices": ["A100"]}})
+    with pytest.raises(SpecError, match=r"'A100' is not in the GPU catalog \(did you mean A100-SXM4-40GB or "
+                                        r"A100-SXM4-80GB\?\)"):
+        check_spec_against_catalog(spec, load_catalog())
+
+
+def test_a_python_file_given_as_the_spec_is_named_as_the_script_not_as_bad_yaml(tmp_path):
+    """``autodl plan train.py`` said "not valid YAML ... fix the file (a YAML linter points at the line)"."""
+    from autodl.errors import SpecError
+
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\n")
+    with pytest.raises(SpecError, match="is a Python file, not a task spec") as exc:
+        load_spec(script)
+    assert "YAML linter" not in str(exc.value)
