@@ -68,6 +68,17 @@ def _step(b, fb, up, start=100, inputs=None, measured=True):
             "inputs": inputs or [{"shape": [b, 3, 8, 8], "dtype": "float32"}]}
 
 
+def test_a_missing_file_is_said_at_the_users_folder_with_how_paths_are_read():
+    """A fresh user's src/train.py reading ../data/train.csv was told of '/tmp/autodl-dryrun-s96abnls/work/../data/
+    train.csv', a folder of autodl's, and a config named relative to the shell's folder got no word on where a
+    relative path is read from."""
+    outcome, why = classify(_err("FileNotFoundError", "[Errno 2] No such file or directory: "
+                                 "'/tmp/autodl-dryrun-s96abnls/work/../data/train.csv'"))
+    assert outcome == "cannot-run" and "autodl-dryrun" not in why
+    assert "'<the script's folder>/../data/train.csv'" in why
+    assert "a relative path is read from there" in why and "absolute path" in why
+
+
 def test_each_phase_is_extrapolated_on_its_own_line():
     """The step's peak is the maximum of its phases, each linear in the batch (piecewise linear overall): at
     batch 4 and 8 the optimizer update (flat) peaks; at 64 the forward/backward (steep) does."""
@@ -793,3 +804,39 @@ def test_a_dry_run_at_the_scripts_own_batch_ends_after_its_steps_are_measured(tm
     measured = [s for s in dr.raw["steps"] if s.get("measured")]
     assert dr.ok and dr.batch_sizes == [32], dr.reason
     assert 2 <= len(measured) <= 3, len(measured)
+
+
+ABOVE_ITS_FOLDER = '''
+import os
+
+import numpy as np
+import paddle
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+rows = np.loadtxt(os.path.join(HERE, "..", "data", "train.csv"), delimiter=",", dtype="float32")
+model = paddle.nn.Linear(4, 2)
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+for i in range(0, len(rows), 8):
+    loss = model(paddle.to_tensor(rows[i:i + 8])).mean()
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_a_file_above_the_scripts_folder_is_said_there_and_the_advice_is_to_mend_it(tmp_path):
+    """A fresh user's src/train.py reading ../data/train.csv (it trains when run by hand): the finding named a folder of
+    autodl's ('/tmp/autodl-dryrun-s96abnls/work/../data/train.csv') and the cold-start warning advised installing
+    Paddle, which had just run the script."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("\n".join(["1,2,3,4"] * 32) + "\n")
+    script = tmp_path / "src" / "train.py"
+    script.write_text(ABOVE_ITS_FOLDER)
+    p = profile_script(script, probe=True, dry_run=True)
+    (failed,) = [f for f in p.findings if f.code == "dry-run-failed"]
+    assert "<the script's folder>/../data/train.csv" in failed.message and "autodl-dryrun" not in failed.message
+    assert "a relative path is read from there, and a path above it is not shown" in failed.message
+    for cold in [f for f in p.findings if f.code == "cold-start"]:  # when the probe could not measure it either
+        assert "mend what stopped the dry run" in cold.message and "paddle extra" not in cold.message

@@ -43,6 +43,20 @@ def test_a_script_nothing_measured_has_an_unknown_size_said_in_a_warning():
     assert p.flops_per_step is None and p.estimates_bytes == {}
 
 
+def test_the_cold_start_advice_after_a_dry_run_that_measured_nothing_is_to_mend_what_it_met():
+    """A fresh user's dry run met a missing file; the cold-start warning still advised installing Paddle (the paddle
+    extra, without --no-probe), which had just run the script."""
+    from autodl.profile import paths as P
+
+    inputs = P.RunInputs(spec_batch=None, batch=8, seq_len=None, input_shape=None, assumptions=[])
+    bound = P.bound_path(inputs)
+    (untried,) = P.kept_findings(bound.estimate, bound)
+    (tried,) = P.kept_findings(bound.estimate, bound, tried=True)
+    assert "paddle extra" in untried.message
+    assert "mend what stopped the dry run" in tried.message and "paddle extra" not in tried.message
+    assert "task.input_shape or task.sequence_length" in tried.message
+
+
 def test_the_bound_places_an_unknown_size_on_the_largest_allowed_device(catalog):
     """autodl.policy.need sizes the bound as the threshold of the largest allowed device, never by its figure of
     activations alone."""

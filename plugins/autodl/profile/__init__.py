@@ -183,7 +183,7 @@ def profile_script(
     chosen = P.choose(bound.estimate, measured, probed)
     if chosen is bound.estimate:
         reasons.insert(0, bound.reason)
-    findings.extend(P.kept_findings(chosen, bound))
+    findings.extend(P.kept_findings(chosen, bound, tried=dr is not None or probe_seconds is not None))
     ran = {"estimates_bytes": {e.method: e.figure_bytes for e in (bound.estimate, measured, probed)
                                if e is not None and e.figure_bytes is not None},
            "dry_run_seconds": dr.seconds if dr is not None else None,

@@ -130,8 +130,10 @@ MIRROR_DEPTH = 3
 """Deepest sub-folder of the script's folder copied (as a real, writable folder holding read-only copies)."""
 
 ENV_ERRORS = {
-    "FileNotFoundError": "a file it reads is not here (the dry run shows the script only its own folder and the "
-                         "existing paths named in task.args)",
+    "FileNotFoundError": "a file it reads is not here (the dry run runs the script in a copy of its own folder, "
+                         "its working folder: a relative path is read from there, and a path above it "
+                         "is not shown; besides, it sees the existing absolute paths named in task.args: name the "
+                         "data there by its absolute path)",
     "NotADirectoryError": "a path it reads is not here",
     "IsADirectoryError": "a path it reads is not here",
     "PermissionError": "it writes outside its working directory",
@@ -720,6 +722,13 @@ script can write anything there, of any size."""
 
 
 # ----------------------------------------------------------------------------------------- classification
+SANDBOX_WORK = re.compile(r"/[^\s'\"]*?/autodl-dryrun-[^/\s'\"]+/work(?=[/'\"\s]|$)")
+"""The dry run's working folder in a message (:func:`_run_in_sandbox`'s temporary ``autodl-dryrun-*/work``)."""
+
+SCRIPT_FOLDER = "<the script's folder>"
+"""What a message says in its place: the user knows that folder, not the temporary copy."""
+
+
 def classify(err: dict, script: str | None = None) -> tuple[str, str]:
     """``(outcome, why)`` of an exception the script raised in the dry run (see the module docstring)."""
     etype, msg = err.get("type") or "Exception", err.get("message") or ""
@@ -727,7 +736,7 @@ def classify(err: dict, script: str | None = None) -> tuple[str, str]:
     if Path(last.get("file") or "").parent.name == CHILD.name:  # a module of the child's package
         return "tool-failure", f"autodl's dry-run hooks failed ({etype}: {msg[:200]})"
     if etype in ENV_ERRORS:
-        return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(msg)})"
+        return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(SANDBOX_WORK.sub(SCRIPT_FOLDER, msg))})"
     if etype == "KeyError" and any(f.get("file", "").endswith("/os.py") for f in err.get("frames", [])[-2:]):
         return "cannot-run", f"it reads an environment variable that is not set here ({etype}: {_short(msg)})"
     if err.get("errno") in (27, 28, 122) or re.search(r"File too large|No space left|Disk quota", msg, re.I):

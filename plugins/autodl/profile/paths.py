@@ -104,10 +104,19 @@ def _cold_start(inputs: RunInputs, est: Estimate) -> Finding:
                 f"the cold-start formula batch x {size}({t}) x hidden({COLD_START_HIDDEN}) x 4 B x {COLD_START_FACTOR}"
                 + ("" if est.params else " and parameters are unknown, so this figure is no bound: placement sizes "
                    "the run as the largest allowed device (autodl.policy.need)")
-                + ". To size it, let the dry run measure the script (PaddlePaddle where autodl profiles: the "
-                  "paddle extra, without --no-probe; or a docker or kubernetes launcher with the training's image); "
-                  "task.input_shape or task.sequence_length set the formula's input size; task.model_name does not "
-                  "change the figure, it only names outputs and records.")
+                + COLD_START_UNTRIED + COLD_START_INPUTS)
+
+
+COLD_START_UNTRIED = (". To size it, let the dry run measure the script (PaddlePaddle where autodl profiles: the paddle "
+                      "extra, without --no-probe; or a docker or kubernetes launcher with the training's image); ")
+"""The cold-start warning's advice when nothing ran the script."""
+
+COLD_START_TRIED = (". To size it, mend what stopped the dry run (its finding above says what it met), and profile "
+                    "again; ")
+"""The advice when the dry run or the probe ran and measured nothing: Paddle is there, the run met something."""
+
+COLD_START_INPUTS = ("task.input_shape or task.sequence_length set the formula's input size; task.model_name does not "
+                     "change the figure, it only names outputs and records.")
 
 
 @dataclass
@@ -136,14 +145,18 @@ def choose(bound: Estimate, dry_run: Estimate | None, probe: Estimate | None) ->
     return dry_run or probe or bound
 
 
-def kept_findings(chosen: Estimate, bound: BoundPath) -> list[Finding]:
+def kept_findings(chosen: Estimate, bound: BoundPath, tried: bool = False) -> list[Finding]:
     """The bound path's findings that still hold once ``chosen`` is the estimate: all of them when it is the estimate
-    itself, the assumed batch only when the probe measured (it ran at that batch), none after a dry run."""
+    itself, the assumed batch only when the probe measured (it ran at that batch), none after a dry run. ``tried``:
+    the dry run or the probe ran and measured nothing, so the cold-start advice is to mend what it met."""
     if chosen.method == "dry_run":
         return []
     if chosen.method == "probe":
         return [f for f in bound.assumptions if f.code in PROBE_KEEPS]
-    return list(bound.assumptions) + [bound.cold]
+    cold = bound.cold
+    if tried:
+        cold = cold.model_copy(update={"message": cold.message.replace(COLD_START_UNTRIED, COLD_START_TRIED)})
+    return list(bound.assumptions) + [cold]
 
 
 FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
