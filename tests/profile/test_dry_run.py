@@ -840,3 +840,71 @@ def test_a_file_above_the_scripts_folder_is_said_there_and_the_advice_is_to_mend
     assert "a relative path is read from there, and a path above it is not shown" in failed.message
     for cold in [f for f in p.findings if f.code == "cold-start"]:  # when the probe could not measure it either
         assert "mend what stopped the dry run" in cold.message and "paddle extra" not in cold.message
+
+
+NEEDS_CONFIG = '''
+import argparse
+
+import paddle
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--config", required=True)
+args = parser.parse_args()
+model = paddle.nn.Linear(4, 2)
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+for _ in range(4):
+    loss = model(paddle.randn([8, 4])).mean()
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_a_script_that_exits_before_training_is_said_with_its_own_last_words(tmp_path):
+    """A fresh user's script needing --config: 'exited with status 2 before training (missing arguments? set
+    task.args)', without argparse's line naming the argument."""
+    script = tmp_path / "needs_config.py"
+    script.write_text(NEEDS_CONFIG)
+    p = profile_script(script, probe=True, dry_run=True)
+    (failed,) = [f for f in p.findings if f.code == "dry-run-failed"]
+    assert "exited with status 2 before training" in failed.message
+    assert "the following arguments are required: --config" in failed.message
+
+
+TOKEN_STREAM = '''
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle.io import DataLoader, IterableDataset
+
+
+class TokenStream(IterableDataset):
+    def __iter__(self):
+        rng = np.random.default_rng(0)
+        for _ in range(256):
+            yield rng.integers(1, 100, size=16).astype("int64"), np.int64(1)
+
+
+model = paddle.nn.Sequential(paddle.nn.Embedding(100, 8), paddle.nn.Flatten(), paddle.nn.Linear(128, 2))
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+for ids, y in DataLoader(TokenStream(), batch_size=8):
+    loss = F.cross_entropy(model(ids), y)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_an_iterable_data_set_is_named_as_such_not_by_paddles_internal_error(tmp_path):
+    """A fresh user's tiny GPT on an IterableDataset: 'could not read the training loader's samples over its first
+    epoch (RuntimeError: '__getitem__' should not be called for IterableDatasetTokenStream)', which read as a fault of
+    the script; the dry run no longer indexes a data set that is read in order only."""
+    script = tmp_path / "token_stream.py"
+    script.write_text(TOKEN_STREAM)
+    p = profile_script(script, probe=True, dry_run=True)
+    assert p.method == "dry_run", p.method_reason
+    (unread,) = [f for f in p.findings if f.code == "epoch-lengths-unread"]
+    assert "data set is an IterableDataset, read in order and not by index" in unread.message
+    assert "should not be called" not in unread.message

@@ -1047,9 +1047,12 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
     out = []
     for w in raw.get("epoch_walk") or []:
         if not w.get("read"):
+            e = w.get("error")
             out.append(Finding(severity="warning", code="epoch-lengths-unread", message=(
-                "the dry run could not read the training loader's samples over its first epoch"
-                f"{f' ({e})' if (e := w.get('error')) else ''}; "
+                ("the training loader's data set is an IterableDataset, read in order and not by index: the dry run "
+                 "could not read its first epoch ahead of the steps" if e == "an IterableDataset" else
+                 "the dry run could not read the training loader's samples over its first epoch"
+                 + (f" ({e})" if e else "")) + "; "
                 "the figure is for the batches it saw, and a longer or larger batch later in the epoch may need "
                 "more: set task.sequence_length or task.input_shape to the largest the data holds, or keep headroom")))
             continue
@@ -1152,6 +1155,12 @@ def _not_started(dr: DryRun, res: SandboxResult | None, disk: str | None, timeou
     return dr
 
 
+def _last_line(text: str) -> str:
+    """The last non-empty line of a process's output: what a script says as it exits (argparse's "error: the following
+    arguments are required: --config")."""
+    return next((line.strip() for line in reversed((text or "").splitlines()) if line.strip()), "")
+
+
 def _no_steps(dr: DryRun, raw: dict, res: SandboxResult | None, disk: str | None, timeout: float) -> DryRun:
     """``dr`` when the script made no measured training step: why (disk, timeout, its error, its exit, no loop)."""
     err = raw.get("error")
@@ -1167,8 +1176,9 @@ def _no_steps(dr: DryRun, raw: dict, res: SandboxResult | None, disk: str | None
             dr.error_line = uf.get("line") if uf.get("file") == raw.get("script", uf.get("file")) else uf.get("line")
     elif raw.get("end") == "exit" and raw.get("exit_code"):
         dr.outcome = "cannot-run"
+        said = raw.get("exit_message") or _last_line(res.stderr if res is not None else "")
         dr.reason = (f"it exited with status {raw['exit_code']} before training"
-                     + (f" ({raw['exit_message']})" if raw.get("exit_message") else "")
+                     + (f" ({_short(said)})" if said else "")
                      + " (missing arguments? set task.args)")
     else:
         dr.outcome = "no-steps"

@@ -34,6 +34,10 @@ def epoch_head(dyn, src):
     info = {"loader": L._autodl_index, "read": False, "complete": False, "batches": 0, "samples": 0,
             "seconds": 0.0, "largest_bytes": None, "first_bytes": None, "largest_at": None, "largest_batch": None}
     R["epoch_walk"].append(info)
+    if _iterable(getattr(L, "dataset", None)):  # read in order, not by index: nothing to walk ahead of the steps
+        info["error"] = ITERABLE
+        save()
+        return None, src
     walked, best, best_b = [], None, -1
     states = _rng_states()
     try:
@@ -60,6 +64,16 @@ def epoch_head(dyn, src):
     info.update(read=True, largest_bytes=best_b, largest_at=best, largest_batch=len(walked[best]))
     save()
     return head, rest
+
+
+ITERABLE = "an IterableDataset"
+"""The walk's reason for a training data set read in order only (the parent's finding says it in full)."""
+
+
+def _iterable(dataset):
+    """Whether ``dataset`` is a ``paddle.io.IterableDataset`` (by its classes' names: the child does not import Paddle
+    before the script does)."""
+    return dataset is not None and any(c.__name__ == "IterableDataset" for c in type(dataset).__mro__)
 
 
 def _steady_head(L, idx, nb, info):
