@@ -14,13 +14,14 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -84,6 +85,33 @@ def wait_until(check, what: str, *, within_s: float, every_s: float = 1.0) -> An
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {within_s:.0f} s (last error: {last_error})")
         time.sleep(every_s)
+
+
+class PortInUse(AssertionError):
+    """A port the harness was given is taken on 127.0.0.1 (:func:`check_ports_free`)."""
+
+
+def check_ports_free(ports: Iterable[int]) -> None:
+    """Fail at once, naming the port, if any of ``ports`` cannot be bound on 127.0.0.1.
+
+    Seen: a CI run killed mid-way left its Airflow listening on 127.0.0.1:28080; the next run's api-server
+    failed to bind, and its tests talked to the leftover server, failing with "HTTP Error 401: Unauthorized".
+    The probe binds as the servers do (``SO_REUSEADDR`` on, as uvicorn sets it), so a listener on the port is
+    found, while the TIME_WAIT connections an Airflow that stopped cleanly leaves for a minute are not.
+    """
+    taken = []
+    for port in ports:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            taken.append(f"127.0.0.1:{port} is in use ({exc.strerror}): a leftover Airflow from an earlier run? "
+                         f"`ss -ltnp 'sport = :{port}'` shows the process; stop it and rerun")
+        finally:
+            probe.close()
+    if taken:
+        raise PortInUse("; ".join(taken))
 
 
 class Chromium:
@@ -155,6 +183,7 @@ class AirflowServer:
     def __init__(self, *, home: Path, repo: Path, ports: tuple[int, int, int, int], autodl_home: Path,
                  password: str | None = None):
         self.home = home
+        self.ports = ports
         self.port = ports[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.password = password or secrets.token_urlsafe(12)
@@ -215,6 +244,10 @@ class AirflowServer:
         proc.wait()
 
     def start(self) -> None:
+        """Migrate the metadata database, start the components and wait until they report healthy. A port
+        already taken on 127.0.0.1 fails at once (:class:`PortInUse`), before anything is started: the tests
+        would otherwise talk to whatever holds it."""
+        check_ports_free(self.ports)
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         for name in ("api-server", "scheduler", "dag-processor", "triggerer"):

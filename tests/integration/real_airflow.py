@@ -18,7 +18,9 @@ from tests.integration.browser import AirflowServer, http_json
 
 REPO = Path(__file__).resolve().parents[2]
 PORTS = (28080, 28081, 28082, 28083)
-"""The api-server's port, then the (unserved) log and health server ports: this task's range is 28080-28099."""
+"""The api-server's port, then the (unserved) log and health server ports: this task's range is 28080-28099.
+Fixed, so :meth:`AirflowServer.start` fails at once when one is taken on 127.0.0.1 (a leftover Airflow of an earlier
+run), naming the port, instead of the tests reaching that server."""
 
 
 class RealAirflow(AirflowServer):
