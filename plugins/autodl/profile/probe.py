@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -57,7 +58,7 @@ def _literal(v: Any) -> bool:
     return False
 
 
-def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
+def probe_program(tree: ast.Module, facts: ScriptFacts, script: Path | None = None) -> tuple[str, str]:
     """The filtered module source and the model construction expression.
 
     Kept: imports (module-level and inside functions; one that fails in the probe is skipped and named if the model
@@ -65,13 +66,14 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
     objects the construction reads (``cfg = Config(...)``, a script class that is not a layer, with arguments that
     call nothing). Dropped: every other top-level statement.
 
+    :param script: the script's path, when known: a script that imports its own modules (``mypkg/`` or ``mypkg.py``
+        next to it) and has no construction the static reading sees is told so, not that it has no model.
     :raises ValueError: when no model construction was found, or when the construction uses a name the kept
         statements do not define (a value a function computes, a module-level value a call made).
     """
     site = facts.model_site
     if site is None:
-        raise ValueError("no model construction (a paddle.nn.Layer subclass, nn.Sequential or "
-                         "paddle.vision.models call) was found")
+        raise ValueError(_no_construction_reason(tree, script))
     keep = _kept_statements(tree, facts)
     expr = _construction_expr(facts)
     missing = _undefined_names(expr, keep)
@@ -84,6 +86,60 @@ def probe_program(tree: ast.Module, facts: ScriptFacts) -> tuple[str, str]:
                          "conservative bound")
     module = ast.Module(body=keep, type_ignores=[])
     return ast.unparse(ast.fix_missing_locations(module)), expr
+
+
+def _local_imports(tree: ast.Module, folder: Path) -> dict[str, str]:
+    """The names the script binds by importing its own modules (a top-level module that is a ``<name>.py`` file or a
+    ``<name>/`` folder in ``folder``, the script's), each to the module it comes from (``Net`` -> ``mypkg.model``)."""
+    def local(module: str) -> bool:
+        top = module.split(".")[0]
+        return bool(top) and ((folder / f"{top}.py").is_file() or (folder / top).is_dir())
+
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update({(a.asname or a.name).split(".")[0]: a.name for a in node.names if local(a.name)})
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and local(node.module):
+            names.update({a.asname or a.name: node.module for a in node.names if a.name != "*"})
+    return names
+
+
+def _no_construction_reason(tree: ast.Module, script: Path | None) -> str:
+    """Why the probe has no model to build: no construction in the script, or (the script imports its own modules)
+    a construction whose class the static reading does not see, named with its line and module."""
+    generic = "no model construction (a paddle.nn.Layer subclass, nn.Sequential or paddle.vision.models call) was found"
+    names = _local_imports(tree, script.resolve().parent) if script is not None else {}
+    if not names:
+        return generic
+    tail = ("the static reading does not follow the script's own imports, so only the dry run (which runs the script, "
+            "imports and all) can measure this model")
+    call = _local_construction(tree, names)
+    if call is None:
+        return (f"no model construction was found in the script itself, and it imports its own modules "
+                f"({', '.join(sorted(set(names.values()))[:4])}, next to it): a model built from them is not seen; "
+                f"{tail}")
+    func = ast.unparse(call.func)
+    return (f"the script builds {func}({'...' if call.args or call.keywords else ''}) at line {call.lineno}, a class "
+            f"the static reading does not see: it is imported from the script's own module "
+            f"{names[_root_name(call.func) or '']} (next to the script), and {tail}")
+
+
+def _local_construction(tree: ast.Module, names: dict[str, str]) -> ast.Call | None:
+    """The first call (by line) of a name imported from the script's own modules that looks like the model's
+    construction: a class (a capitalised name, ``Net(...)``, ``mypkg.model.Net(...)``) or a call assigned to
+    ``model``/``net``/``network``."""
+    model_calls = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                   and any(isinstance(t, ast.Name) and t.id in ("model", "net", "network") for t in n.targets)}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _root_name(n.func) in names
+             and (ast.unparse(n.func).split(".")[-1][:1].isupper() or id(n) in model_calls)]
+    return min(calls, key=lambda n: n.lineno) if calls else None
+
+
+def _root_name(func: ast.expr) -> str | None:
+    """The name a called expression starts from (``Net`` for ``Net``, ``mypkg`` for ``mypkg.model.Net``)."""
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return func.id if isinstance(func, ast.Name) else None
 
 
 _GUARDED_IMPORT = ast.parse("try:\n    pass\nexcept ImportError as __autodl_exc:\n"
@@ -172,12 +228,27 @@ def _config_object(name: str, tree: ast.Module, facts: ScriptFacts, keep: list[a
 
 
 def _where_set(name: str, tree: ast.Module, site: Any) -> str:
-    """Where ``name`` gets its value, in words, for the message that the probe cannot rebuild it."""
-    for s in tree.body:
-        targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, ast.AnnAssign) else []
+    """Where ``name`` gets its value, in words, for the message that the probe cannot rebuild it: a module-level
+    statement (also one inside a module-level ``with``, ``if``, ``for`` or ``try``, not in a definition)."""
+    for s in _module_level_statements(tree.body):
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, (ast.AnnAssign, ast.For)) \
+            else [i.optional_vars for i in s.items if i.optional_vars] if isinstance(s, ast.With) else []
         if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
             return f"set by the module-level statement at line {s.lineno}"
     return f"a value {site.func.name}() computes" if site.func is not None else "a name the script does not define"
+
+
+def _module_level_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of ``body`` and, inside its compound statements other than definitions, theirs, in order."""
+    out: list[ast.stmt] = []
+    for s in body:
+        out.append(s)
+        if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for part in ("body", "orelse", "finalbody"):
+                out += _module_level_statements(getattr(s, part, None) or [])
+            for handler in getattr(s, "handlers", None) or []:
+                out += _module_level_statements(handler.body)
+    return out
 
 
 def _undefined_names(expr: str, keep: list[ast.stmt]) -> list[str]:
@@ -377,7 +448,7 @@ def run_probe(
         return res
 
     try:
-        source, expr = probe_program(facts.interp.tree, facts)
+        source, expr = probe_program(facts.interp.tree, facts, script)
     except ValueError as exc:
         return fail("probe-skipped", f"probe not run: {exc}.", "info")
     given = declared_input(facts, input_shape, seq_len)
@@ -473,6 +544,9 @@ def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: S
                                       f"({data.get('input_desc')}; Paddle said: {data['error']}); declare each with "
                                       "paddle.static.InputSpec in the script (task.input_shape gives one input). The "
                                       "estimate is the conservative bound.", "warning", site_line)
+    dropped = _dropped_value_failure(script, data, facts, site_line)
+    if dropped is not None:
+        return data, dropped
     layer = data.get("layer")
     if data.get("stage") == "step" and layer:
         line = layer_line(facts.interp.tree, layer.get("layer"))
@@ -488,6 +562,30 @@ def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: S
     return data, ("probe-failed", f"{script}: the probe failed while {'building the model' if data.get('stage') != 'step' else 'running a training step'} "
                                   f"({data.get('error')}); the estimate is the conservative bound.", "warning",
                   site_line)
+
+
+_NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
+
+
+def _dropped_value_failure(script: Path, data: dict, facts: ScriptFacts, site_line: int | None) -> _Failure | None:
+    """The probe's ``NameError`` for a value that a module-level statement of the script sets and the probe did not
+    run (``cfg = json.load(...)`` read in ``__init__``), said as the probe's limit, not the script's fault; None for
+    any other failure."""
+    found = _NAME_ERROR.match(data.get("error") or "")
+    if found is None or facts.model_site is None:
+        return None
+    name, tree = found.group(1), facts.interp.tree
+    where = _where_set(name, tree, facts.model_site)
+    if not where.startswith("set by the module-level") or not _undefined_names(name, _kept_statements(tree, facts)):
+        return None
+    stage = data.get("stage") or ""
+    doing = {"definitions": "defining the script's classes and functions",
+             "step": "running a training step"}.get(stage, "building the model")
+    reader = "the script's definitions read" if stage == "definitions" else "the model's code reads"
+    return ("probe-failed", f"{script}: the probe could not finish {doing}: {reader} {name}, {where}, "
+                            "which the probe does not run (it runs only the script's imports, definitions, constants "
+                            "and config objects), so the NameError is the probe's limit, not a fault of the script; "
+                            "the estimate is the conservative bound.", "warning", site_line)
 
 
 def _measured_probe(res: ProbeResult, data: dict, facts: ScriptFacts, batch: int, batches: tuple[int, int],
