@@ -79,6 +79,39 @@ def test_a_missing_file_is_said_at_the_users_folder_with_how_paths_are_read():
     assert "a relative path is read from there" in why and "absolute path" in why
 
 
+@pytest.mark.parametrize("err", [
+    _err("ValueError", "(InvalidArgument) cannot reshape '/tmp/autodl-dryrun-ab12/work/ckpt/x.npy' [3] to [4]"),
+    _err("OSError", "[Errno 13] Permission denied: '/tmp/autodl-dryrun-ab12/work/out/log.txt'"),
+    _err("RuntimeError", "hostile: /tmp/autodl-dryrun-ab12/work/cfg.yaml", last="/u/train.py",
+         code="raise RuntimeError('hostile: ' + x)"),
+    _err("TypeError", "bad /tmp/autodl-dryrun-ab12/work/a.py", last="/x/plugins/autodl/profile/dryrun_child/hooks.py"),
+])
+def test_every_reason_names_the_scripts_folder_not_the_dry_runs_copy(err):
+    """The copy's folder was rewritten only in the "cannot run here" errors: a Paddle error on the user's code, the
+    script's own raise or a tool failure still named autodl's temporary 'autodl-dryrun-*/work'."""
+    _, why = classify(err)
+    assert "autodl-dryrun" not in why and "<the script's folder>/" in why, why
+
+
+def test_a_scripts_exit_line_names_the_scripts_folder():
+    """The line a script says as it exits ('error: no such file: /tmp/autodl-dryrun-*/work/cfg.yaml') is quoted in
+    the reason with the user's folder."""
+    raw = {"end": "exit", "exit_code": 2, "steps": [], "exit_message": "error: /tmp/autodl-dryrun-q1/work/cfg.yaml"}
+    dr = summarize(raw, None, target_batch=None, timeout=60)
+    assert dr.outcome == "cannot-run" and "<the script's folder>/cfg.yaml" in dr.reason, dr.reason
+
+
+def test_the_path_line_names_the_scripts_own_batch_where_the_estimate_is_for_another():
+    """A fresh user read 'the script ran 8 measured training step(s) at batch 512' next to a finding that the script
+    trains at 64: the dry run drove the loader to the spec's batch, and the line now says whose batch each is."""
+    raw = {"steps": [_step(256, 500, 900), _step(512, 900, 910)], "params": 10, "trainable": 10,
+           "optimizer": ["Adam"], "plan": {"native": 64}}
+    dr = summarize(raw, None, target_batch=512, timeout=60)
+    assert "at batch 512 (the batch the estimate is for; the script's own loader batch is 64)" in dr.reason, dr.reason
+    raw["plan"]["native"] = 512
+    assert "own loader batch" not in summarize(raw, None, target_batch=512, timeout=60).reason
+
+
 def test_each_phase_is_extrapolated_on_its_own_line():
     """The step's peak is the maximum of its phases, each linear in the batch (piecewise linear overall): at
     batch 4 and 8 the optimizer update (flat) peaks; at 64 the forward/backward (steep) does."""
@@ -908,3 +941,96 @@ def test_an_iterable_data_set_is_named_as_such_not_by_paddles_internal_error(tmp
     (unread,) = [f for f in p.findings if f.code == "epoch-lengths-unread"]
     assert "data set is an IterableDataset, read in order and not by index" in unread.message
     assert "should not be called" not in unread.message
+
+
+@pytest.mark.slow
+def test_an_unread_epoch_at_the_specs_sequence_length_says_the_figure_is_sized_to_it(tmp_path):
+    """A fresh user set task.sequence_length and was still told 'set task.sequence_length or task.input_shape to the
+    largest the data holds': the figure is scaled to the spec's length (16-token inputs, 64 in the spec)."""
+    from autodl.spec import parse_spec
+
+    script = tmp_path / "token_stream.py"
+    script.write_text(TOKEN_STREAM)
+    at16 = profile_script(script, probe=True, dry_run=True)
+    p = profile_script(script, parse_spec({"task": {"sequence_length": 64}}), probe=True, dry_run=True)
+    (unread,) = [f for f in p.findings if f.code == "epoch-lengths-unread"]
+    assert "set task.sequence_length" not in unread.message
+    assert "sized to the spec's task.sequence_length (64)" in unread.message
+    assert any(f.code == "sequence-length-bound" for f in p.findings)
+    assert p.tensor_peak_bytes > at16.tensor_peak_bytes
+
+
+SMALL_IMAGES = '''
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle.io import DataLoader, TensorDataset
+
+x = paddle.to_tensor(np.random.rand(64, 3, 16, 16).astype("float32"))
+y = paddle.to_tensor(np.random.randint(0, 10, (64, 1)).astype("int64"))
+model = paddle.nn.Sequential(paddle.nn.Conv2D(3, 16, 3, padding=1), paddle.nn.ReLU(),
+                             paddle.nn.AdaptiveAvgPool2D(1), paddle.nn.Flatten(), paddle.nn.Linear(16, 10))
+opt = paddle.optimizer.Adam(parameters=model.parameters())
+for xb, yb in DataLoader(TensorDataset([x, y]), batch_size=8):
+    loss = F.cross_entropy(model(xb), yb)
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_a_larger_input_shape_in_the_spec_bounds_the_dry_runs_figure(tmp_path):
+    """The findings advise 'set task.input_shape to the largest the data holds', but on the dry run's path the spec's
+    input_shape changed nothing: the figure stayed at the 16 x 16 images the script drew. The part above the model
+    states is now scaled by the elements (3 x 32 x 32 / 3 x 16 x 16 = 4), an upper bound said in a warning."""
+    from autodl.spec import parse_spec
+
+    script = tmp_path / "small_images.py"
+    script.write_text(SMALL_IMAGES)
+    batch = {"batch_size_per_gpu": 8}
+    at16 = profile_script(script, parse_spec({"task": batch}), probe=True, dry_run=True)
+    at32 = profile_script(script, parse_spec({"task": {**batch, "input_shape": [3, 32, 32]}}), probe=True,
+                          dry_run=True)
+    assert at16.method == at32.method == "dry_run", at32.method_reason
+    (bound,) = [f for f in at32.findings if f.code == "input-shape-bound"]
+    assert "3,072/768" in bound.message and "task.input_shape" in bound.message
+    assert at32.tensor_peak_bytes > at16.tensor_peak_bytes
+    assert not any(f.code == "input-shape-bound" for f in at16.findings)
+
+
+ACCUMULATING = '''
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle.io import DataLoader, TensorDataset
+
+ACCUM = {accum}
+x = paddle.to_tensor(np.random.rand(256, 32).astype("float32"))
+y = paddle.to_tensor(np.random.randint(0, 4, (256, 1)).astype("int64"))
+model = paddle.nn.Sequential(paddle.nn.Linear(32, 64), paddle.nn.ReLU(), paddle.nn.Linear(64, 4))
+opt = paddle.optimizer.Adam(parameters=model.parameters())
+for i, (xb, yb) in enumerate(DataLoader(TensorDataset([x, y]), batch_size=8)):
+    loss = F.cross_entropy(model(xb), yb) / ACCUM
+    loss.backward()
+    if (i + 1) % ACCUM == 0:
+        opt.step()
+        opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_is_said_with_what_a_step_counts(tmp_path):
+    """A fresh user's script updated once every 4 batches: flops_per_step was 4x a single pass with nothing saying
+    why. The dry run counts the batches drawn per update and says that a step is an update of 4 micro-batches."""
+    profiles = {}
+    for accum in (1, 4):
+        script = tmp_path / f"accum{accum}.py"
+        script.write_text(ACCUMULATING.replace("{accum}", str(accum)))
+        profiles[accum] = profile_script(script, probe=True, dry_run=True)
+        assert profiles[accum].method == "dry_run", profiles[accum].method_reason
+    (said,) = [f for f in profiles[4].findings if f.code == "gradient-accumulation"]
+    assert "draws 4 batches" in said.message and "micro-batch of 8" in said.message
+    assert not any(f.code == "gradient-accumulation" for f in profiles[1].findings)
+    ratio = profiles[4].flops_per_step / profiles[1].flops_per_step
+    assert 3.5 < ratio < 4.5, ratio

@@ -10,17 +10,19 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from autodl.catalog import Catalog, load_catalog
 from autodl.errors import ProfileError
 from autodl.profile import memory as E
 from autodl.profile import paths as P
 from autodl.profile.advice import advice
+from autodl.profile.dryrun import SIZE_ADVICE
 from autodl.profile.facts import ScriptFacts, scan
 from autodl.profile.paths import BATCH_SIZE_ENV, COLD_START_FACTOR, DEFAULT_BATCH_SIZE
 from autodl.profile.runtime import estimate_step_time_s
 from autodl.sandbox import isolation
-from autodl.spec import DEFAULT_MEMORY_THRESHOLD, TaskSpec
+from autodl.spec import DEFAULT_MEMORY_THRESHOLD, TaskSection, TaskSpec
 from autodl.types import Finding, PhasePeak, ResourceProfile
 
 __all__ = ["profile_script", "advice", "estimate_step_time_s", "paddle_available", "BATCH_SIZE_ENV",
@@ -354,16 +356,17 @@ def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str
     _loader_buffer(est, facts, findings)
     if dry_ok:
         _trained_batch_check(dr, facts, spec, source, findings)
-    if est.method == "dry_run" and est.measured_peak is not None and task and task.sequence_length:
-        est.measured_peak, length_factor = _to_sequence_length(est.measured_peak, task.sequence_length, est.phases,
-                                                               est.params, est.trainable, optimizer, findings,
-                                                               quadratic=_has_attention(source))
+    if est.method == "dry_run" and est.measured_peak is not None and task and (size := _spec_size(task, est.phases)):
+        est.measured_peak, length_factor = _to_spec_size(est.measured_peak, size, est.params, est.trainable,
+                                                         optimizer, findings, quadratic=_has_attention(source))
         if est.act_per_sample:
             est.act_per_sample = int(est.act_per_sample * length_factor)
         if length_factor > 1:  # the bound's part above the model states is per-sample at most: never less per sample
             w, g, o = E.model_states(est.params or 0, est.trainable or 0, optimizer, None)
             per_sample = max(0, est.measured_peak - (w + g + o)) // max(1, batch)
             est.act_per_sample = max(int(est.act_per_sample or 0), int(per_sample))
+    if task:
+        _advice_at_spec_size(findings, task)
     _measured_floor(est, dr, user_error, facts, facts.has_conv, findings)
     bd, terms, tensor_peak, act_per_sample = _breakdown(est, facts, optimizer, facts.has_conv, findings)
     if bd.total_bytes > INT64_MAX or (est.params or 0) > INT64_MAX:
@@ -487,32 +490,69 @@ def _static_tensor_peak(params, trainable, facts, act_per_sample, batch, fixed, 
     return int(E.breakdown(params or 0, trainable or 0, facts.optimizer, facts.amp, act, fixed or 0, has_conv)[2])
 
 
-def _to_sequence_length(peak: int, seq_len: int, phases: list[PhasePeak], params, trainable, optimizer,
-                        findings: list[Finding], *, quadratic: bool = False) -> tuple[int, float]:
-    """(training peak in bytes, factor) at the spec's ``sequence_length`` when the dry run's token inputs were all
-    shorter (variable-length batches: the longest, which sets the peak, may come late in the epoch): the part above
-    the model states scaled by ``(sequence_length / longest length seen)``, squared where the script uses attention
-    (:func:`_has_attention`: its score matrices grow with the length squared), an upper bound said in a warning;
-    the factor also scales the activations per sample, so the largest batch per device is sized at that length.
-    Unchanged (factor 1) when a token input (int, rank 2) reached ``seq_len``."""
-    lengths = [s[0] for p in phases for s, d in zip(p.input_shapes, p.input_dtypes)
-               if len(s) == 1 and d.startswith("int") and s[0] > 1]
-    if not lengths or max(lengths) >= seq_len:
-        return peak, 1.0
-    seen = max(lengths)
-    factor = (seq_len / seen) ** (2 if quadratic else 1)
+class _SpecSize(NamedTuple):
+    """The spec's input size against the largest the dry run's training steps had: ``field`` names it, ``seen`` and
+    ``wanted`` count tokens (``task.sequence_length``) or elements per sample (``task.input_shape``)."""
+
+    field: str
+    seen: int
+    wanted: int
+
+
+def _spec_size(task: TaskSection, phases: list[PhasePeak]) -> _SpecSize | None:
+    """The spec's size where it is larger than the dry run's inputs: ``task.sequence_length`` against the longest
+    token input (integer, one dimension per sample), else ``task.input_shape``'s elements against the largest
+    floating-point input's; None when the spec sets neither or the inputs reached it."""
+    pairs = [(s, d) for p in phases for s, d in zip(p.input_shapes, p.input_dtypes)]
+    if task.sequence_length:
+        lengths = [s[0] for s, d in pairs if len(s) == 1 and d.startswith("int") and s[0] > 1]
+        if lengths and max(lengths) < task.sequence_length:
+            return _SpecSize("task.sequence_length", max(lengths), task.sequence_length)
+    if task.input_shape:
+        wanted = math.prod(task.input_shape)
+        sizes = [math.prod(s) for s, d in pairs if d.startswith(("float", "bfloat"))]
+        if sizes and max(sizes) < wanted:
+            return _SpecSize("task.input_shape", max(sizes), wanted)
+    return None
+
+
+def _to_spec_size(peak: int, size: _SpecSize, params, trainable, optimizer, findings: list[Finding], *,
+                  quadratic: bool = False) -> tuple[int, float]:
+    """(training peak in bytes, factor) at the spec's input size when the dry run's inputs were all smaller (the
+    longest or largest batch, which sets the peak, may come late in the epoch): the part above the model states
+    scaled by ``wanted / seen``, squared where the script uses attention (:func:`_has_attention`: its score matrices
+    grow with the tokens squared), an upper bound said in a warning; the factor also scales the activations per
+    sample, so the largest batch per device is sized at that size."""
+    tokens = size.field == "task.sequence_length"
+    unit = "long" if tokens else "elements per sample"
+    factor = (size.wanted / size.seen) ** (2 if quadratic else 1)
     w, g, o = E.model_states(params or 0, trainable or 0, optimizer, None)
     above = max(0, peak - (w + g + o))
     scaled = int(w + g + o + above * factor)
-    how = (f"({seq_len}/{seen})^2 = {factor:,.1f}: the script uses attention, whose score matrices grow with the "
-           "length squared" if quadratic else f"{seq_len}/{seen}: activations linear in the length (no attention "
-           "found in the script; one would grow with the length squared)")
-    findings.append(Finding(severity="warning", code="sequence-length-bound", message=(
-        f"the dry run's token inputs were at most {seen} long, the spec's task.sequence_length is {seq_len}: the "
-        f"longest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
+    ratio = f"{size.wanted:,}/{size.seen:,}"
+    how = (f"({ratio})^2 = {factor:,.1f}: the script uses attention, whose score matrices grow with the "
+           "tokens squared" if quadratic else f"{ratio}: activations linear in the input (no attention "
+           "found in the script; one would grow with the tokens squared)")
+    code = "sequence-length-bound" if tokens else "input-shape-bound"
+    findings.append(Finding(severity="warning", code=code, message=(
+        f"the dry run's inputs were at most {size.seen:,} {unit}, the spec's {size.field} is {size.wanted:,}: the "
+        f"largest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
         f"({above / 2**20:,.1f} MiB) is scaled by {how}: {scaled / 2**20:,.1f} MiB, an upper bound (the activations "
-        "per sample and the largest batch per device are sized at that length too).")))
+        "per sample and the largest batch per device are sized at that size too).")))
     return max(peak, scaled), factor
+
+
+def _advice_at_spec_size(findings: list[Finding], task: TaskSection) -> None:
+    """Where the spec sets ``task.sequence_length`` or ``task.input_shape``, the findings that advise setting them
+    (:data:`~autodl.profile.dryrun.SIZE_ADVICE`) say instead that the figure is sized to it (:func:`_to_spec_size`)."""
+    given = ([f"task.sequence_length ({task.sequence_length})"] if task.sequence_length else []) + \
+        ([f"task.input_shape ({list(task.input_shape)})"] if task.input_shape else [])
+    if not given:
+        return
+    said = (f"the figure is sized to the spec's {' and '.join(given)} at least, taken as the largest the data holds: "
+            "raise it if the data holds larger, or keep headroom")
+    findings[:] = [f.model_copy(update={"message": f.message.replace(SIZE_ADVICE, said)}) if SIZE_ADVICE in f.message
+                   else f for f in findings]
 
 
 ATTENTION_MARKERS = ("attention", "transformer", "scaled_dot_product", "flash_attn")

@@ -722,6 +722,12 @@ script can write anything there, of any size."""
 
 
 # ----------------------------------------------------------------------------------------- classification
+SIZE_ADVICE = ("set task.sequence_length or task.input_shape to the largest the data holds (the figure is then "
+               "sized to it), or keep headroom")
+"""What a finding on inputs the dry run may not have seen at their largest advises: the profile scales the measured
+figure to the spec's size (``_to_spec_size`` in :mod:`autodl.profile`), and says the spec's size instead where the
+spec sets one."""
+
 SANDBOX_WORK = re.compile(r"/[^\s'\"]*?/autodl-dryrun-[^/\s'\"]+/work(?=[/'\"\s]|$)")
 """The dry run's working folder in a message (:func:`_run_in_sandbox`'s temporary ``autodl-dryrun-*/work``)."""
 
@@ -731,12 +737,12 @@ SCRIPT_FOLDER = "<the script's folder>"
 
 def classify(err: dict, script: str | None = None) -> tuple[str, str]:
     """``(outcome, why)`` of an exception the script raised in the dry run (see the module docstring)."""
-    etype, msg = err.get("type") or "Exception", err.get("message") or ""
+    etype, msg = err.get("type") or "Exception", SANDBOX_WORK.sub(SCRIPT_FOLDER, err.get("message") or "")
     last = err.get("last_frame") or {}
     if Path(last.get("file") or "").parent.name == CHILD.name:  # a module of the child's package
         return "tool-failure", f"autodl's dry-run hooks failed ({etype}: {msg[:200]})"
     if etype in ENV_ERRORS:
-        return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(SANDBOX_WORK.sub(SCRIPT_FOLDER, msg))})"
+        return "cannot-run", f"{ENV_ERRORS[etype]} ({etype}: {_short(msg)})"
     if etype == "KeyError" and any(f.get("file", "").endswith("/os.py") for f in err.get("frames", [])[-2:]):
         return "cannot-run", f"it reads an environment variable that is not set here ({etype}: {_short(msg)})"
     if err.get("errno") in (27, 28, 122) or re.search(r"File too large|No space left|Disk quota", msg, re.I):
@@ -1050,11 +1056,11 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
             e = w.get("error")
             out.append(Finding(severity="warning", code="epoch-lengths-unread", message=(
                 ("the training loader's data set is an IterableDataset, read in order and not by index: the dry run "
-                 "could not read its first epoch ahead of the steps" if e == "an IterableDataset" else
+                 "could not read its first epoch ahead of the steps" if w.get("in_order") else
                  "the dry run could not read the training loader's samples over its first epoch"
                  + (f" ({e})" if e else "")) + "; "
                 "the figure is for the batches it saw, and a longer or larger batch later in the epoch may need "
-                "more: set task.sequence_length or task.input_shape to the largest the data holds, or keep headroom")))
+                "more: " + SIZE_ADVICE)))
             continue
         if w.get("varies"):
             out.append(Finding(severity="warning", code="input-size-random", message=(
@@ -1074,8 +1080,7 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
             out.append(Finding(severity="warning", code="epoch-walk-cut", message=(
                 f"the dry run read {w['samples']} samples ({w['batches']} batches) of the training loader's first "
                 f"epoch within its bounds ({w['seconds']:.1f} s) and measured at the largest of those, {what}; it "
-                "assumed the rest of the epoch holds no larger batch: set task.sequence_length or task.input_shape "
-                "to the largest the data holds, or keep headroom")))
+                "assumed the rest of the epoch holds no larger batch: " + SIZE_ADVICE)))
     return out
 
 
@@ -1176,7 +1181,7 @@ def _no_steps(dr: DryRun, raw: dict, res: SandboxResult | None, disk: str | None
             dr.error_line = uf.get("line") if uf.get("file") == raw.get("script", uf.get("file")) else uf.get("line")
     elif raw.get("end") == "exit" and raw.get("exit_code"):
         dr.outcome = "cannot-run"
-        said = raw.get("exit_message") or _last_line(res.stderr if res is not None else "")
+        said = SANDBOX_WORK.sub(SCRIPT_FOLDER, raw.get("exit_message") or _last_line(res.stderr if res is not None else ""))
         dr.reason = (f"it exited with status {raw['exit_code']} before training"
                      + (f" ({_short(said)})" if said else "")
                      + " (missing arguments? set task.args)")
@@ -1373,6 +1378,19 @@ def _note_findings(raw: dict) -> list[Finding]:
     return findings
 
 
+def _accumulation_findings(main: list[dict], unit: StepUnit) -> list[Finding]:
+    """An info finding when every measured step drew several loader batches before its optimizer update (gradient
+    accumulation): what the peak and the step's FLOPs then count."""
+    draws = {int(s.get("draws") or 0) for s in main}
+    if not draws or min(draws) < 2:
+        return []
+    k, b = max(draws), max(unit(s) for s in main)
+    return [Finding(severity="info", code="gradient-accumulation", message=(
+        f"the script draws {k} batches from its loader per optimizer update (gradient accumulation): the peak is "
+        f"that of one micro-batch of {b}, while flops_per_step counts the {k} micro-batches of an update ({k} x {b} "
+        "samples): a step here is an update, and its estimated time is that of the whole accumulation."))]
+
+
 def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict], disk: str | None, *,
               target_batch: int | None, timeout: float) -> DryRun:
     """``dr`` from the measured training steps: the phases at their batches, the slope, and what to say."""
@@ -1412,11 +1430,14 @@ def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict
     dr.tensor_peak_bytes = max(p.peak_bytes for p in phases)
     how = (f"at batch {target}" if not fit.extrapolated else
            f"at batch sizes {dr.batch_sizes}, extrapolated to {target}")
+    if (native := script_native(raw)) and native != target:  # the loader driven to the estimate's batch
+        how += f" (the batch the estimate is for; the script's own loader batch is {native})"
     dr.reason = f"the script ran {len(steps)} measured training step(s) {how}"
     dr.findings.extend(_cut_short_findings(res, disk, timeout))
     dr.findings.extend(_extrapolation_findings(dr, main, target, b_seen, fit, bounded))
     dr.findings.extend(_late_error_findings(raw.get("error")))
     dr.findings.extend(epoch_walk_findings(raw))
+    dr.findings.extend(_accumulation_findings(main, unit))
     dr.findings.extend(_note_findings(raw))
     return dr
 

@@ -111,6 +111,9 @@ class StepRecord(_Record):
     kept_adjust: ZeroBytes = Field(default=0, description="bytes kept across steps the peak is corrected by")
     fwd_calls: Annotated[int, BeforeValidator(_or_zero), _count(0, 1 << 20)] = Field(
         default=0, description="forward calls in the step")
+    draws: Annotated[int, BeforeValidator(_or_zero), _count(0, 1 << 20)] = Field(
+        default=0, description="batches the script drew from its loaders in the step (more than one: gradient "
+                               "accumulation)")
     recompute_flops: Flops = Field(default=0.0, description="FLOPs of recomputed forward passes")
     index: Annotated[int, BeforeValidator(_or_zero), _count(0, 1 << 30)] = Field(
         default=0, description="position of the step in the run")
@@ -198,6 +201,8 @@ class EpochWalk(_Model):
         default=None, description="0-based position of the largest batch in the epoch")
     largest_batch: Batch | None = Field(default=None, description="samples in the largest batch")
     error: Text = Field(default=None, description="why the samples were not read")
+    in_order: Flag = Field(default=False, description="the data set is read in order only (an IterableDataset): "
+                                                      "nothing to walk ahead of the steps")
     varies: Flag = Field(default=False, description="the largest batch read again held other sizes (random per read)")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autodl.profile.dryrun import SIZE_ADVICE
 from autodl.profile.facts import ScriptFacts
 from autodl.spec import TaskSpec
 from autodl.types import Finding, PhasePeak, Severity
@@ -212,8 +213,8 @@ def varying_input_finding(phases: list[PhasePeak]) -> Finding | None:
     return Finding(severity="warning", code="input-size-varies", message=(
         f"the training inputs changed shape between the dry run's steps ({len(shapes)} shapes in {len(train)} "
         f"measured steps); the figure is the largest step seen ({top.peak_bytes / (1 << 20):,.1f} MiB), and batches "
-        "later in an epoch may be larger than any seen (the longest sequence, the largest image size or graph): set "
-        "task.sequence_length or task.input_shape to the largest the data holds, or keep headroom"))
+        "later in an epoch may be larger than any seen (the longest sequence, the largest image size or graph): "
+        + SIZE_ADVICE))
 
 
 def phase_findings(findings: list[Finding], phases: list[PhasePeak], batch: int) -> None:

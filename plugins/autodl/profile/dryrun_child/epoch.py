@@ -35,7 +35,7 @@ def epoch_head(dyn, src):
             "seconds": 0.0, "largest_bytes": None, "first_bytes": None, "largest_at": None, "largest_batch": None}
     R["epoch_walk"].append(info)
     if _iterable(getattr(L, "dataset", None)):  # read in order, not by index: nothing to walk ahead of the steps
-        info["error"] = ITERABLE
+        info["in_order"] = True
         save()
         return None, src
     walked, best, best_b = [], None, -1
@@ -64,10 +64,6 @@ def epoch_head(dyn, src):
     info.update(read=True, largest_bytes=best_b, largest_at=best, largest_batch=len(walked[best]))
     save()
     return head, rest
-
-
-ITERABLE = "an IterableDataset"
-"""The walk's reason for a training data set read in order only (the parent's finding says it in full)."""
 
 
 def _iterable(dataset):

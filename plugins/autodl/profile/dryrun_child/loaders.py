@@ -167,6 +167,8 @@ def _dl_iter(self):
                 St.last_loader = self
                 pos = self._autodl_positions
                 St.last_pos = pos.pop(0) if pos and getattr(self, "_autodl_role", None) != "eval" else None
+                if St.window is not None and role != "eval":  # batches drawn per update: >1 is gradient accumulation
+                    St.window["draws"] = St.window.get("draws", 0) + 1
                 yield batch
         finally:
             try:

@@ -26,8 +26,9 @@ def _on_step_enter(opt):
         CTL.native = getattr(L, "_autodl_batch", None)
         if not getattr(L, "_autodl_walked", False):
             L._autodl_walked = True
-            R["epoch_walk"].append({"loader": getattr(L, "_autodl_index", None), "read": False, "error": (
-                "an IterableDataset" if getattr(L, "batch_sampler", None) is None else "not walked")})
+            in_order = getattr(L, "batch_sampler", None) is None  # a loader over an IterableDataset has none
+            R["epoch_walk"].append({"loader": getattr(L, "_autodl_index", None), "read": False, "in_order": in_order,
+                                    "error": None if in_order else "not walked"})
     St.steps_seen += 1
     St.stepped = True
     if St.window is not None and St.counting == "train":

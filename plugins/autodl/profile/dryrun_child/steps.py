@@ -98,7 +98,7 @@ def end_step():
                "update_peak": max(floor, opt_peak + corr), "prefetch_correction": corr, "start_bytes": w["start_bytes"],
                "seconds": round(now - w["t0"], 4),
                "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
-               "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"],
+               "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"], "draws": w.get("draws", 0),
                "recompute_flops": w["recompute_flops"],
                "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
         # steady: the step before had the same batch, so what the script keeps of it (its logits, loss, batch)
