@@ -103,9 +103,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(profile.to_json())
         return 3 if profile.errors else 0
+    con = _console()
+    con.print(_profile_table(profile))
+    _print_findings(con, profile.findings)
+    return 3 if profile.errors else 0
+
+
+def _profile_table(profile):
+    """The profile's terms (parameters, memory by kind, FLOPs) and each phase's tensor peak, as a rich table."""
     from rich.table import Table
 
-    con = _console()
     b = profile.breakdown
     t = Table(title=f"profile of {profile.script} ({profile.method})")
     t.add_column("term")
@@ -121,14 +128,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
                         ("training FLOPs / step", f"{profile.flops_per_step:.3g}" if profile.flops_per_step is not None
                          else "unknown (see the cold-start warning)")]:
         t.add_row(name, value)
+    names = [ph.name for ph in profile.phases]
     for ph in profile.phases:
-        t.add_row(f"{ph.name} phase tensor peak GiB (batch {ph.batch_size})",
+        # phases of one name (inputs of several shapes: variable lengths) are told apart by their inputs' shapes
+        shapes = f", inputs {' '.join('x'.join(map(str, s)) or 'scalar' for s in ph.input_shapes)}" \
+            if names.count(ph.name) > 1 and ph.input_shapes else ""
+        t.add_row(f"{ph.name} phase tensor peak GiB (batch {ph.batch_size}{shapes})",
                   _gib(ph.peak_bytes) + (" (extrapolated)" if ph.extrapolated else ""))
     if profile.method_reason:
         t.caption = f"path: {profile.method} ({profile.method_reason})"
-    con.print(t)
-    _print_findings(con, profile.findings)
-    return 3 if profile.errors else 0
+    return t
 
 
 def _print_findings(con, findings, *, title: str = "findings") -> None:

@@ -214,3 +214,26 @@ def test_a_findings_text_in_square_brackets_is_printed_as_written(capsys):
     cli._print_findings(cli._console(), [Finding(severity="warning", code="probe-shape-mismatch", message=message)])
     out = " ".join(capsys.readouterr().out.split())
     assert "float32[b, 1, 128]; int64[b, 64]" in out and "[bold]layer[/bold]" in out, out
+
+
+def test_the_profile_table_tells_phases_of_one_name_apart_by_their_inputs():
+    """A fresh user's GRU on variable-length batches read seven rows 'train phase tensor peak GiB (batch 16)' that
+    could not be told apart; each now names its inputs' shape (a single phase of a name is shown as before)."""
+    from rich.console import Console
+
+    from autodl.cli import _profile_table
+    from autodl.types import MemoryBreakdown, PhasePeak, ResourceProfile
+
+    b = MemoryBreakdown(weights_bytes=1 << 20, gradients_bytes=1 << 20, optimizer_state_bytes=2 << 20,
+                        activations_bytes=8 << 20)
+    phases = [PhasePeak(name="train", batch_size=16, peak_bytes=(10 + n) << 20, input_shapes=[[n]],
+                        input_dtypes=["int64"]) for n in (38, 24)]
+    phases.append(PhasePeak(name="eval", batch_size=16, peak_bytes=5 << 20, input_shapes=[[38]], input_dtypes=["int64"]))
+    profile = ResourceProfile(script="lm.py", params=1000, peak_memory_bytes=b.total_bytes, breakdown=b,
+                              flops_per_step=1e9, batch_size=16, phases=phases)
+    con = Console(width=200, record=True)
+    con.print(_profile_table(profile))
+    text = con.export_text()
+    assert "train phase tensor peak GiB (batch 16, inputs 38)" in text
+    assert "train phase tensor peak GiB (batch 16, inputs 24)" in text
+    assert "eval phase tensor peak GiB (batch 16)" in text

@@ -107,7 +107,8 @@ def test_the_path_line_names_the_scripts_own_batch_where_the_estimate_is_for_ano
     raw = {"steps": [_step(256, 500, 900), _step(512, 900, 910)], "params": 10, "trainable": 10,
            "optimizer": ["Adam"], "plan": {"native": 64}}
     dr = summarize(raw, None, target_batch=512, timeout=60)
-    assert "at batch 512 (the batch the estimate is for; the script's own loader batch is 64)" in dr.reason, dr.reason
+    assert "the figure at 512 (the batch the estimate is for; the script's own loader batch is 64)" in dr.reason, \
+        dr.reason
     raw["plan"]["native"] = 512
     assert "own loader batch" not in summarize(raw, None, target_batch=512, timeout=60).reason
 
@@ -996,6 +997,7 @@ def test_a_larger_input_shape_in_the_spec_bounds_the_dry_runs_figure(tmp_path):
     (bound,) = [f for f in at32.findings if f.code == "input-shape-bound"]
     assert "3,072/768" in bound.message and "task.input_shape" in bound.message
     assert at32.tensor_peak_bytes > at16.tensor_peak_bytes
+    assert at32.flops_per_step == pytest.approx(4 * at16.flops_per_step, rel=0.01)  # a fresh user: FLOPs unscaled
     assert not any(f.code == "input-shape-bound" for f in at16.findings)
 
 
@@ -1030,7 +1032,25 @@ def test_gradient_accumulation_is_said_with_what_a_step_counts(tmp_path):
         profiles[accum] = profile_script(script, probe=True, dry_run=True)
         assert profiles[accum].method == "dry_run", profiles[accum].method_reason
     (said,) = [f for f in profiles[4].findings if f.code == "gradient-accumulation"]
-    assert "draws 4 batches" in said.message and "micro-batch of 8" in said.message
+    assert "draws 4 batches" in said.message and "micro-batch of 8" in said.message and "(4 x 8 samples)" in said.message
     assert not any(f.code == "gradient-accumulation" for f in profiles[1].findings)
     ratio = profiles[4].flops_per_step / profiles[1].flops_per_step
     assert 3.5 < ratio < 4.5, ratio
+
+
+@pytest.mark.slow
+def test_accumulation_at_a_larger_spec_batch_says_the_batch_the_figures_are_for(tmp_path):
+    """The same fresh user with task.batch_size_per_gpu 32 read '(4 x 8 samples)' next to flops_per_step for 4 x 32,
+    'the script ended after batch sizes [2, 4], far below its batch 32' (the dry run's sizes, the spec's batch) and
+    'the dry run could not change it', of a repeat that ran the script at its own batch on purpose."""
+    from autodl.spec import parse_spec
+
+    script = tmp_path / "accum4.py"
+    script.write_text(ACCUMULATING.replace("{accum}", "4"))
+    p = profile_script(script, parse_spec({"task": {"batch_size_per_gpu": 32}}), probe=True, dry_run=True)
+    assert p.method == "dry_run", p.method_reason
+    (said,) = [f for f in p.findings if f.code == "gradient-accumulation"]
+    assert "(4 x 32 samples)" in said.message, said.message
+    messages = " ".join(f.message for f in p.findings)
+    assert "could not change it" not in messages and "far below its batch" not in messages, messages
+    assert "dry run: dry run:" not in messages

@@ -167,3 +167,29 @@ def test_attention_at_a_longer_spec_length_is_bounded_by_the_length_squared():
     assert "squared" in bound.message
     a100 = load_catalog().get("A100-SXM4-40GB").memory_bytes
     assert 0 < p.max_batch_size(a100, 0.85) <= 465, p.max_batch_size(a100, 0.85)
+
+
+@pytest.mark.parametrize("source,said,not_said", [
+    # a fresh user's paddle.Model.fit(batch_size=64): told to pass --batch-size to a script that takes no option
+    ("import paddle\nmodel = paddle.Model(paddle.nn.Linear(8, 2))\nmodel.fit(None, batch_size=64)\n",
+     "sets its batch in its own code", ["task.args", "launcher.env"]),
+    ("import argparse\nimport paddle\np = argparse.ArgumentParser()\np.add_argument('--eval-batch-size', default=8)\n"
+     "p.add_argument('--bsz', type=int, default=64)\nargs = p.parse_args()\nmodel = paddle.nn.Linear(8, 2)\n"
+     "loader = paddle.io.DataLoader(None, batch_size=args.bsz)\n",
+     "task.args: [--bsz, 128]", ["launcher.env", "--eval-batch-size"]),
+    ("import os\nimport paddle\nB = int(os.environ.get('TRAIN_BS', 64))\nmodel = paddle.nn.Linear(8, 2)\n"
+     "loader = paddle.io.DataLoader(None, batch_size=B)\n", "the variable the script reads in launcher.env",
+     ["task.args"]),
+])
+def test_spec_batch_not_used_names_only_the_ways_the_script_has(tmp_path, source, said, not_said):
+    """spec-batch-not-used advised 'task.args: [--batch-size, 128], or the variable it reads in launcher.env' for
+    every script; it now names the script's own option, a variable it reads, or says the batch is in its code."""
+    from autodl.spec import parse_spec
+
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    p = profile_script(script, parse_spec({"task": {"batch_size_per_gpu": 128}}), probe=False)
+    (warned,) = [f for f in p.findings if f.code == "spec-batch-not-used"]
+    advice = warned.message.split("sets to the spec's batch. ", 1)[1]
+    assert said in advice and "set the spec to 64" in advice, warned.message
+    assert not any(s in advice for s in not_said), warned.message

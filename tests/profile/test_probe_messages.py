@@ -129,6 +129,26 @@ def test_a_name_error_the_script_would_make_too_stays_the_scripts(tmp_path):
         assert f"failed while building the model (NameError: name '{name}' is not defined)" in msg
 
 
+REQUIRED_ARGS = (
+    "import argparse\nimport paddle\n\np = argparse.ArgumentParser()\n"
+    "p.add_argument('--hidden', type=int, required=True)\np.add_argument('--layers', type=int, required=True)\n"
+    "args = p.parse_args()\n\n\nclass Net(paddle.nn.Layer):\n    def __init__(self, hidden, layers):\n"
+    "        super().__init__()\n        self.body = paddle.nn.Sequential(*[paddle.nn.Linear(hidden, hidden)] * layers)\n"
+    "\n    def forward(self, x):\n        return self.body(x)\n\n\nmodel = Net(args.hidden, args.layers)\n")
+
+
+def test_a_failure_on_the_stand_ins_for_required_options_is_said_as_the_probes_limit(tmp_path):
+    """A fresh user's script with required --hidden/--layers: the probe, which builds the model from the argparse
+    defaults, failed with "TypeError: can't multiply sequence by non-int of type 'NoneType'" and said it as the
+    script's failure ('the probe failed while building the model (TypeError ...)')."""
+    script = tmp_path / "train_args.py"
+    script.write_text(REQUIRED_ARGS)
+    code, msg, severity, _ = probe_failure(script, {
+        "ok": False, "stage": "model", "error": "TypeError: can't multiply sequence by non-int of type 'NoneType'"})
+    assert code == "probe-failed" and severity == "warning"
+    assert "required options (--hidden, --layers)" in msg and "not a fault of the script" in msg, msg
+
+
 @pytest.mark.slow
 def test_the_real_probe_says_both(tmp_path):
     """End to end, the probe alone (no dry run): the local package's model and the dropped ``cfg``."""

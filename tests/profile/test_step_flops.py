@@ -62,3 +62,33 @@ def test_recomputed_blocks_are_counted_once_more_not_as_forward_calls():
     p, train = _profile("flops_recompute.py")
     assert abs(train.forward_flops_per_sample * 32 - per_call) <= 0.10 * per_call
     assert abs(p.flops_per_step - 2 * per_call) <= 0.10 * 2 * per_call
+
+
+def test_both_products_of_paddles_multi_head_attention_are_counted(monkeypatch):
+    """A fresh user's Transformer counted its linear layers and one of attention's two products: MultiHeadAttention
+    computes the second as ``tensor.matmul(weights, v)`` through the ``paddle.tensor`` module, which is not what
+    ``paddle.tensor`` names (a wrapper), so the patched function was not the one called. Reference: 2 products of
+    2 x (batch x heads x length x length x head_dim) FLOPs each, the four projections 2 x tokens x 64 x 64 each."""
+    import importlib.util
+    import sys
+
+    import paddle
+
+    for owner in (paddle, paddle.Tensor, *(sys.modules[m] for m in ("paddle.tensor", "paddle.tensor.linalg",
+                                                                      "paddle.linalg"))):
+        for name in ("matmul", "bmm", "__matmul__"):  # the counter patches them: put them back after the test
+            if name in vars(owner):
+                monkeypatch.setattr(owner, name, vars(owner)[name])
+    monkeypatch.setattr(paddle.tensor, "matmul", paddle.tensor.matmul)
+    spec = importlib.util.spec_from_file_location("flops_counter", Path(profile_script.__code__.co_filename).parent
+                                                  / "_flops.py")
+    counter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(counter)
+    counter.install(paddle)
+    attention = paddle.nn.MultiHeadAttention(64, 4)
+    counter.attach(attention)
+    counter.state.update(on=True, flops=0.0)
+    attention(paddle.randn([2, 16, 64]))
+    products = 2 * (2.0 * 2 * 4 * 16 * 16 * 16)
+    projections = 4 * (2.0 * 2 * 16 * 64 * 64)
+    assert counter.state["flops"] == products + projections

@@ -167,7 +167,7 @@ def profile_script(
     threshold = threshold if threshold is not None else (policy.memory_threshold if policy else DEFAULT_MEMORY_THRESHOLD)
     facts = _read_facts(path, source, tree)
     findings: list[Finding] = list(facts.findings)
-    _spec_batch_check(facts.batch_size, spec, source, findings)
+    _spec_batch_check(facts.batch_size, spec, source, facts, findings)
     inputs = P.run_inputs(facts, spec)
     bound = P.bound_path(inputs)
     reasons: list[str] = []
@@ -216,8 +216,8 @@ def _read_facts(path: Path, source: str, tree: ast.Module | None) -> ScriptFacts
     return facts
 
 
-def _spec_batch_check(script_batch: int | None, spec: TaskSpec | None, source: str, findings: list[Finding],
-                      seen: str = "the script uses batch") -> None:
+def _spec_batch_check(script_batch: int | None, spec: TaskSpec | None, source: str, facts: ScriptFacts,
+                      findings: list[Finding], seen: str = "the script uses batch") -> None:
     """Warn when the spec's batch is not ``script_batch``, the batch the script will train with (``seen``: how that
     was told), and nothing the launch passes sets it (``AUTODL_BATCH_SIZE_PER_GPU``, ``task.args``,
     ``launcher.env``)."""
@@ -230,9 +230,22 @@ def _spec_batch_check(script_batch: int | None, spec: TaskSpec | None, source: s
         severity="warning", code="spec-batch-not-used",
         message=f"the spec's task.batch_size_per_gpu={task.batch_size_per_gpu} is what this estimate is for, but "
                 f"{seen} {script_batch}: nothing the launch passes sets it (task.args, launcher.env), and the script "
-                f"does not read {BATCH_SIZE_ENV}, which autodl sets to the spec's batch. Pass the batch where the "
-                f"script takes it from (e.g. task.args: [--batch-size, {task.batch_size_per_gpu}], or the variable "
-                f"it reads in launcher.env), make it read {BATCH_SIZE_ENV}, or set the spec to {script_batch}."))
+                f"does not read {BATCH_SIZE_ENV}, which autodl sets to the spec's batch. "
+                + _batch_ways(task.batch_size_per_gpu, script_batch, facts, source)))
+
+
+def _batch_ways(batch: int, script_batch: int, facts: ScriptFacts, source: str) -> str:
+    """How the spec's ``batch`` can reach the script, of the ways it has (a fresh user was told to pass
+    ``--batch-size`` to a script that takes no option): its argparse option named for a batch (``task.args``), an
+    environment variable it reads (``launcher.env``), reading :data:`BATCH_SIZE_ENV`, or the spec set to its batch."""
+    ways = [f"pass it as the script's option (task.args: [{flag}, {batch}])"
+            for dest, flag in facts.interp.argparse_flags.items() if _training_batch_option(dest)][:1]
+    if "environ" in source or "getenv" in source:
+        ways.append("set the variable the script reads in launcher.env")
+    ways += [f"make the script read {BATCH_SIZE_ENV}", f"set the spec to {script_batch}"]
+    fixed = "" if len(ways) > 2 else "The script sets its batch in its own code (no option or variable of it does): "
+    text = ", ".join(ways[:-1]) + f" or {ways[-1]}"
+    return fixed + (text[0].upper() + text[1:] if not fixed else text) + "."
 
 
 def _trained_batch_check(dr, facts: ScriptFacts, spec: TaskSpec | None, source: str, findings: list[Finding]) -> None:
@@ -245,7 +258,7 @@ def _trained_batch_check(dr, facts: ScriptFacts, spec: TaskSpec | None, source: 
     if trained is None:
         return
     findings[:] = [f for f in findings if f.code != "spec-batch-not-used"]
-    _spec_batch_check(trained, spec, source, findings, seen="the dry run saw the script train at batch")
+    _spec_batch_check(trained, spec, source, facts, findings, seen="the dry run saw the script train at batch")
 
 
 def _num_gpus(spec: TaskSpec | None, facts: ScriptFacts, distributed, batch: int, findings: list[Finding]) -> int:
@@ -361,6 +374,9 @@ def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str
                                                          optimizer, findings, quadratic=_has_attention(source))
         if est.act_per_sample:
             est.act_per_sample = int(est.act_per_sample * length_factor)
+        # the FLOPs per sample of convolutions, linear and recurrent layers grow with the input's size
+        est.step_flops = est.step_flops and est.step_flops * size.wanted / size.seen
+        est.flops_fwd = est.flops_fwd and est.flops_fwd * size.wanted / size.seen
         if length_factor > 1:  # the bound's part above the model states is per-sample at most: never less per sample
             w, g, o = E.model_states(est.params or 0, est.trainable or 0, optimizer, None)
             per_sample = max(0, est.measured_peak - (w + g + o)) // max(1, batch)
@@ -494,7 +510,7 @@ class _SpecSize(NamedTuple):
     """The spec's input size against the largest the dry run's training steps had: ``field`` names it, ``seen`` and
     ``wanted`` count tokens (``task.sequence_length``) or elements per sample (``task.input_shape``)."""
 
-    field: str
+    field: str  # the spec's field as said ("task.sequence_length", "task.input_shape [3, 64, 64]")
     seen: int
     wanted: int
 
@@ -512,7 +528,7 @@ def _spec_size(task: TaskSection, phases: list[PhasePeak]) -> _SpecSize | None:
         wanted = math.prod(task.input_shape)
         sizes = [math.prod(s) for s, d in pairs if d.startswith(("float", "bfloat"))]
         if sizes and max(sizes) < wanted:
-            return _SpecSize("task.input_shape", max(sizes), wanted)
+            return _SpecSize(f"task.input_shape {list(task.input_shape)}", max(sizes), wanted)
     return None
 
 
@@ -535,10 +551,13 @@ def _to_spec_size(peak: int, size: _SpecSize, params, trainable, optimizer, find
            "found in the script; one would grow with the tokens squared)")
     code = "sequence-length-bound" if tokens else "input-shape-bound"
     findings.append(Finding(severity="warning", code=code, message=(
-        f"the dry run's inputs were at most {size.seen:,} {unit}, the spec's {size.field} is {size.wanted:,}: the "
+        f"the dry run's inputs were at most {size.seen:,} {unit}, the spec's {size.field} "
+        f"{'is' if tokens else 'holds'} {size.wanted:,}: the "
         f"largest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
         f"({above / 2**20:,.1f} MiB) is scaled by {how}: {scaled / 2**20:,.1f} MiB, an upper bound (the activations "
-        "per sample and the largest batch per device are sized at that size too).")))
+        "per sample and the largest batch per device are sized at that size too); the FLOPs per sample are scaled by "
+        f"{ratio} (linear in the input, as convolutions, linear and recurrent layers are; attention's score products "
+        "grow faster).")))
     return max(peak, scaled), factor
 
 
@@ -565,6 +584,12 @@ def _has_attention(source: str) -> bool:
     """Whether the script's text uses attention (:data:`ATTENTION_MARKERS`)."""
     low = source.lower()
     return any(m in low for m in ATTENTION_MARKERS)
+
+
+def _training_batch_option(dest: str) -> bool:
+    """Whether an argparse destination names the training batch (``batch_size``, ``bs``; not ``eval_batch_size``)."""
+    d = dest.lower()
+    return ("batch" in d or d in ("bs", "bsz")) and not d.startswith(("eval", "val", "test", "infer"))
 
 
 BATCH_FLAGS = ("batch", "bs", "bsz")

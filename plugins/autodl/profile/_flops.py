@@ -4,6 +4,7 @@ Details: docs/reference/estimator.md#autodlprofile_flops.
 """
 
 import math
+import sys
 
 state = {"on": False, "flops": 0.0}
 _hooked: set[int] = set()  # id() of each layer whose forward is hooked
@@ -114,6 +115,14 @@ def install(paddle):
     paddle.matmul = matmul
     paddle.tensor.matmul = matmul
     paddle.bmm = bmm
+    # Paddle's own layers call the module's functions (MultiHeadAttention: ``tensor.matmul(weights, v)`` with
+    # ``from ... import tensor``), and ``paddle.tensor`` is a wrapper, not that module: each module is patched
+    for name in ("paddle.tensor", "paddle.tensor.linalg", "paddle.linalg"):
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "matmul"):
+            mod.matmul = matmul
+        if mod is not None and hasattr(mod, "bmm"):
+            mod.bmm = bmm
     orig_op = paddle.Tensor.__matmul__
 
     def t_matmul(self, other):

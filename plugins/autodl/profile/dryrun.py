@@ -583,9 +583,21 @@ class _Attempt:
                          timeout=self.timeout)
 
     def native(self) -> DryRun:
-        """Once more at the script's own batch (no reduction), in the time left (at least 10 s)."""
+        """Once more at the script's own batch (no reduction), in the time left (at least 10 s). Its findings say
+        that the batch was the script's by the repeat's choice, not that the dry run could not change it."""
         self.cfg = self.cfg.model_copy(update={"reduce": False, "lo": None})
-        return self.run(max(10.0, self.left()))
+        dr = self.run(max(10.0, self.left()))
+        dr.findings = [f.model_copy(update={"message": f.message.replace(FIXED_BATCH_TEXT, NATIVE_BATCH_TEXT)})
+                       for f in dr.findings]
+        return dr
+
+
+FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
+                    "e.g. with a BatchSampler")
+"""Why a dry run that reduces batches measured one size only."""
+
+NATIVE_BATCH_TEXT = "the dry run's repeat runs the script at its own batch, unchanged"
+"""The same, said of a repeat at the script's own batch (:meth:`_Attempt.native`), which does not try to change it."""
 
 
 def _repeat_if_reduced_batch_broke(attempt: _Attempt, dr: DryRun) -> DryRun:
@@ -619,8 +631,8 @@ def _repeat_if_steps_ran_out(attempt: _Attempt, dr: DryRun) -> DryRun:
     dr2 = attempt.native()
     if dr2.ok and dr2.batch_sizes and max(dr2.batch_sizes) > max(dr.batch_sizes):
         dr2.findings.insert(0, Finding(severity="info", code="dry-run-native", message=(
-            f"the script ended after batch sizes {dr.batch_sizes}, far below its batch {dr.batch}; the dry run "
-            f"was repeated at the script's own batch ({dr2.reason}).")))
+            f"the script's epoch ended after the dry run's reduced batches {dr.batch_sizes}, far below the batch the "
+            f"estimate is for ({dr.batch}); the dry run was repeated at the script's own batch ({dr2.reason}).")))
         return dr2
     dr.findings.append(repeat_fell_short(dr, dr2))
     return dr
@@ -1060,14 +1072,14 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
                  "the dry run could not read the training loader's samples over its first epoch"
                  + (f" ({e})" if e else "")) + "; "
                 "the figure is for the batches it saw, and a longer or larger batch later in the epoch may need "
-                "more: " + SIZE_ADVICE)))
+                "more: " + SIZE_ADVICE + ".")))
             continue
         if w.get("varies"):
             out.append(Finding(severity="warning", code="input-size-random", message=(
                 "the training data set gave other sizes when the dry run read the same samples again (sizes drawn "
                 "at random at every read, e.g. a random resize in __getitem__): the figure is for the batches the "
                 "steps drew, and a larger draw may need more: set task.input_shape to the largest size the "
-                "transform makes, or keep headroom")))
+                "transform makes (the figure is then sized to it), or keep headroom.")))
             continue
         mib = 1 << 20
         what = (f"batch {w['largest_at'] + 1} of {w['batches']} ({w['largest_batch']} samples, "
@@ -1080,7 +1092,7 @@ def epoch_walk_findings(raw: dict) -> list[Finding]:
             out.append(Finding(severity="warning", code="epoch-walk-cut", message=(
                 f"the dry run read {w['samples']} samples ({w['batches']} batches) of the training loader's first "
                 f"epoch within its bounds ({w['seconds']:.1f} s) and measured at the largest of those, {what}; it "
-                "assumed the rest of the epoch holds no larger batch: " + SIZE_ADVICE)))
+                "assumed the rest of the epoch holds no larger batch: " + SIZE_ADVICE + ".")))
     return out
 
 
@@ -1341,8 +1353,7 @@ def _extrapolation_findings(dr: DryRun, main: list[dict], target: int, b_seen: i
     findings.extend(_axis_findings(dr, main, target, fit.source))
     if b_seen != target and fit.source not in ("measured", "axis-unknown") and not bounded:
         findings.append(Finding(severity="warning", code="dry-run-extrapolated", message=(
-            f"the training step ran at batch {b_seen} only (the dry run could not change it: the script fixes its "
-            f"batch or builds its batches itself, e.g. with a BatchSampler); the peak at batch {target} "
+            f"the training step ran at batch {b_seen} only ({FIXED_BATCH_TEXT}); the peak at batch {target} "
             f"is extrapolated with a slope of {bytes_text(dr.act_bytes_per_sample)} per sample from "
             + ("a short replay of the model at two batch sizes" if fit.source == "replay" else
                "the step's own activations (an upper bound)") + ".")))
@@ -1378,13 +1389,13 @@ def _note_findings(raw: dict) -> list[Finding]:
     return findings
 
 
-def _accumulation_findings(main: list[dict], unit: StepUnit) -> list[Finding]:
+def _accumulation_findings(main: list[dict], target: int) -> list[Finding]:
     """An info finding when every measured step drew several loader batches before its optimizer update (gradient
-    accumulation): what the peak and the step's FLOPs then count."""
+    accumulation): what the peak and the step's FLOPs at batch ``target`` then count."""
     draws = {int(s.get("draws") or 0) for s in main}
     if not draws or min(draws) < 2:
         return []
-    k, b = max(draws), max(unit(s) for s in main)
+    k, b = max(draws), target
     return [Finding(severity="info", code="gradient-accumulation", message=(
         f"the script draws {k} batches from its loader per optimizer update (gradient accumulation): the peak is "
         f"that of one micro-batch of {b}, while flops_per_step counts the {k} micro-batches of an update ({k} x {b} "
@@ -1428,8 +1439,9 @@ def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict
     bounded = _bound_largest_input(dr, groups, phases, target, unit, own_batches)
     dr.phases = phases
     dr.tensor_peak_bytes = max(p.peak_bytes for p in phases)
-    how = (f"at batch {target}" if not fit.extrapolated else
-           f"at batch sizes {dr.batch_sizes}, extrapolated to {target}")
+    seen = f"batch {dr.batch_sizes[0]}" if len(dr.batch_sizes) == 1 else f"batch sizes {dr.batch_sizes}"
+    how = (f"at batch {target}" if dr.batch_sizes == [target] else
+           f"at {seen}, " + ("extrapolated to" if fit.extrapolated else "the figure at") + f" {target}")
     if (native := script_native(raw)) and native != target:  # the loader driven to the estimate's batch
         how += f" (the batch the estimate is for; the script's own loader batch is {native})"
     dr.reason = f"the script ran {len(steps)} measured training step(s) {how}"
@@ -1437,7 +1449,7 @@ def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict
     dr.findings.extend(_extrapolation_findings(dr, main, target, b_seen, fit, bounded))
     dr.findings.extend(_late_error_findings(raw.get("error")))
     dr.findings.extend(epoch_walk_findings(raw))
-    dr.findings.extend(_accumulation_findings(main, unit))
+    dr.findings.extend(_accumulation_findings(main, target))
     dr.findings.extend(_note_findings(raw))
     return dr
 

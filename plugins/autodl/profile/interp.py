@@ -127,35 +127,40 @@ class Interp:
         self.budget = budget or Budget()  # steps, time and memory of the whole analysis (autodl.profile.bounds)
         self.globals: dict[str, Any] = {}
         self.argparse: dict[str, Any] = {}
+        self.argparse_flags: dict[str, str] = {}  # destination -> the option as written ("--batch-size")
+        self.argparse_required: list[str] = []  # options declared required=True, as written
         self._collect_argparse()
         self._load_module()
 
     # ----------------------------------------------------------------------------- module level
     def _collect_argparse(self) -> None:
+        """``add_argument`` calls anywhere in the script: each option's default by destination, its flag as written
+        and whether it is required."""
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                dest = None
-                for kw in node.keywords:
-                    if kw.arg == "dest" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                        dest = kw.value.value
+                dest, flag = _option_names(node)
                 if dest is None:
-                    longs = [n for n in names if n.startswith("--")]
-                    pick = longs[0] if longs else (names[0] if names else None)
-                    if pick is None:
-                        continue
-                    dest = pick.lstrip("-").replace("-", "_")
-                default = None
-                for kw in node.keywords:
-                    if kw.arg == "default":
-                        try:
-                            default = self.eval(kw.value, {})
-                        except Exception:
-                            default = Opaque("argparse default")
-                    if kw.arg == "action" and isinstance(kw.value, ast.Constant) and kw.value.value == "store_true" \
-                            and not any(k.arg == "default" for k in node.keywords):
-                        default = False
-                self.argparse[dest] = default
+                    continue
+                if flag is not None:
+                    self.argparse_flags[dest] = flag
+                    if any(kw.arg == "required" and isinstance(kw.value, ast.Constant) and kw.value.value is True
+                           for kw in node.keywords):
+                        self.argparse_required.append(flag)
+                self.argparse[dest] = self._option_default(node)
+
+    def _option_default(self, node: ast.Call) -> Any:
+        """An ``add_argument`` call's default as the evaluator reads it (``store_true``: False; none: None)."""
+        default = None
+        for kw in node.keywords:
+            if kw.arg == "default":
+                try:
+                    default = self.eval(kw.value, {})
+                except Exception:
+                    default = Opaque("argparse default")
+            if kw.arg == "action" and isinstance(kw.value, ast.Constant) and kw.value.value == "store_true" \
+                    and not any(k.arg == "default" for k in node.keywords):
+                default = False
+        return default
 
     def _load_module(self) -> None:
         for stmt in self.tree.body:
@@ -697,6 +702,19 @@ class Interp:
         self.globals = saved
 
     _x_ImportFrom = _x_Import
+
+
+def _option_names(node: ast.Call) -> tuple[str | None, str | None]:
+    """An ``add_argument`` call's destination (``dest=``, else its first long option's name) and its option as
+    written (the first long one, else the first name)."""
+    names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    longs = [n for n in names if n.startswith("--")]
+    flag = longs[0] if longs else (names[0] if names else None)
+    dest = next((kw.value.value for kw in node.keywords if kw.arg == "dest" and isinstance(kw.value, ast.Constant)
+                 and isinstance(kw.value.value, str)), None)
+    if dest is None and flag is not None:
+        dest = flag.lstrip("-").replace("-", "_")
+    return dest, flag
 
 
 def _builtin(f):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autodl.profile.dryrun import SIZE_ADVICE
+from autodl.profile.dryrun import FIXED_BATCH_TEXT, SIZE_ADVICE
 from autodl.profile.facts import ScriptFacts
 from autodl.spec import TaskSpec
 from autodl.types import Finding, PhasePeak, Severity
@@ -160,10 +160,6 @@ def kept_findings(chosen: Estimate, bound: BoundPath, tried: bool = False) -> li
     return list(bound.assumptions) + [cold]
 
 
-FIXED_BATCH_TEXT = ("the dry run could not change it: the script fixes its batch or builds its batches itself, "
-                    "e.g. with a BatchSampler")
-
-
 def true_batch_reason(f: Finding, source: str) -> Finding:
     """A script that reads :data:`BATCH_SIZE_ENV` does not fix its batch: the dry run kept its steps small itself
     (its time and memory budgets, or tensors it reduced), so the finding says that instead."""
@@ -211,10 +207,10 @@ def varying_input_finding(phases: list[PhasePeak]) -> Finding | None:
         return None
     top = max(train, key=lambda p: p.peak_bytes)
     return Finding(severity="warning", code="input-size-varies", message=(
-        f"the training inputs changed shape between the dry run's steps ({len(shapes)} shapes in {len(train)} "
-        f"measured steps); the figure is the largest step seen ({top.peak_bytes / (1 << 20):,.1f} MiB), and batches "
+        f"the training inputs changed shape between the dry run's steps ({len(shapes)} shapes among the measured "
+        f"steps); the figure is the largest step seen ({top.peak_bytes / (1 << 20):,.1f} MiB), and batches "
         "later in an epoch may be larger than any seen (the longest sequence, the largest image size or graph): "
-        + SIZE_ADVICE))
+        + SIZE_ADVICE + "."))
 
 
 def phase_findings(findings: list[Finding], phases: list[PhasePeak], batch: int) -> None:
@@ -354,7 +350,7 @@ def dry_run_path(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: 
     findings.extend(true_batch_reason(f, source) for f in dr.findings)
     out = DryRunPath(dr=dr, estimate=None, ran_in=ran_in, user_error=False, probe_still=do_probe)
     if dr.ok:
-        reasons.append(f"dry run: {dr.reason}")
+        reasons.append(dr.reason)  # "estimate by dry run: the script ran ..."
         out.estimate = _measured(dr, bound.estimate, inputs, facts, findings)
     elif dr.outcome == "user-error":
         out.user_error = True

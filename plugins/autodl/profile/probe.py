@@ -544,7 +544,8 @@ def _read_probe_report(script: Path, result: SandboxResult, limit: int, facts: S
                                       f"({data.get('input_desc')}; Paddle said: {data['error']}); declare each with "
                                       "paddle.static.InputSpec in the script (task.input_shape gives one input). The "
                                       "estimate is the conservative bound.", "warning", site_line)
-    dropped = _dropped_value_failure(script, data, facts, site_line)
+    dropped = _dropped_value_failure(script, data, facts, site_line) or _required_options_failure(script, data, facts,
+                                                                                                 site_line)
     if dropped is not None:
         return data, dropped
     layer = data.get("layer")
@@ -586,6 +587,22 @@ def _dropped_value_failure(script: Path, data: dict, facts: ScriptFacts, site_li
                             "which the probe does not run (it runs only the script's imports, definitions, constants "
                             "and config objects), so the NameError is the probe's limit, not a fault of the script; "
                             "the estimate is the conservative bound.", "warning", site_line)
+
+
+def _required_options_failure(script: Path, data: dict, facts: ScriptFacts, site_line: int | None) -> _Failure | None:
+    """The probe's failure where the script has required argparse options: the probe builds the model from the
+    options' defaults, and a required one has none (it stands in None), so what fails is the probe's stand-in, not
+    the script (a fresh user's ``--hidden``/``--layers``: "TypeError: can't multiply sequence by non-int of type
+    'NoneType'"); None where the script has no required option."""
+    required = facts.interp.argparse_required
+    if not required:
+        return None
+    doing = "running a training step" if data.get("stage") == "step" else "building the model"
+    return ("probe-failed", f"{script}: the probe failed while {doing} ({data.get('error')}): it builds the model from "
+                            f"the script's argparse defaults, and its required options ({', '.join(required[:6])}) have "
+                            "none, so it stood in None for them: the probe's limit, not a fault of the script (the dry "
+                            "run gives the script task.args); the estimate is the conservative bound.", "warning",
+            site_line)
 
 
 def _measured_probe(res: ProbeResult, data: dict, facts: ScriptFacts, batch: int, batches: tuple[int, int],
