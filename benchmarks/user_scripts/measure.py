@@ -171,6 +171,9 @@ def bmm(x, y, name=None):
 
 paddle.matmul = matmul
 paddle.tensor.matmul = matmul
+for _name in ("paddle.tensor", "paddle.tensor.linalg", "paddle.linalg"):  # MultiHeadAttention calls the module's
+    if hasattr(sys.modules.get(_name), "matmul"):
+        sys.modules[_name].matmul = matmul
 paddle.bmm = bmm
 _orig_t_matmul = paddle.Tensor.__matmul__
 
