@@ -109,6 +109,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 3 if profile.errors else 0
 
 
+def _workspace_label(profile) -> str:
+    """The workspace row's label with what it holds (``workspace_terms_bytes``: the CUDA context, cuBLAS's and
+    cuDNN's workspaces, the allocator's slack), which a fresh user could not tell."""
+    terms = [t.replace("_", " ").replace("cuda", "CUDA").replace("cublas", "cuBLAS").replace("cudnn", "cuDNN")
+             for t in profile.workspace_terms_bytes]
+    return f"workspace GiB ({', '.join(terms)})" if terms else "workspace GiB"
+
+
 def _profile_table(profile):
     """The profile's terms (parameters, memory by kind, FLOPs) and each phase's tensor peak, as a rich table."""
     from rich.table import Table
@@ -119,10 +127,14 @@ def _profile_table(profile):
     t.add_column("value", justify="right")
     unknown = profile.params is None  # model states not measured: placed as the largest allowed device
     states = (lambda n: "unknown (see the cold-start warning)") if unknown else _gib
-    for name, value in [("parameters", f"{profile.params:,}" if profile.params is not None else "unknown (see the cold-start warning)"), ("batch size / device", str(profile.batch_size)),
+    trainable = profile.trainable_params
+    params = "unknown (see the cold-start warning)" if profile.params is None else f"{profile.params:,}" + (
+        f" ({trainable:,} trainable)" if trainable is not None and trainable != profile.params else "")
+    for name, value in [("parameters", params), ("batch size / device", str(profile.batch_size)),
                         ("devices", str(profile.num_gpus)), ("weights GiB", states(b.weights_bytes)),
                         ("gradients GiB", states(b.gradients_bytes)), ("optimizer state GiB", states(b.optimizer_state_bytes)),
-                        ("activations GiB", _gib(b.activations_bytes)), ("workspace GiB", _gib(b.workspace_bytes)),
+                        ("activations GiB", _gib(b.activations_bytes)),
+                        (_workspace_label(profile), _gib(b.workspace_bytes)),
                         ("peak memory GiB / device", _gib(profile.peak_memory_bytes) + (
                             " + unknown model states: placed as the largest allowed device" if unknown else "")),
                         ("training FLOPs / step", f"{profile.flops_per_step:.3g}" if profile.flops_per_step is not None

@@ -237,3 +237,22 @@ def test_the_profile_table_tells_phases_of_one_name_apart_by_their_inputs():
     assert "train phase tensor peak GiB (batch 16, inputs 38)" in text
     assert "train phase tensor peak GiB (batch 16, inputs 24)" in text
     assert "eval phase tensor peak GiB (batch 16)" in text
+
+
+def test_the_workspace_row_says_what_it_holds():
+    """A fresh user saw 'workspace GiB 1.03' dominate a tiny model's figure with nothing saying what it is, and a
+    parameter count that held BatchNorm's statistics with no word of what is trained."""
+    from rich.console import Console
+
+    from autodl.cli import _profile_table
+    from autodl.types import MemoryBreakdown, ResourceProfile
+
+    b = MemoryBreakdown(weights_bytes=1 << 20, workspace_bytes=600 << 20)
+    profile = ResourceProfile(script="cnn.py", params=1096, trainable_params=1000, peak_memory_bytes=b.total_bytes,
+                              breakdown=b, flops_per_step=1e9, batch_size=16,
+                              workspace_terms_bytes={"cuda_context": 500 << 20, "cudnn_workspace": 100 << 20})
+    con = Console(width=200, record=True)
+    con.print(_profile_table(profile))
+    text = con.export_text()
+    assert "workspace GiB (CUDA context, cuDNN workspace)" in text
+    assert "1,096 (1,000 trainable)" in text  # BatchNorm's statistics are parameters, not trained
