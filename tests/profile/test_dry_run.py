@@ -872,6 +872,9 @@ def test_a_file_above_the_scripts_folder_is_said_there_and_the_advice_is_to_mend
     (failed,) = [f for f in p.findings if f.code == "dry-run-failed"]
     assert "<the script's folder>/../data/train.csv" in failed.message and "autodl-dryrun" not in failed.message
     assert "a relative path is read from there, and a path above it is not shown" in failed.message
+    # the path line names the reason once, briefly: the whole explanation was read three times
+    assert "dry run not usable: a file it reads is not here (the dry-run-failed finding says why)" in p.method_reason
+    assert "a relative path is read from there" not in p.method_reason
     for cold in [f for f in p.findings if f.code == "cold-start"]:  # when the probe could not measure it either
         assert "mend what stopped the dry run" in cold.message and "paddle extra" not in cold.message
 

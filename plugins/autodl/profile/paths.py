@@ -367,11 +367,18 @@ def dry_run_path(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: 
         est = bound.estimate
         if dr.params and not est.params:  # the model the script built before it stopped: its states bound the need
             est.params, est.trainable = dr.params, dr.trainable if dr.trainable is not None else dr.params
-        reasons.append(f"dry run not usable: {dr.reason}")
+        reasons.append(f"dry run not usable: {brief(dr.reason)} (the dry-run-failed finding says why)")
         findings.append(Finding(severity="warning", code="dry-run-failed", message=(
             f"the dry run (the script itself, run in the sandbox on CPU) could not measure a training step: "
             f"{dr.reason}. " + ("Falling back to the model-only probe." if do_probe else "The estimate is the conservative bound."))))
     return out
+
+
+def brief(reason: str) -> str:
+    """A reason's first clause (up to its first parenthesis or semicolon), for the path line: a fresh user read the
+    dry run's whole reason three times, in the path line, ``estimate-path`` and ``dry-run-failed``."""
+    cut = min((i for i in (reason.find(" ("), reason.find("; ")) if i > 0), default=len(reason))
+    return reason[:cut]
 
 
 def probe_path(path: Path, facts: ScriptFacts, inputs: RunInputs, dr, findings: list[Finding],
