@@ -962,6 +962,7 @@ def test_an_unread_epoch_at_the_specs_sequence_length_says_the_figure_is_sized_t
     assert "sized to the spec's task.sequence_length (64)" in unread.message
     assert any(f.code == "sequence-length-bound" for f in p.findings)
     assert p.tensor_peak_bytes > at16.tensor_peak_bytes
+    assert p.input_shape == [64] and p.sequence_length == 64
 
 
 SMALL_IMAGES = '''
@@ -1001,6 +1002,7 @@ def test_a_larger_input_shape_in_the_spec_bounds_the_dry_runs_figure(tmp_path):
     assert "3,072/768" in bound.message and "task.input_shape" in bound.message
     assert at32.tensor_peak_bytes > at16.tensor_peak_bytes
     assert at32.flops_per_step == pytest.approx(4 * at16.flops_per_step, rel=0.01)  # a fresh user: FLOPs unscaled
+    assert at32.input_shape == [3, 32, 32] and at16.input_shape == [3, 16, 16]  # was the shape seen
     assert not any(f.code == "input-shape-bound" for f in at16.findings)
 
 

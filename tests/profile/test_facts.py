@@ -36,8 +36,10 @@ def test_a_script_nothing_measured_has_an_unknown_size_said_in_a_warning():
     (f,) = [f for f in p.findings if f.code == "cold-start"]
     assert f.severity == "warning"
     assert "could not be measured" in f.message and "largest allowed device" in f.message
-    # the advice names what measures it; task.model_name only names outputs (a fresh user set it: nothing changed)
-    assert "let the dry run measure the script" in f.message and "paddle extra" in f.message
+    # the advice names what measures it, here what turned it off (a fresh user with task.probe: false was told to
+    # install Paddle, installed, and to drop a --no-probe never passed); task.model_name only names outputs
+    assert "let the dry run measure the script: this profile turned it off (task.probe: false" in f.message
+    assert "paddle extra" not in f.message
     assert "task.model_name does not change the figure" in f.message
     assert p.max_batch_size_by_device == {}  # no largest batch without the model states
     assert p.flops_per_step is None and p.estimates_bytes == {}
@@ -52,6 +54,8 @@ def test_the_cold_start_advice_after_a_dry_run_that_measured_nothing_is_to_mend_
     bound = P.bound_path(inputs)
     (untried,) = P.kept_findings(bound.estimate, bound)
     (tried,) = P.kept_findings(bound.estimate, bound, tried=True)
+    (off,) = P.kept_findings(bound.estimate, bound, off=True)
+    assert "task.probe: false" in off.message and "paddle extra" not in off.message
     assert "paddle extra" in untried.message
     assert "mend what stopped the dry run" in tried.message and "paddle extra" not in tried.message
     assert "task.input_shape or task.sequence_length" in tried.message

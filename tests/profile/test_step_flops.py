@@ -92,3 +92,54 @@ def test_both_products_of_paddles_multi_head_attention_are_counted(monkeypatch):
     products = 2 * (2.0 * 2 * 4 * 16 * 16 * 16)
     projections = 4 * (2.0 * 2 * 16 * 64 * 64)
     assert counter.state["flops"] == products + projections
+
+
+ENCODER = '''
+import numpy as np
+import paddle
+import paddle.nn as nn
+
+SEQ = {seq}
+
+
+class Classifier(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(1000, 64)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1), 2)
+        self.head = nn.Linear(64, 5)
+
+    def forward(self, ids):
+        return self.head(self.enc(self.emb(ids)).mean(axis=1))
+
+
+rng = np.random.default_rng(0)
+x = paddle.to_tensor(rng.integers(0, 1000, size=(256, SEQ)).astype("int64"))
+y = paddle.to_tensor(rng.integers(0, 5, size=(256,)).astype("int64"))
+model = Classifier()
+opt = paddle.optimizer.AdamW(parameters=model.parameters())
+for ids, labels in paddle.io.DataLoader(paddle.io.TensorDataset([x, y]), batch_size=32):
+    nn.functional.cross_entropy(model(ids), labels).backward()
+    opt.step()
+    opt.clear_grad()
+'''
+
+
+@pytest.mark.slow
+def test_flops_at_a_longer_spec_length_grow_with_the_tokens_squared_for_attentions_products(tmp_path):
+    """A fresh user's encoder on 32 tokens with task.sequence_length 64: the FLOPs were scaled by 64/32 alone, 10%
+    under those of the same script run on 64 tokens (at 512 about 2.7x under): attention's two products grow with the
+    tokens squared. The counter tells them apart (products of two activations), scaled by the square."""
+    from autodl.spec import parse_spec
+
+    short, long_ = tmp_path / "enc32.py", tmp_path / "enc64.py"
+    short.write_text(ENCODER.replace("{seq}", "32"))
+    long_.write_text(ENCODER.replace("{seq}", "64"))
+    batch = {"batch_size_per_gpu": 32}
+    scaled = profile_script(short, parse_spec({"task": {**batch, "sequence_length": 64}}), probe=True)
+    measured = profile_script(long_, parse_spec({"task": batch}), probe=True)
+    assert scaled.method == measured.method == "dry_run", scaled.method_reason
+    assert scaled.flops_per_step == pytest.approx(measured.flops_per_step, rel=0.01), \
+        (scaled.flops_per_step, measured.flops_per_step)
+    (bound,) = [f for f in scaled.findings if f.code == "sequence-length-bound"]
+    assert "products of two activations" in bound.message

@@ -185,7 +185,8 @@ def profile_script(
     chosen = P.choose(bound.estimate, measured, probed)
     if chosen is bound.estimate:
         reasons.insert(0, bound.reason)
-    findings.extend(P.kept_findings(chosen, bound, tried=dr is not None or probe_seconds is not None))
+    findings.extend(P.kept_findings(chosen, bound, tried=dr is not None or probe_seconds is not None,
+                                    off=probe is False))
     ran = {"estimates_bytes": {e.method: e.figure_bytes for e in (bound.estimate, measured, probed)
                                if e is not None and e.figure_bytes is not None},
            "dry_run_seconds": dr.seconds if dr is not None else None,
@@ -371,12 +372,18 @@ def _assemble(path: Path, spec: TaskSpec | None, facts: ScriptFacts, source: str
         _trained_batch_check(dr, facts, spec, source, findings)
     if est.method == "dry_run" and est.measured_peak is not None and task and (size := _spec_size(task, est.phases)):
         est.measured_peak, length_factor = _to_spec_size(est.measured_peak, size, est.params, est.trainable,
-                                                         optimizer, findings, quadratic=_has_attention(source))
+                                                         optimizer, findings, quadratic=_has_attention(source),
+                                                         pair_share=est.pair_flops_share)
         if est.act_per_sample:
             est.act_per_sample = int(est.act_per_sample * length_factor)
-        # the FLOPs per sample of convolutions, linear and recurrent layers grow with the input's size
-        est.step_flops = est.step_flops and est.step_flops * size.wanted / size.seen
-        est.flops_fwd = est.flops_fwd and est.flops_fwd * size.wanted / size.seen
+        flops_factor = _flops_factor(size, est.pair_flops_share)
+        est.step_flops = est.step_flops and est.step_flops * flops_factor
+        est.flops_fwd = est.flops_fwd and est.flops_fwd * flops_factor
+        # the figure is for the spec's size, not the one seen
+        if size.field == "task.sequence_length":
+            est.input_shape = [size.wanted] if est.input_shape and len(est.input_shape) == 1 else est.input_shape
+        elif task.input_shape:
+            est.input_shape = list(task.input_shape)
         if length_factor > 1:  # the bound's part above the model states is per-sample at most: never less per sample
             w, g, o = E.model_states(est.params or 0, est.trainable or 0, optimizer, None)
             per_sample = max(0, est.measured_peak - (w + g + o)) // max(1, batch)
@@ -532,8 +539,16 @@ def _spec_size(task: TaskSection, phases: list[PhasePeak]) -> _SpecSize | None:
     return None
 
 
+def _flops_factor(size: _SpecSize, pair_share: float) -> float:
+    """How the FLOPs per sample grow from the dry run's input size to the spec's: linearly for layers (convolutions,
+    linear and recurrent layers do the same work per token or pixel), squared for the share counted in products of
+    two activations (attention's scores and their weighting of the values: tokens x tokens)."""
+    r = size.wanted / size.seen
+    return (1 - pair_share) * r + pair_share * r * r
+
+
 def _to_spec_size(peak: int, size: _SpecSize, params, trainable, optimizer, findings: list[Finding], *,
-                  quadratic: bool = False) -> tuple[int, float]:
+                  quadratic: bool = False, pair_share: float = 0.0) -> tuple[int, float]:
     """(training peak in bytes, factor) at the spec's input size when the dry run's inputs were all smaller (the
     longest or largest batch, which sets the peak, may come late in the epoch): the part above the model states
     scaled by ``wanted / seen``, squared where the script uses attention (:func:`_has_attention`: its score matrices
@@ -555,10 +570,19 @@ def _to_spec_size(peak: int, size: _SpecSize, params, trainable, optimizer, find
         f"{'is' if tokens else 'holds'} {size.wanted:,}: the "
         f"largest batch sets the peak, so of the measured {peak / 2**20:,.1f} MiB the part above the model states "
         f"({above / 2**20:,.1f} MiB) is scaled by {how}: {scaled / 2**20:,.1f} MiB, an upper bound (the activations "
-        "per sample and the largest batch per device are sized at that size too); the FLOPs per sample are scaled by "
-        f"{ratio} (linear in the input, as convolutions, linear and recurrent layers are; attention's score products "
-        "grow faster).")))
+        "per sample and the largest batch per device are sized at that size too); " + _flops_said(size, pair_share))))
     return max(peak, scaled), factor
+
+
+def _flops_said(size: _SpecSize, pair_share: float) -> str:
+    """The bound's sentence on the FLOPs (:func:`_flops_factor`)."""
+    ratio = f"{size.wanted:,}/{size.seen:,}"
+    if not pair_share:
+        return (f"the FLOPs per sample are scaled by {ratio} (linear in the input, as convolutions, linear and "
+                "recurrent layers are; no product of two activations, as attention's, was counted).")
+    return (f"the FLOPs per sample are scaled by {_flops_factor(size, pair_share):,.2f}: {ratio} for the layers and "
+            f"its square for the {pair_share:.0%} counted in products of two activations (attention's scores and "
+            "their weighting of the values grow with the tokens squared).")
 
 
 def _advice_at_spec_size(findings: list[Finding], task: TaskSection) -> None:

@@ -6,7 +6,9 @@ Details: docs/reference/estimator.md#autodlprofile_flops.
 import math
 import sys
 
-state = {"on": False, "flops": 0.0}
+state = {"on": False, "flops": 0.0, "pair": 0.0}
+"""``flops``: forward FLOPs counted; ``pair``: the part from products of two activations (no parameter: attention's
+scores and their weighting of the values), which grows with the tokens squared where ``flops`` grows linearly."""
 _hooked: set[int] = set()  # id() of each layer whose forward is hooked
 
 
@@ -97,7 +99,10 @@ def _count_matmul(x, y, tx=False, ty=False):
     bx, by = xs[:-2], ys[:-2]
     nb = max(len(bx), len(by))
     bx, by = [1] * (nb - len(bx)) + bx, [1] * (nb - len(by)) + by
-    state["flops"] += 2.0 * math.prod(max(a, b) for a, b in zip(bx, by)) * xs[-2] * xs[-1] * ys[-1]
+    flops = 2.0 * math.prod(max(a, b) for a, b in zip(bx, by)) * xs[-2] * xs[-1] * ys[-1]
+    state["flops"] += flops
+    if not (getattr(x, "persistable", False) or getattr(y, "persistable", False)):  # parameters are persistable
+        state["pair"] += flops
 
 
 def install(paddle):

@@ -201,6 +201,7 @@ class DryRun:
     axis_ratio: float | None = None
     forward_flops_per_sample: float | None = None
     step_flops_per_sample: float | None = None
+    pair_flops_share: float = 0.0  # of the forward FLOPs, products of two activations (attention), largest of the steps
     phases: list[PhasePeak] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     inputs: list[dict] | None = None
@@ -1399,7 +1400,8 @@ def _accumulation_findings(main: list[dict], target: int) -> list[Finding]:
     return [Finding(severity="info", code="gradient-accumulation", message=(
         f"the script draws {k} batches from its loader per optimizer update (gradient accumulation): the peak is "
         f"that of one micro-batch of {b}, while flops_per_step counts the {k} micro-batches of an update ({k} x {b} "
-        "samples): a step here is an update, and its estimated time is that of the whole accumulation."))]
+        "samples): a step here is an update, and its estimated time is that of the whole accumulation. "
+        "task.batch_size_per_gpu counts a micro-batch (a loader batch), not the update's effective batch."))]
 
 
 def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict], disk: str | None, *,
@@ -1426,6 +1428,8 @@ def _measured(dr: DryRun, raw: dict, res: SandboxResult | None, steps: list[dict
     calls = [s for s in main if s.get("fwd_calls")]
     flops = [s["fwd_flops"] / s["fwd_calls"] / unit(s) for s in calls if s.get("fwd_flops")]
     dr.forward_flops_per_sample = max(flops) if flops else None
+    dr.pair_flops_share = max([min(1.0, s.get("pair_flops", 0.0) / s["fwd_flops"]) for s in calls if s.get("fwd_flops")],
+                              default=0.0)
     dr.step_flops_per_sample = step_flops_per_sample(main, unit, len(raw.get("optimizer") or []), steps)
     phases = [PhasePeak(
         name="train", batch_size=group_batch(main, target, own_batches, unit), peak_bytes=fit.peak,

@@ -115,6 +115,7 @@ class StepRecord(_Record):
         default=0, description="batches the script drew from its loaders in the step (more than one: gradient "
                                "accumulation)")
     recompute_flops: Flops = Field(default=0.0, description="FLOPs of recomputed forward passes")
+    pair_flops: Flops = Field(default=0.0, description="of fwd_flops, products of two activations (attention)")
     index: Annotated[int, BeforeValidator(_or_zero), _count(0, 1 << 30)] = Field(
         default=0, description="position of the step in the run")
     fwd_bwd_seconds: Seconds = Field(default=0.0, description="time to the end of backward (s)")

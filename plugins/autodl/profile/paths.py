@@ -46,6 +46,7 @@ class Estimate:
     fixed: int | None = None
     flops_fwd: float | None = None
     step_flops: float | None = None
+    pair_flops_share: float = 0.0  # of the FLOPs, products of two activations (grow with the tokens squared)
     measured_peak: int | None = None
     figure_bytes: int | None = None
     batch: int | None = None
@@ -116,6 +117,11 @@ COLD_START_TRIED = (". To size it, mend what stopped the dry run (its finding ab
                     "again; ")
 """The advice when the dry run or the probe ran and measured nothing: Paddle is there, the run met something."""
 
+COLD_START_OFF = (". To size it, let the dry run measure the script: this profile turned it off (task.probe: false in "
+                  "the spec, or --no-probe, or probe=False); ")
+"""The advice when the caller turned the dry run and the probe off (a fresh user with ``task.probe: false`` was told
+to install Paddle, which was installed, and to drop a ``--no-probe`` never passed)."""
+
 COLD_START_INPUTS = ("task.input_shape or task.sequence_length set the formula's input size; task.model_name does not "
                      "change the figure, it only names outputs and records.")
 
@@ -146,17 +152,19 @@ def choose(bound: Estimate, dry_run: Estimate | None, probe: Estimate | None) ->
     return dry_run or probe or bound
 
 
-def kept_findings(chosen: Estimate, bound: BoundPath, tried: bool = False) -> list[Finding]:
+def kept_findings(chosen: Estimate, bound: BoundPath, tried: bool = False, off: bool = False) -> list[Finding]:
     """The bound path's findings that still hold once ``chosen`` is the estimate: all of them when it is the estimate
     itself, the assumed batch only when the probe measured (it ran at that batch), none after a dry run. ``tried``:
-    the dry run or the probe ran and measured nothing, so the cold-start advice is to mend what it met."""
+    the dry run or the probe ran and measured nothing, so the cold-start advice is to mend what it met; ``off``: the
+    caller turned them off, so the advice is to turn them on."""
     if chosen.method == "dry_run":
         return []
     if chosen.method == "probe":
         return [f for f in bound.assumptions if f.code in PROBE_KEEPS]
     cold = bound.cold
-    if tried:
-        cold = cold.model_copy(update={"message": cold.message.replace(COLD_START_UNTRIED, COLD_START_TRIED)})
+    if tried or off:
+        said = COLD_START_TRIED if tried else COLD_START_OFF
+        cold = cold.model_copy(update={"message": cold.message.replace(COLD_START_UNTRIED, said)})
     return list(bound.assumptions) + [cold]
 
 
@@ -208,7 +216,7 @@ def varying_input_finding(phases: list[PhasePeak]) -> Finding | None:
     top = max(train, key=lambda p: p.peak_bytes)
     return Finding(severity="warning", code="input-size-varies", message=(
         f"the training inputs changed shape between the dry run's steps ({len(shapes)} shapes among the measured "
-        f"steps); the figure is the largest step seen ({top.peak_bytes / (1 << 20):,.1f} MiB), and batches "
+        f"steps); the largest step seen held {top.peak_bytes / (1 << 20):,.1f} MiB, and batches "
         "later in an epoch may be larger than any seen (the longest sequence, the largest image size or graph): "
         + SIZE_ADVICE + "."))
 
@@ -285,6 +293,7 @@ def _measured(dr, bound: Estimate, inputs: RunInputs, facts: ScriptFacts, findin
                    act_per_sample=dr.act_bytes_per_sample, fixed=bound.fixed,
                    flops_fwd=dr.forward_flops_per_sample or bound.flops_fwd,
                    step_flops=dr.step_flops_per_sample,  # the whole step: every forward call, recompute (issue 18)
+                   pair_flops_share=dr.pair_flops_share,
                    measured_peak=dr.tensor_peak_bytes, figure_bytes=int(dr.tensor_peak_bytes),
                    batch=dr.batch or inputs.batch, phases=list(dr.phases),
                    input_shape=list(dr.inputs[0]["shape"][1:]) if dr.inputs else inputs.input_shape)

@@ -97,7 +97,7 @@ def _eval_call(layer, sig):
         _eval_measured_again(sig)
     gc.collect()
     reset_peak()
-    FL.state["flops"] = 0.0
+    FL.state["flops"] = FL.state["pair"] = 0.0
     counting("eval")
     St.eval_call = {"t0": time.monotonic(), "start_bytes": current(), "batch": batch_of(sig),
                     "inputs": sig, "grad": grad_enabled(), "training_mode": bool(layer.training),
@@ -108,7 +108,7 @@ def _call_ended(layer):
     """The outermost call ended: keep the step's FLOPs, or what the evaluation forward measured (the script may
     never call the model again)."""
     if St.counting == "train" and St.window is not None:
-        St.window["flops"] = FL.state["flops"]
+        St.window["flops"], St.window["pair_flops"] = FL.state["flops"], FL.state["pair"]
     elif St.counting == "eval" and St.eval_call is not None and St.eval_call["layer"] is layer:
         c = St.eval_call
         c["peak_at_exit"], c["flops"] = peak(), FL.state["flops"]

@@ -32,7 +32,8 @@ def _on_step_enter(opt):
     St.steps_seen += 1
     St.stepped = True
     if St.window is not None and St.counting == "train":
-        St.window["flops"] = FL.state["flops"]  # with what ran outside any layer (a loss's matmul after forward)
+        # with what ran outside any layer (a loss's matmul after forward)
+        St.window["flops"], St.window["pair_flops"] = FL.state["flops"], FL.state["pair"]
     if St.window is not None and St.window["fwd_bwd"] is None:
         St.window["fwd_bwd"] = peak()
         St.window["t_step"] = time.monotonic()

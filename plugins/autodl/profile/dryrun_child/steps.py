@@ -77,7 +77,7 @@ def start_window():
                  "inputs": None, "flops": 0.0, "fwd_calls": 0, "tainted": False, "warmup": St.ends == 0,
                  "model": None, "recompute_flops": 0.0,
                  "cpos": position()}
-    FL.state["flops"] = 0.0
+    FL.state["flops"] = FL.state["pair"] = 0.0
     counting("train")
 
 
@@ -99,6 +99,7 @@ def end_step():
                "seconds": round(now - w["t0"], 4),
                "fwd_bwd_seconds": round(w["t_step"] - w["t0"], 4), "update_seconds": round(now - w["t_step"], 4),
                "inputs": w["inputs"], "fwd_flops": w["flops"], "fwd_calls": w["fwd_calls"], "draws": w.get("draws", 0),
+               "pair_flops": w.get("pair_flops", 0.0),
                "recompute_flops": w["recompute_flops"],
                "measured": not (w["tainted"] or w["warmup"]) and w["batch"] is not None, "index": St.ends}
         # steady: the step before had the same batch, so what the script keeps of it (its logits, loss, batch)
