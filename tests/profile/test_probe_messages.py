@@ -149,6 +149,15 @@ def test_a_failure_on_the_stand_ins_for_required_options_is_said_as_the_probes_l
     assert "required options (--hidden, --layers)" in msg and "not a fault of the script" in msg, msg
 
 
+def test_an_error_not_about_the_stand_ins_is_not_said_as_theirs(tmp_path):
+    """With required options, an error that is not about a None (a shape the probe's made-up input met) keeps its
+    own finding: the stand-ins did not cause it."""
+    script = tmp_path / "train_args.py"
+    script.write_text(REQUIRED_ARGS)
+    _, msg, _, _ = probe_failure(script, {"ok": False, "stage": "model", "error": "ValueError: (InvalidArgument) bad"})
+    assert "required options" not in msg and "(ValueError: (InvalidArgument) bad)" in msg, msg
+
+
 @pytest.mark.slow
 def test_the_real_probe_says_both(tmp_path):
     """End to end, the probe alone (no dry run): the local package's model and the dropped ``cfg``."""

@@ -593,9 +593,10 @@ def _required_options_failure(script: Path, data: dict, facts: ScriptFacts, site
     """The probe's failure where the script has required argparse options: the probe builds the model from the
     options' defaults, and a required one has none (it stands in None), so what fails is the probe's stand-in, not
     the script (a fresh user's ``--hidden``/``--layers``: "TypeError: can't multiply sequence by non-int of type
-    'NoneType'"); None where the script has no required option."""
+    'NoneType'"); None where the script has no required option or the error is not about a None (a layer's shape
+    error is said as such)."""
     required = facts.interp.argparse_required
-    if not required:
+    if not required or "None" not in (data.get("error") or ""):
         return None
     doing = "running a training step" if data.get("stage") == "step" else "building the model"
     return ("probe-failed", f"{script}: the probe failed while {doing} ({data.get('error')}): it builds the model from "
