@@ -32,7 +32,6 @@ def probe_children(cfg_dirs: set[str] | None = None) -> list[psutil.Process]:
 def test_interrupting_profile_kills_the_probe(tmp_path, sig, code):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"task:\n  script: {HOSTILE}\n  input_shape: [8]\n  probe: true\n")
-    before = {p.pid for p in probe_children()}
     cli = subprocess.Popen([sys.executable, "-m", "autodl.cli", "profile", "--spec", str(spec), "--probe"],
                            env={**os.environ, "PYTHONPATH": str(REPO / "plugins"),
                                 "AUTODL_TEST_MARKER": str(tmp_path / "marker")},
@@ -45,7 +44,10 @@ def test_interrupting_profile_kills_the_probe(tmp_path, sig, code):
     while not mine:
         assert cli.poll() is None, cli.communicate()
         assert time.monotonic() < deadline, "the probe never started"
-        mine = [p for p in probe_children() if p.pid not in before]
+        # the CLI's own: another test's dry run, in another xdist worker, was taken for it and the signal reached a
+        # CLI still importing (KeyboardInterrupt, -2 for 130)
+        own = {c.pid for c in psutil.Process(cli.pid).children(recursive=True)}
+        mine = [p for p in probe_children() if p.pid in own]
         time.sleep(0.1)
     cfg = next(part for part in mine[0].cmdline() if "autodl-probe-" in part or "autodl-dryrun-" in part)
     cfg_dir = str(Path(cfg).parent) if cfg.endswith(".json") else cfg
